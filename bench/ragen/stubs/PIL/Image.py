@@ -1,0 +1,3 @@
+class Image: pass
+def fromarray(*a, **k):
+    raise NotImplementedError

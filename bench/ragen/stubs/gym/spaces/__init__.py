@@ -1,0 +1,2 @@
+from gymnasium.spaces import Box, Discrete
+from . import discrete

@@ -1,0 +1,1 @@
+from gymnasium.spaces import Discrete

@@ -1,0 +1,1 @@
+from gymnasium.utils import seeding

@@ -1,0 +1,2 @@
+def tqdm(x=None, *a, **k):
+    return x

@@ -1,0 +1,2 @@
+def collate_fn(*a, **k):
+    raise NotImplementedError

@@ -1,0 +1,94 @@
+// NumPy's legacy `np.random.RandomState(seed)`: MT19937 seeded with init_genrand, bounded
+// integers by masked rejection (RandomState never uses Lemire, for stream compatibility).
+// The legacy gauss cache (has_gauss/gauss) only feeds normal-family draws, none of which are
+// modelled, so it is not part of the state here; MT19937 has no uint32 buffer.
+
+import { MT19937, type MT19937State } from "./mt19937.ts";
+
+const TWO_POW_32 = 4294967296;
+
+export type NumpyRandomStateState = MT19937State;
+
+/** Smallest all-ones mask >= value, for value < 2**32. */
+function mask32(value: number): number {
+  let mask = value;
+  mask |= mask >>> 1;
+  mask |= mask >>> 2;
+  mask |= mask >>> 4;
+  mask |= mask >>> 8;
+  mask |= mask >>> 16;
+  return mask >>> 0;
+}
+
+export class NumpyRandomState {
+  private readonly mt: MT19937;
+
+  constructor(seed: number | MT19937) {
+    if (seed instanceof MT19937) {
+      this.mt = seed;
+      return;
+    }
+    if (typeof seed !== "number" || !Number.isInteger(seed) || seed < 0 || seed > 0xffffffff) {
+      throw new RangeError(`RandomState seed must be an integer between 0 and 2**32 - 1, got ${seed}`);
+    }
+    this.mt = MT19937.fromSeed(seed);
+  }
+
+  static fromState(state: NumpyRandomStateState): NumpyRandomState {
+    return new NumpyRandomState(MT19937.fromState(state));
+  }
+
+  getState(): NumpyRandomStateState {
+    return this.mt.getState();
+  }
+
+  /** `randint(low, high)` in [low, high); `randint(n)` in [0, n). Default dtype int64. */
+  randint(low: number, high?: number): number {
+    if (high === undefined) {
+      high = low;
+      low = 0;
+    }
+    // Bounds may reach ±2**53: every integer between them is still exact.
+    if (
+      !Number.isInteger(low) ||
+      !Number.isInteger(high) ||
+      Math.abs(low) > 2 ** 53 ||
+      Math.abs(high) > 2 ** 53
+    ) {
+      throw new RangeError(`randint bounds must be integers within ±2**53, got ${low}, ${high}`);
+    }
+    if (low >= high) throw new RangeError(`low >= high (${low}, ${high})`);
+    const rng = high - 1 - low;
+    // A one-value range draws nothing.
+    if (rng === 0) return low;
+    const mt = this.mt;
+    if (rng < 0xffffffff) {
+      const mask = mask32(rng);
+      let val = (mt.nextUint32() & mask) >>> 0;
+      while (val > rng) val = (mt.nextUint32() & mask) >>> 0;
+      return low + val;
+    }
+    if (rng === 0xffffffff) return low + mt.nextUint32();
+    if (!Number.isSafeInteger(rng)) throw new RangeError(`randint range too wide: ${low}, ${high}`);
+    // 64-bit masked path: next64 = first output << 32 | second output; the low word is all ones.
+    const maskHi = mask32(Math.floor(rng / TWO_POW_32));
+    let val: number;
+    do {
+      const hi = (mt.nextUint32() & maskHi) >>> 0;
+      val = hi * TWO_POW_32 + mt.nextUint32();
+    } while (val > rng);
+    return low + val;
+  }
+
+  randomSample(): number {
+    return this.mt.nextDouble();
+  }
+
+  /** `choice(n)` without `p`: `randint(0, n)`. */
+  choice(n: number): number {
+    if (!Number.isSafeInteger(n) || n <= 0) {
+      throw new RangeError(`a must be greater than 0 unless no samples are taken, got ${n}`);
+    }
+    return this.randint(0, n);
+  }
+}

@@ -1,0 +1,116 @@
+// `rollgym filter`: RAGEN's group filter on scores read from stdin.
+import { BUCKET_MODES, type BucketMode, bucketGroups } from "../rollout/buckets.ts";
+import {
+  DEFAULT_FILTER,
+  FILTER_METRICS,
+  FILTER_STRATEGIES,
+  FILTER_TYPES,
+  FilterInputError,
+  groupStats,
+  runGroupFilter,
+  TOP_P_MODES,
+} from "../rollout/filter.ts";
+import {
+  expectPositionals,
+  parseArgs,
+  parseBoolean,
+  parseChoice,
+  parseInteger,
+  parseNumber,
+  UsageError,
+} from "./args.ts";
+import { LineWriter, readStdin } from "./output.ts";
+
+export async function filterCommand(argv: readonly string[]): Promise<void> {
+  const command = "filter";
+  const args = parseArgs(command, argv, {
+    strategy: { kind: "value", help: FILTER_STRATEGIES.join("|") },
+    value: { kind: "value", help: "threshold (default 1.0)" },
+    "top-p-mode": { kind: "value", help: TOP_P_MODES.join("|") },
+    type: { kind: "value", help: FILTER_TYPES.join("|") },
+    "include-zero": { kind: "value", help: "true|false" },
+    metric: { kind: "value", help: FILTER_METRICS.join("|") },
+    buckets: { kind: "value", help: "gradient-analysis bucket count" },
+    "bucket-mode": { kind: "value", help: BUCKET_MODES.join("|") },
+  });
+  expectPositionals(command, args, []);
+  const get = <T>(flag: string, parse: (text: string) => T, fallback: T): T => {
+    const text = args.values.get(flag);
+    return text === undefined ? fallback : parse(text);
+  };
+  const config = {
+    ...DEFAULT_FILTER,
+    strategy: get(
+      "strategy",
+      (t) => parseChoice("--strategy", t, FILTER_STRATEGIES),
+      DEFAULT_FILTER.strategy,
+    ),
+    value: get("value", (t) => parseNumber("--value", t), DEFAULT_FILTER.value),
+    topPMode: get("top-p-mode", (t) => parseChoice("--top-p-mode", t, TOP_P_MODES), DEFAULT_FILTER.topPMode),
+    type: get("type", (t) => parseChoice("--type", t, FILTER_TYPES), DEFAULT_FILTER.type),
+    includeZero: get("include-zero", (t) => parseBoolean("--include-zero", t), DEFAULT_FILTER.includeZero),
+    metric: get("metric", (t) => parseChoice("--metric", t, FILTER_METRICS), DEFAULT_FILTER.metric),
+  };
+  if (config.value < 0) throw new UsageError(`--value: ${config.value} must be >= 0`);
+  const buckets = get("buckets", (t) => parseInteger("--buckets", t, 1, 1000), undefined);
+  const bucketMode = get<BucketMode | undefined>(
+    "bucket-mode",
+    (t) => parseChoice("--bucket-mode", t, BUCKET_MODES),
+    undefined,
+  );
+  if (bucketMode !== undefined && buckets === undefined)
+    throw new UsageError("--bucket-mode needs --buckets N");
+
+  const groups = parseGroups(await readStdin());
+  try {
+    const result = runGroupFilter(groups, config);
+    const out: Record<string, unknown> = { scores: Array.from(result.scores), kept: result.kept };
+    if (buckets !== undefined) {
+      if (groups[0].length < 2) {
+        throw new UsageError(
+          "stdin: --buckets ranks groups by reward std, which needs groups of at least 2 scores",
+        );
+      }
+      out.buckets = bucketGroups(groupStats(groups).std, buckets, bucketMode ?? "quantile");
+    }
+    const writer = new LineWriter();
+    await writer.line(out);
+    await writer.flush();
+  } catch (error) {
+    if (error instanceof FilterInputError) throw new UsageError(`stdin: ${error.message}`);
+    throw error;
+  }
+}
+
+/** A non-empty JSON array of equally sized, non-empty arrays of finite numbers. */
+function parseGroups(text: string): number[][] {
+  let data: unknown;
+  try {
+    data = JSON.parse(text);
+  } catch (error) {
+    const reason = error instanceof Error ? error.message : String(error);
+    throw new UsageError(
+      `stdin: invalid JSON (${reason}); expected an array of groups, e.g. [[0, 1], [1, 1]]`,
+    );
+  }
+  if (!Array.isArray(data) || data.length === 0) {
+    throw new UsageError("stdin: expected a non-empty JSON array of groups, each an array of episode scores");
+  }
+  const size = Array.isArray(data[0]) ? data[0].length : -1;
+  data.forEach((group, g) => {
+    if (!Array.isArray(group) || group.length === 0) {
+      throw new UsageError(`stdin: group ${g} is not a non-empty array of scores`);
+    }
+    if (group.length !== size) {
+      throw new UsageError(
+        `stdin: groups must all have the same size; group 0 has ${size} scores, group ${g} has ${group.length}`,
+      );
+    }
+    group.forEach((score, i) => {
+      if (typeof score !== "number" || !Number.isFinite(score)) {
+        throw new UsageError(`stdin: group ${g} score ${i} is ${JSON.stringify(score)}, not a finite number`);
+      }
+    });
+  });
+  return data as number[][];
+}

@@ -1,0 +1,46 @@
+// Runs the CLI the way users do: `npx rollgym …` from the repo root (pinned Node 24).
+import { spawn } from "node:child_process";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+
+export const ROOT = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
+
+export interface CliResult {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+export function rollgym(args: readonly string[], stdin = ""): Promise<CliResult> {
+  return new Promise((resolve, reject) => {
+    const child = spawn("npx", ["rollgym", ...args], { cwd: ROOT, stdio: ["pipe", "pipe", "pipe"] });
+    let stdout = "";
+    let stderr = "";
+    child.stdout.setEncoding("utf8").on("data", (d: string) => (stdout += d));
+    child.stderr.setEncoding("utf8").on("data", (d: string) => (stderr += d));
+    child.on("error", reject);
+    child.on("close", (code) => resolve({ code, stdout, stderr }));
+    child.stdin.end(stdin);
+  });
+}
+
+export function jsonLines(text: string): Record<string, unknown>[] {
+  return text
+    .split("\n")
+    .filter((l) => l !== "")
+    .map((l) => JSON.parse(l) as Record<string, unknown>);
+}
+
+/** The shape every usage error must have: one line on stderr, exit 2, nothing on stdout. */
+export function expectUsageError(result: CliResult, mentions: readonly string[]): void {
+  const problems: string[] = [];
+  if (result.code !== 2) problems.push(`exit code ${result.code}, want 2`);
+  if (result.stdout !== "") problems.push(`stdout not empty: ${JSON.stringify(result.stdout)}`);
+  const lines = result.stderr.split("\n").filter((l) => l !== "");
+  if (lines.length !== 1)
+    problems.push(`stderr has ${lines.length} lines, want 1: ${JSON.stringify(result.stderr)}`);
+  if (/\bat .*:\d+:\d+/.test(result.stderr)) problems.push("stderr contains a stack trace");
+  for (const word of mentions)
+    if (!result.stderr.includes(word)) problems.push(`stderr does not mention ${word}`);
+  if (problems.length) throw new Error(`${problems.join("; ")}\nstderr: ${result.stderr}`);
+}

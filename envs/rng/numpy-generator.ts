@@ -1,6 +1,7 @@
 // `np.random.Generator(PCG64(SeedSequence(seed)))`, as gymnasium's `seeding.np_random(seed)`
 // builds it. Integers default to int64: 32-bit ranges use Lemire on buffered uint32 halves.
 
+import { mulHi32 } from "./mul-hi.ts";
 import { PCG64, type PCG64State } from "./pcg64.ts";
 import { SeedSequence } from "./seed-sequence.ts";
 
@@ -107,9 +108,7 @@ export class NumpyGenerator {
         leftover = Math.imul(u, rangeExcl) >>> 0;
       }
     }
-    // The float product is within 2**11 of the exact one; with the exact low word removed,
-    // rounding recovers the exact high word.
-    return Math.round((u * rangeExcl - leftover) / TWO_POW_32);
+    return mulHi32(u, rangeExcl, leftover);
   }
 
   private lemire64(rangeExcl: bigint): number {

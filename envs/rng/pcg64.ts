@@ -1,25 +1,23 @@
 // NumPy's PCG64 bit generator (128-bit LCG, XSL-RR output), seeded from a SeedSequence.
-// The 128-bit state lives in eight 16-bit limbs so every partial product stays exact in a double.
+// The 128-bit state lives in four 32-bit words; 32x32-bit products are split exactly (mulHi32).
 
+import { mulHi32 } from "./mul-hi.ts";
 import { SeedSequence } from "./seed-sequence.ts";
 
 const MASK128 = (1n << 128n) - 1n;
 const MULT = 0x2360ed051fc65da44385df649fccf645n;
 const TWO_POW_21 = 2097152;
+const TWO_POW_MINUS_32 = 1 / 4294967296;
 const TWO_POW_MINUS_53 = 1 / 9007199254740992;
 
-function limb(value: bigint, index: number): number {
-  return Number((value >> BigInt(16 * index)) & 0xffffn);
+function word(value: bigint, index: number): number {
+  return Number((value >> BigInt(32 * index)) & 0xffffffffn);
 }
 
-const M0 = limb(MULT, 0);
-const M1 = limb(MULT, 1);
-const M2 = limb(MULT, 2);
-const M3 = limb(MULT, 3);
-const M4 = limb(MULT, 4);
-const M5 = limb(MULT, 5);
-const M6 = limb(MULT, 6);
-const M7 = limb(MULT, 7);
+const K0 = word(MULT, 0);
+const K1 = word(MULT, 1);
+const K2 = word(MULT, 2);
+const K3 = word(MULT, 3);
 
 /** Mirrors numpy's `bit_generator.state`: 128-bit values as decimal strings. */
 export interface PCG64State {
@@ -41,18 +39,10 @@ export class PCG64 {
   private s1 = 0;
   private s2 = 0;
   private s3 = 0;
-  private s4 = 0;
-  private s5 = 0;
-  private s6 = 0;
-  private s7 = 0;
   private i0 = 0;
   private i1 = 0;
   private i2 = 0;
   private i3 = 0;
-  private i4 = 0;
-  private i5 = 0;
-  private i6 = 0;
-  private i7 = 0;
   /** High word of the most recent 64-bit output. */
   private outHi = 0;
   private hasUint32 = false;
@@ -75,13 +65,15 @@ export class PCG64 {
   }
 
   static fromState(state: PCG64State): PCG64 {
-    const gen = new PCG64(0);
-    gen.load(parseUint128("state", state.state), parseUint128("inc", state.inc));
-    if (state.hasUint32 !== 0 && state.hasUint32 !== 1)
+    if (state.hasUint32 !== 0 && state.hasUint32 !== 1) {
       throw new RangeError("PCG64 hasUint32 must be 0 or 1");
+    }
     if (!Number.isInteger(state.uinteger) || state.uinteger < 0 || state.uinteger > 0xffffffff) {
       throw new RangeError("PCG64 uinteger must be a uint32");
     }
+    // Seed 0 is a placeholder; every field is overwritten below.
+    const gen = new PCG64(0);
+    gen.load(parseUint128("state", state.state), parseUint128("inc", state.inc));
     gen.hasUint32 = state.hasUint32 === 1;
     gen.uinteger = state.uinteger;
     return gen;
@@ -89,23 +81,9 @@ export class PCG64 {
 
   getState(): PCG64State {
     const state =
-      (BigInt(this.s7) << 112n) |
-      (BigInt(this.s6) << 96n) |
-      (BigInt(this.s5) << 80n) |
-      (BigInt(this.s4) << 64n) |
-      (BigInt(this.s3) << 48n) |
-      (BigInt(this.s2) << 32n) |
-      (BigInt(this.s1) << 16n) |
-      BigInt(this.s0);
+      (BigInt(this.s3) << 96n) | (BigInt(this.s2) << 64n) | (BigInt(this.s1) << 32n) | BigInt(this.s0);
     const inc =
-      (BigInt(this.i7) << 112n) |
-      (BigInt(this.i6) << 96n) |
-      (BigInt(this.i5) << 80n) |
-      (BigInt(this.i4) << 64n) |
-      (BigInt(this.i3) << 48n) |
-      (BigInt(this.i2) << 32n) |
-      (BigInt(this.i1) << 16n) |
-      BigInt(this.i0);
+      (BigInt(this.i3) << 96n) | (BigInt(this.i2) << 64n) | (BigInt(this.i1) << 32n) | BigInt(this.i0);
     return {
       state: state.toString(),
       inc: inc.toString(),
@@ -139,76 +117,58 @@ export class PCG64 {
   }
 
   private load(state: bigint, inc: bigint): void {
-    this.s0 = limb(state, 0);
-    this.s1 = limb(state, 1);
-    this.s2 = limb(state, 2);
-    this.s3 = limb(state, 3);
-    this.s4 = limb(state, 4);
-    this.s5 = limb(state, 5);
-    this.s6 = limb(state, 6);
-    this.s7 = limb(state, 7);
-    this.i0 = limb(inc, 0);
-    this.i1 = limb(inc, 1);
-    this.i2 = limb(inc, 2);
-    this.i3 = limb(inc, 3);
-    this.i4 = limb(inc, 4);
-    this.i5 = limb(inc, 5);
-    this.i6 = limb(inc, 6);
-    this.i7 = limb(inc, 7);
+    this.s0 = word(state, 0);
+    this.s1 = word(state, 1);
+    this.s2 = word(state, 2);
+    this.s3 = word(state, 3);
+    this.i0 = word(inc, 0);
+    this.i1 = word(inc, 1);
+    this.i2 = word(inc, 2);
+    this.i3 = word(inc, 3);
   }
 
   /**
    * state = state * MULT + inc (mod 2**128), then XSL-RR of the new state. Returns the low
-   * 32 bits of the output and leaves the high 32 in `outHi`. Column sums stay below 2**36.
+   * 32 bits of the output and leaves the high 32 in `outHi`.
    */
   private step(): number {
     const a0 = this.s0;
     const a1 = this.s1;
     const a2 = this.s2;
     const a3 = this.s3;
-    const a4 = this.s4;
-    const a5 = this.s5;
-    const a6 = this.s6;
-    const a7 = this.s7;
-    let c = a0 * M0 + this.i0;
-    const b0 = c & 0xffff;
-    c = (c - b0) / 65536 + a0 * M1 + a1 * M0 + this.i1;
-    const b1 = c & 0xffff;
-    c = (c - b1) / 65536 + a0 * M2 + a1 * M1 + a2 * M0 + this.i2;
-    const b2 = c & 0xffff;
-    c = (c - b2) / 65536 + a0 * M3 + a1 * M2 + a2 * M1 + a3 * M0 + this.i3;
-    const b3 = c & 0xffff;
-    c = (c - b3) / 65536 + a0 * M4 + a1 * M3 + a2 * M2 + a3 * M1 + a4 * M0 + this.i4;
-    const b4 = c & 0xffff;
-    c = (c - b4) / 65536 + a0 * M5 + a1 * M4 + a2 * M3 + a3 * M2 + a4 * M1 + a5 * M0 + this.i5;
-    const b5 = c & 0xffff;
-    c = (c - b5) / 65536 + a0 * M6 + a1 * M5 + a2 * M4 + a3 * M3 + a4 * M2 + a5 * M1 + a6 * M0 + this.i6;
-    const b6 = c & 0xffff;
-    c =
-      (c - b6) / 65536 +
-      a0 * M7 +
-      a1 * M6 +
-      a2 * M5 +
-      a3 * M4 +
-      a4 * M3 +
-      a5 * M2 +
-      a6 * M1 +
-      a7 * M0 +
-      this.i7;
-    const b7 = c & 0xffff;
-    this.s0 = b0;
-    this.s1 = b1;
-    this.s2 = b2;
-    this.s3 = b3;
-    this.s4 = b4;
-    this.s5 = b5;
-    this.s6 = b6;
-    this.s7 = b7;
+    // Partial products a_i * K_j with i + j < 3 need both words; i + j = 3 only the low word.
+    const l00 = Math.imul(a0, K0) >>> 0;
+    const l01 = Math.imul(a0, K1) >>> 0;
+    const l10 = Math.imul(a1, K0) >>> 0;
+    const l02 = Math.imul(a0, K2) >>> 0;
+    const l11 = Math.imul(a1, K1) >>> 0;
+    const l20 = Math.imul(a2, K0) >>> 0;
+    // Column sums first and carries last keeps the serial dependency chain short.
+    // Every sum stays below 2**36, exact in a double.
+    const t0 = l00 + this.i0;
+    const t1 = mulHi32(a0, K0, l00) + l01 + (l10 + this.i1);
+    const t2 = mulHi32(a0, K1, l01) + mulHi32(a1, K0, l10) + (l02 + l11) + (l20 + this.i2);
+    const t3 =
+      mulHi32(a0, K2, l02) +
+      mulHi32(a1, K1, l11) +
+      (mulHi32(a2, K0, l20) + this.i3) +
+      (Math.imul(a0, K3) + Math.imul(a1, K2) + (Math.imul(a2, K1) + Math.imul(a3, K0)));
+    const r0 = t0 >>> 0;
+    const u1 = (t0 - r0) * TWO_POW_MINUS_32 + t1;
+    const r1 = u1 >>> 0;
+    const u2 = (u1 - r1) * TWO_POW_MINUS_32 + t2;
+    const r2 = u2 >>> 0;
+    // Only the low word of the top column survives mod 2**128; t3 may be negative (imul).
+    const r3 = ((u2 - r2) * TWO_POW_MINUS_32 + t3) >>> 0;
+    this.s0 = r0;
+    this.s1 = r1;
+    this.s2 = r2;
+    this.s3 = r3;
 
     // XSL-RR: (high64 ^ low64) rotated right by the top 6 state bits.
-    let hi = (((b7 ^ b3) << 16) | (b6 ^ b2)) >>> 0;
-    let lo = (((b5 ^ b1) << 16) | (b4 ^ b0)) >>> 0;
-    const rot = b7 >>> 10;
+    let hi = (r3 ^ r1) >>> 0;
+    let lo = (r2 ^ r0) >>> 0;
+    const rot = r3 >>> 26;
     if (rot & 32) {
       const t = hi;
       hi = lo;

@@ -24,7 +24,7 @@ const u128 = fc.bigInt({ min: 0n, max: MASK128 });
 const bound = fc.integer({ min: -(2 ** 40), max: 2 ** 40 });
 
 describe("properties", () => {
-  it("PCG64's 16-bit limb arithmetic equals a BigInt model from any state", () => {
+  it("PCG64's 32-bit word arithmetic equals a BigInt model from any state", () => {
     fc.assert(
       fc.property(u128, u128, (state, rawInc) => {
         const inc = rawInc | 1n;
@@ -43,6 +43,24 @@ describe("properties", () => {
         expect(gen.getState().state).toBe(s.toString());
       }),
     );
+  });
+
+  it("PCG64 stays exact where a 32x32 double product rounds down across a power of two", () => {
+    // Words w with w * K_j (K = multiplier words) at such a boundary; found by search.
+    const traps = [13438519n, 430032571n, 31803765n, 508860227n, 67584349n, 1081349580n];
+    for (const trap of traps) {
+      for (const shift of [0n, 32n, 64n]) {
+        const state = trap << shift;
+        const inc = 0xda3e39cb94b95bdbn;
+        const gen = PCG64.fromState({
+          state: state.toString(),
+          inc: inc.toString(),
+          hasUint32: 0,
+          uinteger: 0,
+        });
+        expect(gen.nextUint64(), `state ${trap} << ${shift}`).toBe(pcgReference(state, inc).out);
+      }
+    }
   });
 
   it("nextDouble is (u64 >> 11) * 2**-53", () => {

@@ -1,0 +1,81 @@
+// Built-in policies that need no model: `oracle` answers with the env's own solver, `random`
+// with uniformly random valid actions; both in RAGEN's <think>…</think><answer>…</answer> format.
+// Noise knobs turn some answers random or malformed, so filters and failure paths get exercised.
+import seedrandom from "seedrandom";
+import type { Policy, PolicyRequest, PolicyResponse } from "./policy.ts";
+
+export interface BuiltinPolicyOptions {
+  /** Probability that an answer is random valid actions instead of the plan. */
+  noise?: number;
+  /** Probability that an answer breaks the format (no closing tag or an unknown action). */
+  malformed?: number;
+}
+
+type Choose = (request: PolicyRequest, rng: () => number) => { thought: string; actions: string[] };
+
+function randomActions(request: PolicyRequest, rng: () => number): string[] {
+  const names = request.episode.actionNames;
+  const count = Math.max(1, request.episode.actionsThisTurn);
+  return Array.from({ length: count }, () => names[Math.floor(rng() * names.length)]);
+}
+
+const chooseRandom: Choose = (request, rng) => ({
+  thought: "I will try some moves.",
+  actions: randomActions(request, rng),
+});
+
+const chooseOracle: Choose = (request, rng) => {
+  const plan = request.episode.solve();
+  if (!plan || plan.length === 0)
+    return { thought: "I do not see a plan; trying moves.", actions: randomActions(request, rng) };
+  return {
+    thought: `Following the plan ${plan.join(", ")}.`,
+    actions: plan.slice(0, Math.max(1, request.episode.actionsThisTurn)),
+  };
+};
+
+function format(
+  request: PolicyRequest,
+  thought: string,
+  actions: readonly string[],
+  broken: boolean,
+): string {
+  const answer = actions.join(" || ");
+  // The prefill ("<think>" or "<answer>") is part of the prompt, so the text continues after it.
+  const body = request.episode.think ? `${thought}</think><answer>${answer}</answer>` : `${answer}</answer>`;
+  if (!broken) return body;
+  return request.episode.think
+    ? `${thought}</think><answer>${answer}`
+    : `Jump${answer ? ` || ${answer}` : ""}</answer>`;
+}
+
+class BuiltinPolicy implements Policy {
+  readonly name: string;
+  private readonly choose: Choose;
+  private readonly noise: number;
+  private readonly malformed: number;
+
+  constructor(name: string, choose: Choose, options: BuiltinPolicyOptions) {
+    this.name = name;
+    this.choose = choose;
+    this.noise = options.noise ?? 0;
+    this.malformed = options.malformed ?? 0;
+  }
+
+  async generate(request: PolicyRequest): Promise<PolicyResponse> {
+    // Seeded by the request seed, so a batch replays identically.
+    const rng = seedrandom(`${this.name}:${request.sampling.seed}`);
+    const noisy = rng() < this.noise;
+    const broken = rng() < this.malformed;
+    const { thought, actions } = noisy ? chooseRandom(request, rng) : this.choose(request, rng);
+    return { text: format(request, thought, actions, broken), finishReason: "stop", attempts: 1 };
+  }
+}
+
+export function oraclePolicy(options: BuiltinPolicyOptions = {}): Policy {
+  return new BuiltinPolicy("oracle", chooseOracle, options);
+}
+
+export function randomPolicy(options: BuiltinPolicyOptions = {}): Policy {
+  return new BuiltinPolicy("random", chooseRandom, options);
+}

@@ -1,0 +1,77 @@
+// The Policy interface every model backend implements: given the chat so far, produce the
+// next assistant turn. Built-in policies also receive the episode's solver; remote ones
+// ignore it.
+import type { ChatMessage } from "../rollout/prompt.ts";
+
+export interface SamplingParams {
+  temperature: number;
+  top_p: number;
+  /** -1 disables (vLLM). */
+  top_k: number;
+  min_p: number;
+  max_tokens: number;
+  /** Per-request seed derived from (batch seed, env id, turn), so deterministic engines reproduce. */
+  seed: number;
+  stop?: string[];
+}
+
+/** What a built-in policy may know about the episode; remote policies never see it. */
+export interface EpisodeView {
+  tag: string;
+  envId: number;
+  turn: number;
+  /** The current episode's action names (Bandit's change per seed). */
+  actionNames: readonly string[];
+  /** Actions still allowed in this turn (max_actions_per_turn, capped by the budget). */
+  actionsThisTurn: number;
+  think: boolean;
+  /** A shortest plan from the current state (action names), or null when none is known. */
+  solve(): string[] | null;
+}
+
+export interface PolicyRequest {
+  messages: readonly ChatMessage[];
+  /** Text the generation prompt ends with ("<think>" or "<answer>"), as RAGEN appends it. */
+  prefill: string;
+  sampling: SamplingParams;
+  episode: EpisodeView;
+  signal?: AbortSignal;
+}
+
+export interface PolicyResponse {
+  /** The generated text only, without the prefill. */
+  text: string;
+  finishReason: string;
+  promptTokens?: number;
+  completionTokens?: number;
+  /** Attempts it took (retries + 1), for reports. */
+  attempts?: number;
+}
+
+export interface Policy {
+  readonly name: string;
+  generate(request: PolicyRequest): Promise<PolicyResponse>;
+  close?(): Promise<void>;
+}
+
+/** A generation that failed for good (after retries); the episode is reported failed with it. */
+export class PolicyError extends Error {
+  readonly retryable: boolean;
+  constructor(message: string, retryable = false) {
+    super(message);
+    this.name = "PolicyError";
+    this.retryable = retryable;
+  }
+}
+
+/** 32-bit mix of (batch seed, env id, turn) for per-request sampling seeds (murmur3 finaliser). */
+export function requestSeed(batchSeed: number, envId: number, turn: number): number {
+  let h = batchSeed >>> 0;
+  for (const part of [envId, turn]) {
+    h = Math.imul(h ^ (part >>> 0), 0x9e3779b1);
+    h ^= h >>> 15;
+  }
+  h = Math.imul(h ^ (h >>> 16), 0x85ebca6b);
+  h = Math.imul(h ^ (h >>> 13), 0xc2b2ae35);
+  return (h ^ (h >>> 16)) >>> 0;
+}

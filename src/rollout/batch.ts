@@ -1,0 +1,245 @@
+// A batch of env groups played against a policy, RAGEN's way: tags laid out in env-id order,
+// every member of a group on the same seed, episodes advanced turn by turn, then scores,
+// the group filter and RAGEN-named metrics. Episodes run concurrently; each one only waits
+// for its own model turns, so a slow episode never holds up the others.
+import type { EnvRegistry } from "../../envs/registry.ts";
+import { type Policy, requestSeed, type SamplingParams } from "../llm/policy.ts";
+import { Episode, type EpisodeRecord, type EpisodeSettings } from "./episode.ts";
+import { type FilterConfig, runGroupFilter } from "./filter.ts";
+import { episodeScores, type NormalizationGrouping, type NormalizationMethod } from "./scores.ts";
+
+export type RolloutMode = "train" | "val";
+
+export interface BatchRequest {
+  mode: RolloutMode;
+  /** Tags in env-id order with their group counts (RAGEN's tags / n_groups). */
+  tags: readonly { tag: string; groups: number }[];
+  groupSize: number;
+  /** Seed of group 0; group g plays seed + g. */
+  seed: number;
+  episode: EpisodeSettings;
+  sampling: Omit<SamplingParams, "seed">;
+  normalization: { grouping: NormalizationGrouping; method: NormalizationMethod };
+  useTurnScores: boolean;
+  filter: FilterConfig;
+}
+
+export interface GroupResult {
+  group_id: number;
+  tag: string;
+  seed: number;
+  env_ids: number[];
+  /** The filter's score for the group (null when the group had a failed episode). */
+  score: number | null;
+  kept: boolean;
+  failed: boolean;
+}
+
+export interface BatchResult {
+  mode: RolloutMode;
+  seed: number;
+  episodes: EpisodeRecord[];
+  groups: GroupResult[];
+  /** RAGEN-named metrics: "<train|val-env>/<tag>/<name>" plus the filter's "rollout/…". */
+  metrics: Record<string, number>;
+  failed: number;
+}
+
+export interface BatchHooks {
+  onTurn?: () => void;
+  onEpisode?: (record: EpisodeRecord) => void;
+  signal?: AbortSignal;
+}
+
+/** RAGEN's train seed schedule: base + step × env_groups (val always uses its base). */
+export function trainBatchSeed(base: number, step: number, envGroups: number): number {
+  return base + step * envGroups;
+}
+
+export function layoutEpisodes(registry: EnvRegistry, request: BatchRequest): Episode[] {
+  const episodes: Episode[] = [];
+  let group = 0;
+  for (const { tag, groups } of request.tags) {
+    const resolved = registry.tag(tag);
+    for (let g = 0; g < groups; g++, group++) {
+      for (let member = 0; member < request.groupSize; member++) {
+        const envId = group * request.groupSize + member;
+        episodes.push(new Episode(resolved, envId, group, request.seed + group, request.episode));
+      }
+    }
+  }
+  return episodes;
+}
+
+async function playEpisode(
+  episode: Episode,
+  request: BatchRequest,
+  policy: Policy,
+  hooks: BatchHooks,
+): Promise<void> {
+  while (episode.active) {
+    if (hooks.signal?.aborted) {
+      episode.fail("cancelled");
+      return;
+    }
+    const turn = episode.turnIndex;
+    try {
+      const response = await policy.generate({
+        messages: episode.promptMessages(),
+        prefill: episode.prefill,
+        sampling: { ...request.sampling, seed: requestSeed(request.seed, episode.envId, turn) },
+        episode: {
+          tag: episode.tag.spec.tag,
+          envId: episode.envId,
+          turn,
+          actionNames: episode.actionNames,
+          actionsThisTurn: Math.min(request.episode.maxActionsPerTurn, episode.actionsLeft),
+          think: request.episode.think,
+          solve: () => episode.solve(),
+        },
+        signal: hooks.signal,
+      });
+      episode.applyResponse(episode.prefill + response.text, response.finishReason, {
+        prompt: response.promptTokens,
+        completion: response.completionTokens,
+      });
+    } catch (error) {
+      episode.fail(`turn ${turn + 1}: ${error instanceof Error ? error.message : String(error)}`);
+    }
+    hooks.onTurn?.();
+  }
+}
+
+export async function runBatch(
+  registry: EnvRegistry,
+  request: BatchRequest,
+  policy: Policy,
+  hooks: BatchHooks = {},
+): Promise<BatchResult> {
+  validateBatchRequest(request);
+  const episodes = layoutEpisodes(registry, request);
+  await Promise.all(
+    episodes.map(async (episode) => {
+      await playEpisode(episode, request, policy, hooks);
+      hooks.onEpisode?.(episode.record());
+    }),
+  );
+  const records = episodes.map((e) => e.record());
+  const scores = request.useTurnScores
+    ? records.map((r) => r.turns.reduce((sum, t) => Math.fround(sum + Math.fround(t.reward)), 0))
+    : episodeScores(
+        records.map((r) => ({ groupId: r.group_id, tag: r.tag, reward: r.reward, penalty: r.penalty })),
+        request.normalization.grouping,
+        request.normalization.method,
+      );
+  records.forEach((r, i) => {
+    r.score = scores[i];
+  });
+
+  const groups = groupResults(records, request);
+  const scored = groups.filter((g) => !g.failed);
+  const metrics: Record<string, number> = tagMetrics(records, request);
+  // RAGEN filters training batches only; validation keeps every group.
+  if (request.mode === "val" || isNoOpFilter(request)) {
+    for (const g of scored) g.kept = true;
+  } else if (scored.length > 0) {
+    const filter = runGroupFilter(
+      scored.map((g) => g.env_ids.map((id) => records[id].score)),
+      request.filter,
+    );
+    scored.forEach((g, i) => {
+      g.score = filter.scores[i];
+      g.kept = filter.kept.includes(i);
+    });
+    Object.assign(metrics, filter.metrics);
+  }
+  const failed = records.filter((r) => r.failure !== null).length;
+  metrics["rollgym/failed_episodes"] = failed;
+  return { mode: request.mode, seed: request.seed, episodes: records, groups, metrics, failed };
+}
+
+/** RAGEN's shortcut: top_p 1.0 with include_zero returns the batch unchanged (base.yaml's default). */
+function isNoOpFilter(request: BatchRequest): boolean {
+  const f = request.filter;
+  return f.strategy === "top_p" && f.value >= 1 && f.includeZero;
+}
+
+/** Reject requests RAGEN would run into NaN or an assertion with. */
+export function validateBatchRequest(request: BatchRequest): void {
+  if (
+    request.mode === "train" &&
+    request.groupSize < 2 &&
+    request.filter.metric === "reward_variance" &&
+    !isNoOpFilter(request)
+  ) {
+    throw new RangeError(
+      "rollout_filter_metric reward_variance ranks groups by their reward std, which needs group_size >= 2 (got 1); use group_size >= 2 or turn the filter off (top_p, value 1.0)",
+    );
+  }
+}
+
+function groupResults(records: readonly EpisodeRecord[], request: BatchRequest): GroupResult[] {
+  const groups: GroupResult[] = [];
+  for (const r of records) {
+    let g = groups[r.group_id];
+    if (!g) {
+      g = {
+        group_id: r.group_id,
+        tag: r.tag,
+        seed: r.seed,
+        env_ids: [],
+        score: null,
+        kept: false,
+        failed: false,
+      };
+      groups[r.group_id] = g;
+    }
+    g.env_ids.push(r.env_id);
+    if (r.failure !== null) g.failed = true;
+  }
+  return groups.slice(
+    0,
+    request.tags.reduce((n, t) => n + t.groups, 0),
+  );
+}
+
+/**
+ * RAGEN's per-tag metrics: each episode metric summed over the tag's episodes and divided by
+ * the tag's episode count, pass@group_size per group, and the means of non-zero values.
+ * Failed episodes are left out (and counted in rollgym/failed_episodes) rather than scored 0.
+ */
+function tagMetrics(records: readonly EpisodeRecord[], request: BatchRequest): Record<string, number> {
+  const prefix = request.mode === "train" ? "train" : "val-env";
+  const values = new Map<string, number[]>();
+  const groupSuccess = new Map<number, boolean>();
+  for (const r of records) {
+    if (r.failure !== null) continue;
+    groupSuccess.set(r.group_id, (groupSuccess.get(r.group_id) ?? false) || r.success);
+  }
+  for (const r of records) {
+    if (r.failure !== null) continue;
+    const metrics = {
+      ...r.metrics,
+      [`${r.tag}/pass@${request.groupSize}`]: groupSuccess.get(r.group_id) ? 1 : 0,
+    };
+    for (const [key, value] of Object.entries(metrics)) {
+      const list = values.get(key) ?? [];
+      list.push(value);
+      values.set(key, list);
+    }
+  }
+  const out: Record<string, number> = {};
+  const finished = new Map<string, number>();
+  for (const r of records) if (r.failure === null) finished.set(r.tag, (finished.get(r.tag) ?? 0) + 1);
+  for (const key of [...values.keys()].sort()) {
+    const list = values.get(key)!;
+    const [tag, ...rest] = key.split("/");
+    out[`${prefix}/${key}`] = list.reduce((a, b) => a + b, 0) / (finished.get(tag) ?? list.length);
+    const nonZero = list.filter((v) => v !== 0);
+    if (nonZero.length > 0) {
+      out[`${prefix}/${tag}/non-zero/${rest.join("/")}`] =
+        nonZero.reduce((a, b) => a + b, 0) / nonZero.length;
+    }
+  }
+  return out;
+}

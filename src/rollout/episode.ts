@@ -1,0 +1,311 @@
+// One episode as RAGEN's env-state manager and context manager play it: the inference prompt
+// for the next turn, and applying a model turn (parse, map actions, step within the budget,
+// penalties, rewards and RAGEN's bookkeeping).
+import { pyNumberRepr } from "../../envs/pyrepr.ts";
+import type { ResolvedTag } from "../../envs/registry.ts";
+import type { Env, StepInfo } from "../../envs/types.ts";
+import { mapActions, parseResponse } from "./parse.ts";
+import {
+  type ChatMessage,
+  formatInstruction,
+  INVALID_ACTION_WARNING,
+  systemPrompt,
+  turnBlock,
+} from "./prompt.ts";
+
+export type ContextWindowMode = "full" | "limited_multi_turn" | "single_turn";
+
+export interface EpisodeSettings {
+  maxTurn: number;
+  maxActionsPerTurn: number;
+  actionSep: string;
+  think: boolean;
+  contextWindowMode: ContextWindowMode;
+  /** Entries of history shown in windowed modes; -1 for all. */
+  maxContextWindow: number;
+  formatPenalty: number;
+  ragenDefaultVocabulary?: boolean;
+}
+
+/** One model turn, as recorded in episode files and sent to trainers. */
+export interface TurnRecord {
+  turn: number;
+  /** The observation the model saw this turn. */
+  state: string;
+  actions_left: number;
+  /** The prompt carried RAGEN's "No valid action provided previously…" warning. */
+  warned: boolean;
+  /** Prefill + generated text, exactly as the model produced it. */
+  raw_response: string;
+  /** RAGEN's rebuilt response, which later prompts show. */
+  response: string;
+  parsed: string[];
+  /** Names of the actions executed, in order. */
+  actions: string[];
+  reward: number;
+  /** The reward as Python prints it in the next prompt ("-0.1", "0", "10.8"). */
+  reward_text: string;
+  format_penalty: boolean;
+  info: Record<string, number | boolean>;
+  finish_reason: string;
+  prompt_tokens?: number;
+  completion_tokens?: number;
+}
+
+export interface EpisodeRecord {
+  env_id: number;
+  group_id: number;
+  tag: string;
+  seed: number;
+  turns: TurnRecord[];
+  /** The state after the last turn. */
+  final_state: string;
+  num_actions: number;
+  terminated: boolean;
+  truncated: boolean;
+  success: boolean;
+  /** Sum of turn rewards (as doubles). */
+  reward: number;
+  /** Sum of format penalties. */
+  penalty: number;
+  /** RAGEN's trajectory score: float32(reward) + float32(penalty). */
+  score: number;
+  /** RAGEN's per-episode metrics, keyed "<tag>/<name>". */
+  metrics: Record<string, number>;
+  /** Set when the episode could not be played to its end (e.g. inference failed for good). */
+  failure: string | null;
+}
+
+export class Episode {
+  readonly tag: ResolvedTag;
+  readonly envId: number;
+  readonly groupId: number;
+  readonly seed: number;
+  private readonly settings: EpisodeSettings;
+  private readonly env: Env;
+  private readonly system: string;
+  private readonly integerRewards: boolean;
+  private readonly turns: TurnRecord[] = [];
+  private state: string;
+  private numActions = 0;
+  private terminated = false;
+  private truncated = false;
+  private penalty = 0;
+  private warnNext = false;
+  private failure: string | null = null;
+
+  constructor(tag: ResolvedTag, envId: number, groupId: number, seed: number, settings: EpisodeSettings) {
+    this.tag = tag;
+    this.envId = envId;
+    this.groupId = groupId;
+    this.seed = seed;
+    this.settings = settings;
+    this.env = tag.make();
+    this.state = this.env.reset(seed);
+    this.integerRewards = tag.type.integerRewards;
+    this.system = systemPrompt(tag, {
+      think: settings.think,
+      actionSep: settings.actionSep,
+      ragenDefaultVocabulary: settings.ragenDefaultVocabulary,
+    });
+  }
+
+  /** Still needs model turns: not done, within max_turn, not failed. */
+  get active(): boolean {
+    return !this.terminated && this.failure === null && this.turns.length < this.settings.maxTurn;
+  }
+
+  get turnIndex(): number {
+    return this.turns.length;
+  }
+
+  get actionNames(): readonly string[] {
+    return this.env.actionNames;
+  }
+
+  get actionsLeft(): number {
+    return this.tag.spec.max_actions_per_traj - this.numActions;
+  }
+
+  /** The prefill the generation prompt ends with. */
+  get prefill(): string {
+    return this.settings.think ? "<think>" : "<answer>";
+  }
+
+  solve(): string[] | null {
+    return this.tag.solve(this.env)?.actions ?? null;
+  }
+
+  /** The inference prompt for the next turn, in the configured context-window mode. */
+  promptMessages(): ChatMessage[] {
+    const { contextWindowMode, maxContextWindow } = this.settings;
+    // History entries: one per finished turn plus the current state (RAGEN's history list).
+    const entries = this.turns.length + 1;
+    const window =
+      contextWindowMode !== "full" && maxContextWindow > 0 && entries > maxContextWindow
+        ? maxContextWindow
+        : entries;
+    const offset = entries - window;
+    if (contextWindowMode === "single_turn") return this.singleTurnMessages(offset);
+    const messages: ChatMessage[] = [
+      { role: "system", content: this.system },
+      { role: "user", content: "" },
+    ];
+    for (let i = offset; i < this.turns.length; i++) {
+      const t = this.turns[i];
+      messages[messages.length - 1].content += this.block(i + 1, t.state, t.actions_left, t.warned);
+      messages.push({ role: "assistant", content: t.response });
+      messages.push({ role: "user", content: `Reward:\n${t.reward_text}\n` });
+    }
+    messages[messages.length - 1].content += this.block(entries, this.state, this.actionsLeft, this.warnNext);
+    return messages;
+  }
+
+  /** Apply the model's turn: `raw` is the prefill followed by the generated text. */
+  applyResponse(
+    raw: string,
+    finishReason: string,
+    usage: { prompt?: number; completion?: number } = {},
+  ): TurnRecord {
+    if (!this.active) throw new Error(`episode ${this.envId} is not active`);
+    const { maxActionsPerTurn, actionSep, think, formatPenalty } = this.settings;
+    const parsed = parseResponse(raw, { think, actionSep, maxActionsPerTurn });
+    const mapped = mapActions(parsed.parsed, this.env.actionNames);
+    const allowed = mapped.ids.slice(0, this.actionsLeft);
+
+    let reward = 0;
+    let rawReward = 0;
+    let info: Record<string, number | boolean> = {};
+    const executed: string[] = [];
+    let envDone = false;
+    for (const id of allowed) {
+      const result = this.env.step(id);
+      reward += result.reward;
+      rawReward += typeof result.info.raw_reward === "number" ? result.info.raw_reward : 0;
+      info = { ...(result.info as StepInfo) };
+      executed.push(this.env.actionNames[id - 1]);
+      if (result.terminated || result.truncated) {
+        envDone = true;
+        break;
+      }
+    }
+    info.raw_reward = rawReward;
+    const noValidAction = mapped.ids.length === 0;
+    if (noValidAction) info.manager_invalid_action = true;
+    if (mapped.formatPenalty) this.penalty += formatPenalty;
+
+    const turn: TurnRecord = {
+      turn: this.turns.length + 1,
+      state: this.state,
+      actions_left: this.actionsLeft,
+      warned: this.warnNext,
+      raw_response: raw,
+      response: parsed.llmResponse,
+      parsed: parsed.parsed,
+      actions: executed,
+      reward,
+      // RAGEN's turn reward starts as the int 0, so it prints as an int until a float is added.
+      reward_text: pyNumberRepr(reward, executed.length === 0 || this.integerRewards),
+      format_penalty: mapped.formatPenalty,
+      info,
+      finish_reason: finishReason,
+    };
+    if (usage.prompt !== undefined) turn.prompt_tokens = usage.prompt;
+    if (usage.completion !== undefined) turn.completion_tokens = usage.completion;
+    this.turns.push(turn);
+
+    this.numActions += executed.length;
+    this.state = this.env.render();
+    this.warnNext = noValidAction;
+    if (envDone) {
+      this.terminated = true;
+      this.truncated = info.success !== true;
+    } else if (this.numActions >= this.tag.spec.max_actions_per_traj) {
+      this.terminated = true;
+      this.truncated = true;
+    }
+    return turn;
+  }
+
+  /** Stop the episode with a reason; it is reported as failed, never as a silent zero. */
+  fail(reason: string): void {
+    this.failure = reason;
+  }
+
+  record(): EpisodeRecord {
+    const reward = this.turns.reduce((sum, t) => sum + t.reward, 0);
+    const success = this.terminated && !this.truncated;
+    return {
+      env_id: this.envId,
+      group_id: this.groupId,
+      tag: this.tag.spec.tag,
+      seed: this.seed,
+      turns: this.turns,
+      final_state: this.state,
+      num_actions: this.numActions,
+      terminated: this.terminated,
+      truncated: this.truncated,
+      success,
+      reward,
+      penalty: this.penalty,
+      score: Math.fround(Math.fround(reward) + Math.fround(this.penalty)),
+      metrics: this.metrics(success),
+      failure: this.failure,
+    };
+  }
+
+  /** RAGEN's get_rollout_states metrics for this episode (pass@k is added per group). */
+  private metrics(success: boolean): Record<string, number> {
+    const tag = this.tag.spec.tag;
+    const out: Record<string, number> = {
+      [`${tag}/success`]: success ? 1 : 0,
+      [`${tag}/num_actions`]: this.numActions,
+    };
+    const sums = new Map<string, number>();
+    for (const t of this.turns) {
+      for (const [key, value] of Object.entries(t.info)) {
+        if (key === "success") continue;
+        sums.set(key, (sums.get(key) ?? 0) + Number(value));
+      }
+    }
+    if (sums.has("raw_reward")) out[`${tag}/episodic_return`] = sums.get("raw_reward")!;
+    if (this.turns.length > 0) for (const [key, sum] of sums) out[`${tag}/${key}`] = sum / this.turns.length;
+    return out;
+  }
+
+  private block(turn: number, state: string, actionsLeft: number, warned: boolean): string {
+    return turnBlock({
+      turn,
+      state,
+      actionsLeft,
+      maxTokens: this.tag.spec.max_tokens,
+      think: this.settings.think,
+      warnInvalid: warned,
+    });
+  }
+
+  /** RAGEN's single_turn prompt: one user message summarising the window's earlier turns. */
+  private singleTurnMessages(offset: number): ChatMessage[] {
+    const shown = this.turns.slice(offset);
+    let content = "";
+    if (shown.length > 0) {
+      content +=
+        `Summary: ${this.turns.length} step(s) completed so far. ` +
+        `Showing the last ${shown.length} turn(s) with state/action/reward details. Recent turns:\n---\n`;
+      shown.forEach((t, i) => {
+        const n = offset + i + 1;
+        content += `Turn ${n} State:\n${t.state}\nTurn ${n} Action: ${t.response}\nTurn ${n} Reward: ${t.reward_text}\n---\n`;
+      });
+    }
+    const warning = this.warnNext ? INVALID_ACTION_WARNING : "";
+    content +=
+      `${content ? "\n" : ""}${shown.length > 0 ? "Current Turn " : ""}(Turn ${this.turns.length + 1}):\n` +
+      `State:\n${this.state}\n${warning}You have ${this.actionsLeft} actions left. Always output: ` +
+      `${formatInstruction(this.settings.think)} with no extra text. Strictly follow this format. ` +
+      `Max response length: ${this.tag.spec.max_tokens} words (tokens).\n`;
+    return [
+      { role: "system", content: this.system },
+      { role: "user", content },
+    ];
+  }
+}

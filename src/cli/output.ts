@@ -56,3 +56,38 @@ export class Progress {
     if (this.enabled) process.stderr.write("\n");
   }
 }
+
+/** A progress bar for episodes on stderr: redrawn on a terminal, a line every few seconds otherwise. */
+export class ProgressBar {
+  private readonly label: string;
+  private readonly total: number;
+  private done_ = 0;
+  private failed = 0;
+  private last = 0;
+  private readonly tty = process.stderr.isTTY === true;
+  private readonly started = Date.now();
+
+  constructor(label: string, total: number) {
+    this.label = label;
+    this.total = total;
+  }
+
+  tick(failed: boolean): void {
+    this.done_++;
+    if (failed) this.failed++;
+    const now = Date.now();
+    if (now - this.last < (this.tty ? 100 : 5000) && this.done_ < this.total) return;
+    this.last = now;
+    const width = 30;
+    const filled = Math.round((width * this.done_) / this.total);
+    const rate = this.done_ / Math.max((now - this.started) / 1000, 1e-3);
+    const text =
+      `${this.label} [${"#".repeat(filled)}${"-".repeat(width - filled)}] ${this.done_}/${this.total} episodes` +
+      `${this.failed ? `, ${this.failed} failed` : ""}, ${rate.toFixed(1)}/s`;
+    process.stderr.write(this.tty ? `\r${text}` : `${text}\n`);
+  }
+
+  done(): void {
+    if (this.tty && this.done_ > 0) process.stderr.write("\n");
+  }
+}

@@ -1,0 +1,115 @@
+// From a loaded configuration (RAGEN's key names) to a batch request: which tags and groups,
+// the seed schedule, sampling for the mode, episode settings and the filter.
+import type { BatchRequest, RolloutMode } from "./batch.ts";
+import { trainBatchSeed } from "./batch.ts";
+import type { ContextWindowMode } from "./episode.ts";
+import type { FilterConfig, FilterMetric, FilterStrategy, FilterType, TopPMode } from "./filter.ts";
+import type { NormalizationGrouping, NormalizationMethod } from "./scores.ts";
+
+interface EnvGroups {
+  env_groups: number;
+  group_size: number;
+  env_configs: { tags: string[]; n_groups: number[] };
+}
+
+/** The part of the configuration a rollout reads (src/config's type satisfies it). */
+export interface RolloutConfigView {
+  es_manager: { format_penalty: number; train: EnvGroups; val: EnvGroups };
+  seed: { train: number | null; val: number };
+  agent_proxy: {
+    max_turn: number;
+    max_actions_per_turn: number;
+    action_sep: string;
+    enable_think: boolean;
+    context_window_mode: ContextWindowMode;
+    max_context_window: number;
+    use_turn_scores: boolean;
+    reward_normalization: { grouping: NormalizationGrouping; method: NormalizationMethod };
+  };
+  actor_rollout_ref: {
+    rollout: {
+      temperature: number;
+      top_p: number;
+      top_k: number;
+      min_p: number;
+      response_length: number;
+      val_kwargs: { do_sample: boolean; temperature: number; top_p: number; top_k: number };
+      rollout_filter_strategy: FilterStrategy;
+      rollout_filter_value: number;
+      rollout_filter_top_p_prob_mode: TopPMode;
+      rollout_filter_type: FilterType;
+      rollout_filter_include_zero: boolean;
+      rollout_filter_metric: FilterMetric;
+      rollout_filter_selection_eps: number;
+    };
+  };
+  rollgym: { mode: RolloutMode; step: number; seed: number | null };
+}
+
+/** The seed of group 0: explicit, or RAGEN's schedule (train: base + step × groups; val: base). */
+export function batchSeed(
+  config: RolloutConfigView,
+  mode: RolloutMode,
+  random: () => number = Math.random,
+): number {
+  if (config.rollgym.seed !== null) return config.rollgym.seed;
+  if (mode === "val") return config.seed.val;
+  const groups = config.es_manager.train.env_groups;
+  // RAGEN draws a random base in [0, 1,000,000] when seed.train is null.
+  const base = config.seed.train ?? Math.floor(random() * 1_000_001);
+  return trainBatchSeed(base, config.rollgym.step, groups);
+}
+
+export function batchRequest(
+  config: RolloutConfigView,
+  mode: RolloutMode = config.rollgym.mode,
+): BatchRequest {
+  const groups = config.es_manager[mode];
+  const agent = config.agent_proxy;
+  const rollout = config.actor_rollout_ref.rollout;
+  const val = rollout.val_kwargs;
+  const filter: FilterConfig = {
+    metric: rollout.rollout_filter_metric,
+    strategy: rollout.rollout_filter_strategy,
+    value: rollout.rollout_filter_value,
+    topPMode: rollout.rollout_filter_top_p_prob_mode,
+    type: rollout.rollout_filter_type,
+    includeZero: rollout.rollout_filter_include_zero,
+    selectionEps: rollout.rollout_filter_selection_eps,
+  };
+  return {
+    mode,
+    tags: groups.env_configs.tags.map((tag, i) => ({ tag, groups: groups.env_configs.n_groups[i] })),
+    groupSize: groups.group_size,
+    seed: batchSeed(config, mode),
+    episode: {
+      maxTurn: agent.max_turn,
+      maxActionsPerTurn: agent.max_actions_per_turn,
+      actionSep: agent.action_sep,
+      think: agent.enable_think,
+      contextWindowMode: agent.context_window_mode,
+      maxContextWindow: agent.max_context_window,
+      formatPenalty: config.es_manager.format_penalty,
+    },
+    // Validation samples with val_kwargs (RAGEN: temperature 0.5); do_sample false is greedy.
+    sampling:
+      mode === "val"
+        ? {
+            temperature: val.do_sample ? val.temperature : 0,
+            top_p: val.top_p,
+            top_k: val.top_k,
+            min_p: rollout.min_p,
+            max_tokens: rollout.response_length,
+          }
+        : {
+            temperature: rollout.temperature,
+            top_p: rollout.top_p,
+            top_k: rollout.top_k,
+            min_p: rollout.min_p,
+            max_tokens: rollout.response_length,
+          },
+    normalization: agent.reward_normalization,
+    useTurnScores: agent.use_turn_scores,
+    filter,
+  };
+}

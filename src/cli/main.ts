@@ -1,12 +1,14 @@
 // The `rollgym` command. Usage errors print one line on stderr and exit with status 2;
 // nothing is written to stdout before the inputs have been validated.
 import { readFileSync } from "node:fs";
+import { MockEngineUsageError, mockEngineCommand } from "../../bench/mock-engine/cli.ts";
 import { EnvConfigError } from "../../envs/types.ts";
 import { UsageError } from "./args.ts";
 import { demoCommand } from "./demo.ts";
 import { envsCheck, envsList, envsPlay, envsPrompt, envsSample } from "./envs.ts";
 import { filterCommand } from "./filter.ts";
 import { parseCommand } from "./parse.ts";
+import { rolloutCommand } from "./rollout.ts";
 
 type Command = (argv: readonly string[]) => Promise<void>;
 
@@ -32,6 +34,15 @@ const COMMANDS: Record<string, { run: Command; usage: string }> = {
   parse: {
     run: parseCommand,
     usage: "parse TAG [--seed N] [--no-think] [--max-actions-per-turn N] < response",
+  },
+  rollout: {
+    run: rolloutCommand,
+    usage:
+      "rollout [--mode train|val] [--tag T] [--llm URL --model M | --policy oracle|random] [key=value …]",
+  },
+  "mock-engine": {
+    run: mockEngineCommand,
+    usage: "mock-engine [--port N] [--model M] [--ttft-ms MS] [--error-rate P] …   a mock vLLM server",
   },
   filter: {
     run: filterCommand,
@@ -75,7 +86,11 @@ async function main(argv: readonly string[]): Promise<number> {
 try {
   process.exitCode = await main(process.argv.slice(2));
 } catch (error) {
-  if (error instanceof UsageError || error instanceof EnvConfigError) {
+  if (
+    error instanceof UsageError ||
+    error instanceof EnvConfigError ||
+    error instanceof MockEngineUsageError
+  ) {
     process.stderr.write(`rollgym: ${error.message}\n`);
     process.exitCode = 2;
   } else {

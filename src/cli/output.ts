@@ -63,9 +63,9 @@ export class ProgressBar {
   private readonly total: number;
   private done_ = 0;
   private failed = 0;
-  private last = 0;
   private readonly tty = process.stderr.isTTY === true;
   private readonly started = Date.now();
+  private last = this.started;
 
   constructor(label: string, total: number) {
     this.label = label;

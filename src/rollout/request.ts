@@ -35,7 +35,9 @@ export interface RolloutConfigView {
       response_length: number;
       val_kwargs: { do_sample: boolean; temperature: number; top_p: number; top_k: number };
       rollout_filter_strategy: FilterStrategy;
-      rollout_filter_value: number;
+      rollout_filter_value: number | null;
+      /** RAGEN's legacy threshold, used when rollout_filter_value is null. */
+      rollout_filter_ratio: number;
       rollout_filter_top_p_prob_mode: TopPMode;
       rollout_filter_type: FilterType;
       rollout_filter_include_zero: boolean;
@@ -71,7 +73,7 @@ export function batchRequest(
   const filter: FilterConfig = {
     metric: rollout.rollout_filter_metric,
     strategy: rollout.rollout_filter_strategy,
-    value: rollout.rollout_filter_value,
+    value: rollout.rollout_filter_value ?? rollout.rollout_filter_ratio,
     topPMode: rollout.rollout_filter_top_p_prob_mode,
     type: rollout.rollout_filter_type,
     includeZero: rollout.rollout_filter_include_zero,

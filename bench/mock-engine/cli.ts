@@ -1,0 +1,199 @@
+// `rollgym mock-engine`: run the mock vLLM server until SIGINT/SIGTERM.
+// Also runnable on its own: node bench/mock-engine/cli.ts --port 8000 --ttft-ms 50
+import { DEFAULT_MODEL, type MockEngineOptions, startMockEngine } from "./server.ts";
+
+/** A bad command line: the message names the flag and what it accepts. */
+export class MockEngineUsageError extends Error {
+  readonly usage = true;
+
+  constructor(message: string) {
+    super(message);
+    this.name = "MockEngineUsageError";
+  }
+}
+
+type Apply = (options: MockEngineOptions, value: string, flag: string) => void;
+
+function integer(min: number, max: number, set: (o: MockEngineOptions, v: number) => void): Apply {
+  return (o, text, flag) => {
+    if (!/^-?\d+$/.test(text) || Number(text) < min || Number(text) > max)
+      throw new MockEngineUsageError(
+        `mock-engine: ${flag}: ${JSON.stringify(text)} is not an integer from ${min} to ${max}`,
+      );
+    set(o, Number(text));
+  };
+}
+
+function number(min: number, max: number, set: (o: MockEngineOptions, v: number) => void): Apply {
+  return (o, text, flag) => {
+    const v = Number(text);
+    if (text.trim() === "" || !Number.isFinite(v) || v < min || v > max)
+      throw new MockEngineUsageError(
+        `mock-engine: ${flag}: ${JSON.stringify(text)} is not a number from ${min} to ${max}`,
+      );
+    set(o, v);
+  };
+}
+
+const MS_MAX = 3_600_000;
+
+const FLAGS: Record<string, { apply: Apply; help: string }> = {
+  port: {
+    apply: integer(0, 65535, (o, v) => (o.port = v)),
+    help: "port on 127.0.0.1 (0: any free one; default 8000)",
+  },
+  model: {
+    apply: (o, v, flag) => {
+      const names = v.split(",").map((s) => s.trim());
+      if (names.some((s) => s === ""))
+        throw new MockEngineUsageError(
+          `mock-engine: ${flag}: ${JSON.stringify(v)} is not a model name (or a comma-separated list)`,
+        );
+      o.model = names;
+    },
+    help: `served model name(s), comma-separated (default ${DEFAULT_MODEL})`,
+  },
+  "ttft-ms": {
+    apply: number(0, MS_MAX, (o, v) => (o.ttftMs = v)),
+    help: "time to first token in ms (default 0)",
+  },
+  "tpot-ms": {
+    apply: number(0, MS_MAX, (o, v) => (o.tpotMs = v)),
+    help: "time per further token in ms (default 0)",
+  },
+  jitter: {
+    apply: number(0, 1, (o, v) => (o.jitter = v)),
+    help: "relative latency jitter, 0..1 (default 0)",
+  },
+  "error-rate": { apply: number(0, 1, (o, v) => (o.errorRate = v)), help: "share of 500/503 answers, 0..1" },
+  "rate-limit-rate": {
+    apply: number(0, 1, (o, v) => (o.rateLimitRate = v)),
+    help: "share of 429 answers, 0..1",
+  },
+  "drop-rate": {
+    apply: number(0, 1, (o, v) => (o.dropRate = v)),
+    help: "share of connections cut mid-request, 0..1",
+  },
+  "slow-rate": {
+    apply: number(0, 1, (o, v) => (o.slowRate = v)),
+    help: "share of requests given --slow-ms extra, 0..1",
+  },
+  "slow-ms": {
+    apply: number(0, MS_MAX, (o, v) => (o.slowMs = v)),
+    help: "extra first-token delay of slow requests",
+  },
+  "format-error-rate": {
+    apply: number(0, 1, (o, v) => (o.formatErrorRate = v)),
+    help: "share of malformed answers, 0..1",
+  },
+  "answer-actions": {
+    apply: integer(1, 2, (o, v) => (o.answerActions = v === 1 ? 1 : 2)),
+    help: "actions per answer, 1 or 2 (default: 1 or 2 at random)",
+  },
+  "max-concurrency": {
+    apply: integer(1, 2 ** 31, (o, v) => (o.maxConcurrency = v)),
+    help: "engine slots; more requests queue (default unlimited)",
+  },
+  "max-model-len": {
+    apply: integer(1, 2 ** 31, (o, v) => (o.maxModelLen = v)),
+    help: "context length in tokens (default 32768)",
+  },
+  seed: {
+    apply: integer(0, 2 ** 32 - 1, (o, v) => (o.seed = v)),
+    help: "seed for faults and unseeded answers (default 0)",
+  },
+};
+
+export function mockEngineUsage(): string {
+  const width = Math.max(...Object.keys(FLAGS).map((f) => f.length)) + 2;
+  return [
+    "usage: rollgym mock-engine [options]",
+    "",
+    ...Object.entries(FLAGS).map(([name, spec]) => `  --${name.padEnd(width)} ${spec.help}`),
+  ].join("\n");
+}
+
+/** Flags to options; throws MockEngineUsageError naming the flag and the allowed range. */
+export function parseMockEngineArgs(argv: readonly string[]): MockEngineOptions {
+  const options: MockEngineOptions = { port: 8000 };
+  const seen = new Set<string>();
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i];
+    if (!arg.startsWith("--"))
+      throw new MockEngineUsageError(
+        `mock-engine: unexpected argument ${JSON.stringify(arg)}; it takes only --options`,
+      );
+    const eq = arg.indexOf("=");
+    const name = arg.slice(2, eq < 0 ? undefined : eq);
+    const spec = FLAGS[name];
+    if (!spec) {
+      const allowed = Object.keys(FLAGS).map((f) => `--${f}`);
+      throw new MockEngineUsageError(`mock-engine: unknown option --${name}; allowed: ${allowed.join(", ")}`);
+    }
+    let value: string | undefined;
+    if (eq >= 0) {
+      value = arg.slice(eq + 1);
+    } else {
+      value = argv[i + 1];
+      if (value === undefined || value.startsWith("--"))
+        throw new MockEngineUsageError(`mock-engine: --${name} needs a value`);
+      i++;
+    }
+    if (seen.has(name)) throw new MockEngineUsageError(`mock-engine: --${name} is given twice`);
+    seen.add(name);
+    spec.apply(options, value, `--${name}`);
+  }
+  const failureShare = (options.errorRate ?? 0) + (options.rateLimitRate ?? 0) + (options.dropRate ?? 0);
+  if (failureShare > 1)
+    throw new MockEngineUsageError(
+      `mock-engine: --error-rate + --rate-limit-rate + --drop-rate is ${failureShare}; it must be at most 1`,
+    );
+  return options;
+}
+
+export async function mockEngineCommand(argv: readonly string[]): Promise<void> {
+  if (argv.includes("--help") || argv.includes("-h")) {
+    process.stdout.write(`${mockEngineUsage()}\n`);
+    return;
+  }
+  const options = parseMockEngineArgs(argv);
+  let engine: Awaited<ReturnType<typeof startMockEngine>>;
+  try {
+    engine = await startMockEngine(options);
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code;
+    if (code === "EADDRINUSE" || code === "EACCES")
+      throw new MockEngineUsageError(
+        `mock-engine: --port ${options.port}: ${code === "EADDRINUSE" ? "already in use" : "not allowed"}`,
+      );
+    throw error;
+  }
+  const models = Array.isArray(options.model) ? options.model.join(", ") : DEFAULT_MODEL;
+  process.stdout.write(`mock engine listening on ${engine.url} (model ${models})\n`);
+
+  const signal = await new Promise<NodeJS.Signals>((resolve) => {
+    const onSignal = (s: NodeJS.Signals): void => {
+      process.off("SIGINT", onSignal);
+      process.off("SIGTERM", onSignal);
+      resolve(s);
+    };
+    process.on("SIGINT", onSignal);
+    process.on("SIGTERM", onSignal);
+  });
+  await engine.close();
+  const s = engine.stats();
+  process.stderr.write(
+    `mock engine stopped (${signal}): ${s.requests} requests, ${s.completed} completed, ` +
+      `${s.promptTokens} prompt and ${s.generationTokens} generated tokens\n`,
+  );
+}
+
+if (import.meta.main) {
+  mockEngineCommand(process.argv.slice(2)).catch((error: unknown) => {
+    const usage = error instanceof MockEngineUsageError;
+    process.stderr.write(
+      `${usage ? "" : "mock-engine: "}${error instanceof Error ? error.message : String(error)}\n`,
+    );
+    process.exitCode = usage ? 2 : 1;
+  });
+}

@@ -1,0 +1,183 @@
+// The "engine core": turns a prompt into generated token ids the way vLLM's scheduler and
+// detokenizer would report them (EOS appended before stop checks, stop strings matched on
+// text, length stops), with synthetic per-token logprobs. Pure: all randomness is passed in.
+import { answerPrompt, type PolicyAnswer, type PolicyOptions } from "./answer.ts";
+import type { Rng } from "./rng.ts";
+import { encode, IM_END_ID, StreamDecoder, VOCAB_SIZE, WORD_PIECE_COUNT, wordPieceId } from "./tokenizer.ts";
+
+export interface GenerateInput {
+  promptText: string;
+  promptIds: readonly number[];
+  /** Effective limit, already within max_model_len - prompt length. */
+  maxTokens: number;
+  minTokens: number;
+  stop: readonly string[];
+  stopTokenIds: readonly number[];
+  ignoreEos: boolean;
+  skipSpecialTokens: boolean;
+  includeStopStr: boolean;
+  /** Alternatives per generated token (-1: whole vocabulary); null: no logprobs. */
+  logprobs: number | null;
+  /** Alternatives per prompt token; null: no prompt logprobs. */
+  promptLogprobs: number | null;
+}
+
+export interface Alternative {
+  id: number;
+  logprob: number;
+}
+
+export interface TokenLogprob {
+  id: number;
+  logprob: number;
+  /** The top alternatives (never the sampled token), most likely first. */
+  alternatives: Alternative[];
+}
+
+export interface PromptLogprob {
+  id: number;
+  logprob: number;
+  rank: number;
+  alternatives: (Alternative & { rank: number })[];
+}
+
+export type FinishReason = "stop" | "length";
+
+export interface Generation {
+  /** Every generated id, including the EOS / stop token that ended it. */
+  tokenIds: number[];
+  /** The visible text (special tokens skipped, stop string cut). */
+  text: string;
+  /** The text each token added; their concatenation is `text`. */
+  deltas: string[];
+  finishReason: FinishReason;
+  /** Stop token id or stop string that ended it; null for EOS and length. */
+  stopReason: number | string | null;
+  answer: PolicyAnswer;
+  logprobs: TokenLogprob[] | null;
+  /** One entry per prompt token, the first null (nothing precedes it). */
+  promptLogprobs: (PromptLogprob | null)[] | null;
+}
+
+// Sampled-token probabilities are mostly high, like a confident small model's.
+function sampledLogprob(rng: Rng): number {
+  const p = 1 - 0.9 * rng.next() ** 3;
+  return Math.log(Math.min(p, 0.9999));
+}
+
+function alternativesFor(id: number, logprob: number, count: number, rng: Rng): Alternative[] {
+  const n = Math.min(count, VOCAB_SIZE - 1);
+  const rest = 1 - Math.exp(logprob);
+  const seen = new Set<number>([id]);
+  const out: Alternative[] = [];
+  for (let j = 0; j < n; j++) {
+    let alt = wordPieceId(rng.int(WORD_PIECE_COUNT));
+    // Walk on from a taken id, so whole-vocabulary requests still finish.
+    while (seen.has(alt)) alt = (alt + 1) % VOCAB_SIZE;
+    seen.add(alt);
+    // Halve the leftover mass each step: the probabilities never sum above 1.
+    out.push({ id: alt, logprob: Math.max(Math.log(rest * 0.5 ** (j + 1)), -9999) });
+  }
+  return out;
+}
+
+/** Ids the model "wants" to write: the answer, filler if EOS is suppressed, then EOS. */
+function* intendedIds(answerIds: readonly number[], input: GenerateInput, rng: Rng): Generator<number> {
+  yield* answerIds;
+  // min_tokens holds EOS back (the model keeps talking); ignore_eos never lets it out.
+  for (let n = answerIds.length; input.ignoreEos || n + 1 < input.minTokens; n++) {
+    yield wordPieceId(rng.int(WORD_PIECE_COUNT));
+  }
+  yield IM_END_ID;
+}
+
+export function generate(input: GenerateInput, rng: Rng, logprobRng: Rng, policy: PolicyOptions): Generation {
+  const answer = answerPrompt(input.promptText, rng, policy);
+  const answerIds = encode(answer.text);
+  const stopTokens = new Set(input.stopTokenIds);
+  const maxStopLen = input.stop.reduce((m, s) => Math.max(m, s.length), 0);
+  const decoder = new StreamDecoder({ skipSpecialTokens: input.skipSpecialTokens });
+
+  const tokenIds: number[] = [];
+  // Length of the decoded text after each token, before any stop-string cut.
+  const decodedLengths: number[] = [];
+  let decoded = "";
+  let cut: number | null = null;
+  let finishReason: FinishReason = "length";
+  let stopReason: number | string | null = null;
+
+  for (const id of intendedIds(answerIds, input, rng)) {
+    tokenIds.push(id);
+    const before = decoded.length;
+    decoded += decoder.push(id);
+    decodedLengths.push(decoded.length);
+    let stopped = false;
+    // vLLM checks stops only once min_tokens are out (check_stop returns early before that).
+    if (tokenIds.length >= input.minTokens) {
+      if (id === IM_END_ID && !input.ignoreEos) {
+        stopped = true;
+      } else if (stopTokens.has(id)) {
+        stopped = true;
+        stopReason = id;
+      } else if (maxStopLen > 0) {
+        // Only a match that ends in the new text can be new.
+        const from = Math.max(0, before - maxStopLen + 1);
+        for (const s of input.stop) {
+          if (s === "") continue;
+          const at = decoded.indexOf(s, from);
+          if (at >= 0) {
+            cut = input.includeStopStr ? at + s.length : at;
+            stopped = true;
+            stopReason = s;
+            break;
+          }
+        }
+      }
+    }
+    if (stopped) {
+      finishReason = "stop";
+      break;
+    }
+    if (tokenIds.length >= input.maxTokens) break;
+  }
+  if (finishReason === "length") {
+    // A byte sequence cut short still shows up (as U+FFFD) at the end.
+    decoded += decoder.flush();
+    decodedLengths[decodedLengths.length - 1] = decoded.length;
+  }
+  const text = cut === null ? decoded : decoded.slice(0, cut);
+  // Streaming shows only text that survives the cut (vLLM holds back possible stop prefixes).
+  const deltas: string[] = [];
+  let shown = 0;
+  for (const length of decodedLengths) {
+    const upTo = Math.min(length, text.length);
+    deltas.push(text.slice(shown, upTo));
+    shown = Math.max(shown, upTo);
+  }
+
+  let logprobs: TokenLogprob[] | null = null;
+  if (input.logprobs !== null) {
+    const k = input.logprobs === -1 ? VOCAB_SIZE - 1 : input.logprobs;
+    logprobs = tokenIds.map((id) => {
+      const logprob = sampledLogprob(logprobRng);
+      return { id, logprob, alternatives: alternativesFor(id, logprob, k, logprobRng) };
+    });
+  }
+
+  let promptLogprobs: (PromptLogprob | null)[] | null = null;
+  if (input.promptLogprobs !== null) {
+    const k = input.promptLogprobs === -1 ? VOCAB_SIZE - 1 : input.promptLogprobs;
+    promptLogprobs = input.promptIds.map((id, i) => {
+      if (i === 0) return null;
+      const logprob = sampledLogprob(logprobRng);
+      // The prompt token ranks first; its top-k list then holds k - 1 others.
+      const alternatives = alternativesFor(id, logprob, Math.max(0, k - 1), logprobRng).map((a, j) => ({
+        ...a,
+        rank: j + 2,
+      }));
+      return { id, logprob, rank: 1, alternatives };
+    });
+  }
+
+  return { tokenIds, text, deltas, finishReason, stopReason, answer, logprobs, promptLogprobs };
+}

@@ -1,0 +1,231 @@
+// Response bodies and SSE chunks in vLLM's shapes (facts: vllm-api.md §1.3, §2.2–2.3, §6).
+// Non-streaming bodies carry every field, nulls included (pydantic model_dump); stream chunks
+// carry only what vLLM sets on them.
+import type { Alternative, Generation, PromptLogprob, TokenLogprob } from "./generate.ts";
+import { tokenBytes, tokenText } from "./tokenizer.ts";
+import type { GenerationRequest } from "./validate.ts";
+
+export interface ResponseContext {
+  id: string;
+  created: number;
+  model: string;
+  req: GenerationRequest;
+  promptIds: readonly number[];
+  gen: Generation;
+}
+
+type Json = Record<string, unknown>;
+
+export function usage(promptTokens: number, completionTokens: number): Json {
+  return {
+    prompt_tokens: promptTokens,
+    total_tokens: promptTokens + completionTokens,
+    completion_tokens: completionTokens,
+    prompt_tokens_details: null,
+  };
+}
+
+function label(id: number, asIds: boolean): string {
+  return asIds ? `token_id:${id}` : tokenText(id);
+}
+
+// --- chat ------------------------------------------------------------------------------------
+
+function chatEntry(a: Alternative, asIds: boolean): Json {
+  return { token: label(a.id, asIds), logprob: a.logprob, bytes: asIds ? null : tokenBytes(a.id) };
+}
+
+/** `top_logprobs` lists the sampled token first, then alternatives, cut to the count asked. */
+function chatLogprobs(entries: readonly TokenLogprob[], top: number, asIds: boolean): Json {
+  return {
+    content: entries.map((e) => {
+      const all = [e, ...e.alternatives].map((a) => chatEntry(a, asIds));
+      return { ...chatEntry(e, asIds), top_logprobs: top === -1 ? all : all.slice(0, top) };
+    }),
+  };
+}
+
+function promptLogprobsJson(entries: readonly (PromptLogprob | null)[] | null): unknown {
+  if (entries === null) return null;
+  return entries.map((e) => {
+    if (e === null) return null;
+    const out: Json = { [e.id]: { logprob: e.logprob, rank: e.rank, decoded_token: tokenText(e.id) } };
+    for (const a of e.alternatives)
+      out[a.id] = { logprob: a.logprob, rank: a.rank, decoded_token: tokenText(a.id) };
+    return out;
+  });
+}
+
+export function chatCompletionBody(ctx: ResponseContext): Json {
+  const { req, gen } = ctx;
+  return {
+    id: `chatcmpl-${ctx.id}`,
+    object: "chat.completion",
+    created: ctx.created,
+    model: ctx.model,
+    choices: [
+      {
+        index: 0,
+        message: {
+          role: "assistant",
+          content: gen.text,
+          // No reasoning parser: the <think> block stays in content, which is what RAGEN parses.
+          reasoning: null,
+          tool_calls: [],
+          refusal: null,
+          annotations: null,
+          audio: null,
+          function_call: null,
+        },
+        logprobs: gen.logprobs ? chatLogprobs(gen.logprobs, req.logprobs ?? 0, req.tokensAsIds) : null,
+        finish_reason: gen.finishReason,
+        stop_reason: gen.stopReason,
+        token_ids: req.returnTokenIds ? gen.tokenIds : null,
+      },
+    ],
+    service_tier: null,
+    system_fingerprint: null,
+    usage: usage(ctx.promptIds.length, gen.tokenIds.length),
+    prompt_logprobs: promptLogprobsJson(gen.promptLogprobs),
+    prompt_token_ids: req.returnTokenIds ? ctx.promptIds : null,
+    prompt_text: null,
+    kv_transfer_params: null,
+  };
+}
+
+function chatChunk(ctx: ResponseContext, choice: Json, extra: Json = {}): Json {
+  return {
+    id: `chatcmpl-${ctx.id}`,
+    object: "chat.completion.chunk",
+    created: ctx.created,
+    model: ctx.model,
+    choices: [choice],
+    ...extra,
+  };
+}
+
+/** The first chunk: the role, and the prompt ids when asked for. */
+export function chatRoleChunk(ctx: ResponseContext): Json {
+  const extra: Json = ctx.req.returnTokenIds ? { prompt_token_ids: ctx.promptIds } : {};
+  return chatChunk(
+    ctx,
+    { index: 0, delta: { role: "assistant", content: "" }, logprobs: null, finish_reason: null },
+    extra,
+  );
+}
+
+/** The chunk for generated token `i`; the last one carries finish_reason and stop_reason. */
+export function chatTokenChunk(ctx: ResponseContext, i: number): Json {
+  const { req, gen } = ctx;
+  const last = i === gen.tokenIds.length - 1;
+  const choice: Json = {
+    index: 0,
+    delta: { content: gen.deltas[i] },
+    logprobs: gen.logprobs ? chatLogprobs([gen.logprobs[i]], req.logprobs ?? 0, req.tokensAsIds) : null,
+    finish_reason: last ? gen.finishReason : null,
+  };
+  if (last) choice.stop_reason = gen.stopReason;
+  if (req.returnTokenIds) choice.token_ids = [gen.tokenIds[i]];
+  const extra: Json = req.continuousUsage ? { usage: usage(ctx.promptIds.length, i + 1) } : {};
+  return chatChunk(ctx, choice, extra);
+}
+
+// --- completions -----------------------------------------------------------------------------
+
+function completionLogprobs(entries: readonly TokenLogprob[], asIds: boolean, firstOffset: number): Json {
+  const tokens: string[] = [];
+  const tokenLogprobs: number[] = [];
+  const topLogprobs: Json[] = [];
+  const textOffset: number[] = [];
+  let offset = firstOffset;
+  for (const e of entries) {
+    const token = label(e.id, asIds);
+    tokens.push(token);
+    tokenLogprobs.push(e.logprob);
+    // Up to logprobs + 1 entries keyed by token string: the sampled one, then the top-k.
+    const top: Json = { [token]: e.logprob };
+    for (const a of e.alternatives) {
+      const key = label(a.id, asIds);
+      if (!(key in top)) top[key] = a.logprob;
+    }
+    topLogprobs.push(top);
+    textOffset.push(offset);
+    offset += token.length;
+  }
+  return { text_offset: textOffset, token_logprobs: tokenLogprobs, tokens, top_logprobs: topLogprobs };
+}
+
+export function completionBody(ctx: ResponseContext): Json {
+  const { req, gen } = ctx;
+  return {
+    id: `cmpl-${ctx.id}`,
+    object: "text_completion",
+    created: ctx.created,
+    model: ctx.model,
+    choices: [
+      {
+        index: 0,
+        text: gen.text,
+        logprobs: gen.logprobs ? completionLogprobs(gen.logprobs, req.tokensAsIds, 0) : null,
+        finish_reason: gen.finishReason,
+        stop_reason: gen.stopReason,
+        token_ids: req.returnTokenIds ? gen.tokenIds : null,
+        prompt_logprobs: promptLogprobsJson(gen.promptLogprobs),
+        prompt_token_ids: req.returnTokenIds ? ctx.promptIds : null,
+      },
+    ],
+    service_tier: null,
+    system_fingerprint: null,
+    usage: usage(ctx.promptIds.length, gen.tokenIds.length),
+    kv_transfer_params: null,
+  };
+}
+
+/** Where text_offset of token i starts: the token strings before it, laid end to end. */
+export function completionOffsets(ctx: ResponseContext): number[] {
+  const offsets: number[] = [];
+  let offset = 0;
+  for (const id of ctx.gen.tokenIds) {
+    offsets.push(offset);
+    offset += label(id, ctx.req.tokensAsIds).length;
+  }
+  return offsets;
+}
+
+export function completionTokenChunk(ctx: ResponseContext, i: number, offsets: readonly number[]): Json {
+  const { req, gen } = ctx;
+  const last = i === gen.tokenIds.length - 1;
+  const choice: Json = {
+    index: 0,
+    text: gen.deltas[i],
+    logprobs: gen.logprobs ? completionLogprobs([gen.logprobs[i]], req.tokensAsIds, offsets[i]) : null,
+    finish_reason: last ? gen.finishReason : null,
+    stop_reason: last ? gen.stopReason : null,
+  };
+  // Prompt ids ride on the first chunk only.
+  if (req.returnTokenIds) {
+    choice.prompt_token_ids = i === 0 ? ctx.promptIds : null;
+    choice.token_ids = [gen.tokenIds[i]];
+  }
+  const chunk: Json = {
+    id: `cmpl-${ctx.id}`,
+    object: "text_completion",
+    created: ctx.created,
+    model: ctx.model,
+    choices: [choice],
+  };
+  if (req.continuousUsage) chunk.usage = usage(ctx.promptIds.length, i + 1);
+  return chunk;
+}
+
+/** The final `choices: []` chunk with usage (stream_options.include_usage). */
+export function usageChunk(ctx: ResponseContext, completionTokens: number): Json {
+  return {
+    id: `${ctx.req.kind === "chat" ? "chatcmpl" : "cmpl"}-${ctx.id}`,
+    object: ctx.req.kind === "chat" ? "chat.completion.chunk" : "text_completion",
+    created: ctx.created,
+    model: ctx.model,
+    choices: [],
+    usage: usage(ctx.promptIds.length, completionTokens),
+  };
+}

@@ -205,6 +205,7 @@ class Slots {
   }
 
   async acquire(signal: AbortSignal): Promise<void> {
+    signal.throwIfAborted();
     if (this.#free > 0 && this.#queue.length === 0) {
       this.#free--;
       return;

@@ -273,11 +273,79 @@ const SPECIAL_IDS: ReadonlyMap<string, number> = new Map(SPECIAL_TOKENS.map((s, 
 
 export const VOCAB_SIZE = WORD_BASE + PIECES.length;
 
-// A partition of any string: specials first, then GPT-2-like word / number / punctuation runs
-// with an optional leading space, single whitespace, and a catch-all for anything else.
-// "<" stands alone (no leading space either) so that nothing swallows the start of a special token.
-const PRETOKENIZE =
-  /<\|endoftext\|>|<\|im_start\|>|<\|im_end\|>|<\/?think>|<\/?answer>| ?[A-Za-z]+| ?[0-9]{1,2}|\n\n| ?\|\|| ?[^\sA-Za-z0-9<|]+|[<|]|\s|[\s\S]/gu;
+// Pre-tokenization: a partition of any string into pieces, equivalent to the regex
+//   <specials>| ?[A-Za-z]+| ?[0-9]{1,2}|\n\n| ?\|\|| ?[^\sA-Za-z0-9<|]+|[<|]|\s
+// (GPT-2-like word / number / punctuation runs with an optional leading space). "<" takes no
+// leading space, so nothing swallows the start of a special token. A hand-written scanner,
+// because the regex is several times slower and prompts are re-encoded every turn.
+
+function isLetter(c: number): boolean {
+  return (c >= 65 && c <= 90) || (c >= 97 && c <= 122);
+}
+
+function isDigit(c: number): boolean {
+  return c >= 48 && c <= 57;
+}
+
+/** JavaScript's \s. */
+function isSpace(c: number): boolean {
+  if (c <= 32) return c === 32 || (c >= 9 && c <= 13);
+  if (c < 160) return false;
+  return (
+    c === 160 ||
+    c === 5760 ||
+    (c >= 8192 && c <= 8202) ||
+    c === 8232 ||
+    c === 8233 ||
+    c === 8239 ||
+    c === 8287 ||
+    c === 12288 ||
+    c === 65279
+  );
+}
+
+function isPunct(c: number): boolean {
+  return c !== 60 && c !== 124 && !isLetter(c) && !isDigit(c) && !isSpace(c);
+}
+
+/** Where the piece that starts at `i` ends. */
+function pieceEnd(text: string, i: number): number {
+  const n = text.length;
+  const c = text.charCodeAt(i);
+  if (c === 60) {
+    for (const special of SPECIAL_TOKENS) if (text.startsWith(special, i)) return i + special.length;
+    return i + 1;
+  }
+  let j = i;
+  if (c === 32 && i + 1 < n) j = i + 1; // a leading space joins the next run
+  const d = text.charCodeAt(j);
+  if (isLetter(d)) {
+    j++;
+    while (j < n && isLetter(text.charCodeAt(j))) j++;
+    return j;
+  }
+  if (isDigit(d)) return j + 1 < n && isDigit(text.charCodeAt(j + 1)) ? j + 2 : j + 1;
+  if (c === 10 && text.charCodeAt(i + 1) === 10) return i + 2;
+  if (d === 124 && text.charCodeAt(j + 1) === 124) return j + 2;
+  if (isPunct(d)) {
+    // Surrogate halves count as punctuation, so a pair is never split.
+    j++;
+    while (j < n && isPunct(text.charCodeAt(j))) j++;
+    return j;
+  }
+  return i + 1; // one whitespace character, or a lone "<" or "|"
+}
+
+/** The pre-tokenized pieces of `text` (their concatenation is `text`). */
+export function pretokenize(text: string): string[] {
+  const pieces: string[] = [];
+  for (let i = 0; i < text.length; ) {
+    const end = pieceEnd(text, i);
+    pieces.push(text.slice(i, end));
+    i = end;
+  }
+  return pieces;
+}
 
 const utf8 = new TextEncoder();
 
@@ -305,8 +373,12 @@ function encodePiece(piece: string): readonly number[] {
 /** Text to ids. Special-token text in the input becomes the special token (as HF does). */
 export function encode(text: string): number[] {
   const out: number[] = [];
-  for (const match of text.matchAll(PRETOKENIZE)) {
-    for (const id of encodePiece(match[0])) out.push(id);
+  for (let i = 0; i < text.length; ) {
+    const end = pieceEnd(text, i);
+    const ids = encodePiece(text.slice(i, end));
+    if (ids.length === 1) out.push(ids[0]);
+    else for (const id of ids) out.push(id);
+    i = end;
   }
   return out;
 }

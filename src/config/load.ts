@@ -5,9 +5,12 @@
 // merged leaf is then classified:
 //   - a rollgym key (schema.ts): validated and applied;
 //   - a trainer-only key of RAGEN/verl, current or old era: accepted, listed in `ignored`;
+//   - a vLLM engine setting (gpu_memory_utilization, …) or eval output path: accepted with a
+//     notice; it cannot change the rollouts, and RAGEN's own task configs set some;
 //   - a rollout-side RAGEN key rollgym cannot honour: ConfigError, unless it holds RAGEN's
 //     own default (so a pasted base.yaml loads), which changes nothing;
 //   - an old-era `training.*` key: translated (table below), with a notice;
+//   - RAGEN V1's rollout_filter_type std|std_rev: translated to top_k + largest|smallest;
 //   - anything else: ConfigError "unknown config key", with the nearest known key.
 //
 // Old-era keys (ZihanWang314/RAGEN and ZihanWang314/ragen, Jan–Mar 2025: config/base.yaml
@@ -30,6 +33,8 @@
 // |                              | (old defaults 50 and 10; null = the whole 500-row set)   | × val_batch_size                         |
 // | training.binary_reward       | declared and used in experiment docs, but no code ever   | rollgym.binary_reward                    |
 // |                              | read it (old runs got the normal reward)                 |                                          |
+// Old training.* keys that only shaped the trainer are listed in `ignored`; max_start_length,
+// state_masking and train_data_num changed old prompts or seeds and are unsupported.
 import { readFileSync } from "node:fs";
 import {
   type Document,
@@ -393,15 +398,10 @@ const MACHINERY: Readonly<Record<string, string>> = {
 const startsWithKey = (key: string, prefix: string): boolean =>
   key === prefix || key.startsWith(`${prefix}.`);
 
-function specFor(path: readonly string[]): { key: string; spec: FieldSpec } | undefined {
-  const key = dotted(path);
-  const spec = FIELD_SPECS[key];
-  if (spec) return { key, spec };
-  if (path[0] === "custom_envs" && path.length === 3) {
-    const field = CUSTOM_ENV_SPECS[path[2]];
-    if (field) return { key, spec: field };
-  }
-  return undefined;
+/** A rollgym leaf: a schema key or a field of a custom_envs entry. */
+function isField(path: readonly string[]): boolean {
+  if (dotted(path) in FIELD_SPECS) return true;
+  return path[0] === "custom_envs" && path.length === 3 && path[2] in CUSTOM_ENV_SPECS;
 }
 
 /** Mapping positions of the schema: a leaf there must be an empty mapping. */
@@ -613,7 +613,7 @@ export function loadConfig(input: LoadConfigInput): LoadedConfig {
       if (isPlainObject(leaf.value)) continue; // an empty mapping
       fail(leaf, key, `invalid value for ${key}: ${formatValue(leaf.value)}; allowed: a mapping of keys`);
     }
-    if (specFor(leaf.path) || (leaf.path[0] === "custom_envs" && isCustomEnvPosition(leaf, fail))) {
+    if (isField(leaf.path) || (leaf.path[0] === "custom_envs" && isCustomEnvPosition(leaf, fail))) {
       applied.push(leaf);
       continue;
     }
@@ -930,7 +930,8 @@ function translateV1FilterType(store: LeafStore, notices: string[], fail: Fail):
   if (!typeLeaf || (typeLeaf.value !== "std" && typeLeaf.value !== "std_rev")) return;
   const typeKey = `${R}rollout_filter_type`;
   for (const other of ["rollout_filter_strategy", "rollout_filter_value", "rollout_filter_metric"]) {
-    if (store.get(["actor_rollout_ref", "rollout", other])) {
+    // Current-era filter keys from an earlier source (e.g. base.yaml) give way to the V1 setting.
+    if ((store.get(["actor_rollout_ref", "rollout", other])?.source ?? -1) >= typeLeaf.source) {
       fail(
         typeLeaf,
         typeKey,

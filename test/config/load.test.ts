@@ -356,12 +356,18 @@ describe("errors", () => {
       "trainer",
     );
     expectError(
-      { overrides: ["actor_rollout_ref.rollout.gpu_memory_utilization=0.5"] },
-      "actor_rollout_ref.rollout.gpu_memory_utilization",
+      { overrides: ["actor_rollout_ref.rollout.do_sample=false"] },
+      "actor_rollout_ref.rollout.do_sample",
       "RAGEN key rollgym does not support",
-      "vLLM engine setting",
-      "only RAGEN's default 0.3",
+      "val_kwargs.do_sample",
+      "only RAGEN's default true",
     );
+    expectError(
+      { overrides: ["actor_rollout_ref.rollout.ignore_eos=true"] },
+      "actor_rollout_ref.rollout.ignore_eos",
+      "stops at EOS",
+    );
+    expectError({ overrides: ["model_config.model_name=gpt-4o"] }, "model_config.model_name", "rollgym.llm.");
     expectError(
       { overrides: ["ctx_manager.generation.gen_config.temperature=0.2"] },
       "ctx_manager.generation.gen_config.temperature",
@@ -376,10 +382,24 @@ describe("errors", () => {
     expectError({ overrides: ["env.name=sokoban"] }, "env.name", "custom_envs.<Tag>.env_config");
   });
 
-  it("accept unsupported keys at RAGEN's default as no-ops", () => {
-    const { notices } = loadConfig({ overrides: ["actor_rollout_ref.rollout.enforce_eager=True"] });
+  it("accept vLLM engine settings with a notice, as RAGEN's own _6_webshop.yaml sets one", () => {
+    const file = yamlFile(
+      "actor_rollout_ref:\n  rollout:\n    max_model_len: 15000\n    max_num_batched_tokens: 15000\n" +
+        "    gpu_memory_utilization: 0.9\n",
+    );
+    const { config, ignored, notices } = loadConfig({ files: [file] });
+    expect(config.actor_rollout_ref.rollout.max_model_len).toBe(15000);
+    expect(ignored).toEqual([]);
     expect(notices).toEqual([
-      "accepted at RAGEN's default value, no effect in rollgym: actor_rollout_ref.rollout.enforce_eager=true",
+      "vLLM engine settings, no effect in rollgym (configure the server at rollgym.llm.base_url): " +
+        "actor_rollout_ref.rollout.max_num_batched_tokens=15000, actor_rollout_ref.rollout.gpu_memory_utilization=0.9",
+    ]);
+  });
+
+  it("accept unsupported keys at RAGEN's default as no-ops", () => {
+    const { notices } = loadConfig({ overrides: ["agent_proxy.batch_adjust_mode=copy"] });
+    expect(notices).toEqual([
+      'accepted at RAGEN\'s default value, no effect in rollgym: agent_proxy.batch_adjust_mode="copy"',
     ]);
   });
 
@@ -466,6 +486,19 @@ describe("RAGEN details", () => {
       rollout_filter_value: 0.5,
     });
     expect(notices.join("\n")).toContain("RAGEN V1");
+    // Pasted over a current base.yaml, the V1 file wins; in one source the two eras conflict.
+    const base = yamlFile(
+      "actor_rollout_ref:\n  rollout:\n    rollout_filter_value: 1.0\n    rollout_filter_strategy: top_p\n",
+    );
+    const v1 = yamlFile(
+      "actor_rollout_ref:\n  rollout:\n    rollout_filter_ratio: 0.25\n    rollout_filter_type: std_rev\n",
+    );
+    expect(loadConfig({ files: [base, v1] }).config.actor_rollout_ref.rollout).toMatchObject({
+      rollout_filter_strategy: "top_k",
+      rollout_filter_type: "smallest",
+      rollout_filter_value: 0.25,
+    });
+    expectError({ files: [v1, base] }, "actor_rollout_ref.rollout.rollout_filter_type", "RAGEN V1");
   });
 
   it("keep rollout_filter_ratio dead while rollout_filter_value is set, as RAGEN does", () => {

@@ -206,6 +206,12 @@ export async function rolloutCommand(argv: readonly string[]): Promise<void> {
   const { config, ignored, notices } = loadOrExplain(files, overridesFrom(args, mode));
   for (const key of ignored) process.stderr.write(`rollgym: ignoring trainer-only key ${key}\n`);
   for (const notice of notices) process.stderr.write(`rollgym: ${notice}\n`);
+  if (config.rollgym.max_obs_length !== null) {
+    // Counting observation tokens needs the model's tokenizer, which rollouts over chat do not have.
+    process.stderr.write(
+      `rollgym: rollgym.max_obs_length=${config.rollgym.max_obs_length} has no effect: observations are never cut (RAGEN's renders are far below old RAGEN's limits)\n`,
+    );
+  }
 
   let registry: EnvRegistry;
   let request: BatchRequest;

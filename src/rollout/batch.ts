@@ -21,6 +21,8 @@ export interface BatchRequest {
   sampling: Omit<SamplingParams, "seed">;
   normalization: { grouping: NormalizationGrouping; method: NormalizationMethod };
   useTurnScores: boolean;
+  /** Score an episode 1 if solved, else 0, instead of its summed reward (old RAGEN's binary_reward). */
+  binaryReward?: boolean;
   filter: FilterConfig;
 }
 
@@ -128,7 +130,12 @@ export async function runBatch(
   const scores = request.useTurnScores
     ? records.map((r) => r.turns.reduce((sum, t) => Math.fround(sum + Math.fround(t.reward)), 0))
     : episodeScores(
-        records.map((r) => ({ groupId: r.group_id, tag: r.tag, reward: r.reward, penalty: r.penalty })),
+        records.map((r) => ({
+          groupId: r.group_id,
+          tag: r.tag,
+          reward: request.binaryReward ? Number(r.success) : r.reward,
+          penalty: r.penalty,
+        })),
         request.normalization.grouping,
         request.normalization.method,
       );

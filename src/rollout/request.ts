@@ -45,7 +45,7 @@ export interface RolloutConfigView {
       rollout_filter_selection_eps: number;
     };
   };
-  rollgym: { mode: RolloutMode; step: number; seed: number | null };
+  rollgym: { mode: RolloutMode; step: number; seed: number | null; binary_reward: boolean };
 }
 
 /** The seed of group 0: explicit, or RAGEN's schedule (train: base + step × groups; val: base). */
@@ -112,6 +112,7 @@ export function batchRequest(
           },
     normalization: agent.reward_normalization,
     useTurnScores: agent.use_turn_scores,
+    binaryReward: config.rollgym.binary_reward,
     filter,
   };
 }

@@ -244,3 +244,18 @@ describe("context windows", () => {
     );
   });
 });
+
+describe("binary reward", () => {
+  it("scores 1 for a solved episode and 0 otherwise, penalties still applied", async () => {
+    const batch = await runBatch(
+      registry,
+      request({ tags: [{ tag: "SimpleSokoban", groups: 40 }], binaryReward: true }),
+      oraclePolicy({ noise: 0.5, malformed: 0.2 }),
+    );
+    for (const e of batch.episodes) {
+      expect(e.score).toBe(Math.fround(Math.fround(e.success ? 1 : 0) + Math.fround(e.penalty)));
+    }
+    expect(batch.episodes.some((e) => e.success)).toBe(true);
+    expect(batch.episodes.some((e) => !e.success)).toBe(true);
+  });
+});

@@ -185,6 +185,7 @@ function buildPolicy(config: RollgymConfig): Policy {
       concurrency: llm.concurrency,
       timeoutMs: llm.timeout_s * 1000,
       maxRetries: llm.max_retries,
+      prefill: llm.prefill,
     });
   }
   const options = { noise: policy.noise, malformed: policy.malformed };

@@ -114,6 +114,11 @@ export interface RollgymConfig {
       concurrency: number;
       timeout_s: number;
       max_retries: number;
+      /**
+       * "continue": send the generation prompt's "<think>" as an assistant prefill the server
+       * continues (vLLM's continue_final_message); "none": send no prefill.
+       */
+      prefill: "continue" | "none";
     };
     policy: {
       name: PolicyName;
@@ -177,7 +182,15 @@ export function defaultConfig(): RollgymConfig {
     custom_envs: {},
     rollgym: {
       mode: "train",
-      llm: { base_url: null, api_key: null, model: null, concurrency: 64, timeout_s: 300, max_retries: 4 },
+      llm: {
+        base_url: null,
+        api_key: null,
+        model: null,
+        concurrency: 64,
+        timeout_s: 300,
+        max_retries: 4,
+        prefill: "continue",
+      },
       policy: { name: "oracle", noise: 0, malformed: 0 },
       step: 0,
       seed: null,
@@ -284,6 +297,7 @@ export const FIELD_SPECS: Readonly<Record<string, FieldSpec>> = {
   "rollgym.llm.concurrency": int(1),
   "rollgym.llm.timeout_s": { kind: "number", min: 0, minExclusive: true },
   "rollgym.llm.max_retries": int(0),
+  "rollgym.llm.prefill": { kind: "enum", values: ["continue", "none"] },
   "rollgym.policy.name": { kind: "enum", values: POLICY_NAMES },
   "rollgym.policy.noise": prob,
   "rollgym.policy.malformed": prob,

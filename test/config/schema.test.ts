@@ -76,7 +76,15 @@ describe("defaults", () => {
   it("have rollgym's own defaults", () => {
     expect(defaultConfig().rollgym).toEqual({
       mode: "train",
-      llm: { base_url: null, api_key: null, model: null, concurrency: 64, timeout_s: 300, max_retries: 4 },
+      llm: {
+        base_url: null,
+        api_key: null,
+        model: null,
+        concurrency: 64,
+        timeout_s: 300,
+        max_retries: 4,
+        prefill: "continue",
+      },
       policy: { name: "oracle", noise: 0, malformed: 0 },
       step: 0,
       seed: null,

@@ -154,7 +154,9 @@ export class ChatPolicy implements Policy {
     };
     // A server-side reasoning parser splits "<think>" text off; put it back where RAGEN expects it.
     const reasoning = message.reasoning ?? message.reasoning_content;
-    const text = reasoning ? `${reasoning}</think>${message.content ?? ""}` : (message.content ?? "");
+    let text = reasoning ? `${reasoning}</think>${message.content ?? ""}` : (message.content ?? "");
+    // Without a prefill the model writes the opening tag itself; the episode adds it back.
+    if (!prefill && text.startsWith(request.prefill)) text = text.slice(request.prefill.length);
     return {
       text,
       finishReason: choice.finish_reason ?? "unknown",

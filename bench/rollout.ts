@@ -11,7 +11,7 @@ import { oraclePolicy } from "../src/llm/builtin.ts";
 import { ChatPolicy } from "../src/llm/openai-chat.ts";
 import type { Policy } from "../src/llm/policy.ts";
 import { type BatchRequest, runBatch } from "../src/rollout/batch.ts";
-import { DEFAULT_FILTER } from "../src/rollout/filter.ts";
+import { defaultBatchRequest } from "../src/rollout/request.ts";
 
 const { values } = parseArgs({
   options: {
@@ -26,25 +26,10 @@ const groups = Number(values.groups);
 const groupSize = Number(values["group-size"]);
 const concurrency = Number(values.concurrency);
 
-const request: BatchRequest = {
-  mode: "train",
+const request: BatchRequest = defaultBatchRequest("train", {
   tags: [{ tag: values.tag!, groups }],
   groupSize,
-  seed: 10000,
-  episode: {
-    maxTurn: 5,
-    maxActionsPerTurn: 2,
-    actionSep: "||",
-    think: true,
-    contextWindowMode: "full",
-    maxContextWindow: -1,
-    formatPenalty: -0.1,
-  },
-  sampling: { temperature: 1, top_p: 1, top_k: -1, min_p: 0, max_tokens: 400 },
-  normalization: { grouping: "state", method: "identity" },
-  useTurnScores: false,
-  filter: DEFAULT_FILTER,
-};
+});
 
 interface Row {
   policy: string;

@@ -1,6 +1,7 @@
 // `np.random.Generator(PCG64(SeedSequence(seed)))`, as gymnasium's `seeding.np_random(seed)`
 // builds it. Integers default to int64: 32-bit ranges use Lemire on buffered uint32 halves.
 
+import { integerSpan } from "./bounds.ts";
 import { mulHi32 } from "./mul-hi.ts";
 import { PCG64, type PCG64State } from "./pcg64.ts";
 import { SeedSequence } from "./seed-sequence.ts";
@@ -48,26 +49,12 @@ export class NumpyGenerator {
    * nothing; `size=k` is exactly k scalar calls (the int64 fill keeps no buffer of its own).
    */
   integers(low: number, high?: number): number {
-    if (high === undefined) {
-      high = low;
-      low = 0;
-    }
-    // Bounds may reach ±2**53: every integer between them is still exact.
-    if (
-      !Number.isInteger(low) ||
-      !Number.isInteger(high) ||
-      Math.abs(low) > 2 ** 53 ||
-      Math.abs(high) > 2 ** 53
-    ) {
-      throw new RangeError(`integers bounds must be integers within ±2**53, got ${low}, ${high}`);
-    }
-    if (low >= high) throw new RangeError(`low >= high (${low}, ${high})`);
-    const rng = high - 1 - low;
-    if (rng === 0) return low;
-    if (rng < 0xffffffff) return low + this.lemire32(rng + 1);
-    if (rng === 0xffffffff) return low + this.bitGenerator.nextUint32();
-    if (!Number.isSafeInteger(rng)) throw new RangeError(`integers range too wide: ${low}, ${high}`);
-    return low + this.lemire64(BigInt(rng) + 1n);
+    const { low: start, span: rng } = integerSpan("integers", low, high);
+    if (rng === 0) return start;
+    if (rng < 0xffffffff) return start + this.lemire32(rng + 1);
+    if (rng === 0xffffffff) return start + this.bitGenerator.nextUint32();
+    if (!Number.isSafeInteger(rng)) throw new RangeError(`integers range too wide: ${start}, ${high}`);
+    return start + this.lemire64(BigInt(rng) + 1n);
   }
 
   /** `integers(low, high, size=count)` as a flat array. */

@@ -3,6 +3,7 @@
 // The legacy gauss cache (has_gauss/gauss) only feeds normal-family draws, none of which are
 // modelled, so it is not part of the state here; MT19937 has no uint32 buffer.
 
+import { integerSpan } from "./bounds.ts";
 import { MT19937, type MT19937State } from "./mt19937.ts";
 
 const TWO_POW_32 = 4294967296;
@@ -44,40 +45,26 @@ export class NumpyRandomState {
 
   /** `randint(low, high)` in [low, high); `randint(n)` in [0, n). Default dtype int64. */
   randint(low: number, high?: number): number {
-    if (high === undefined) {
-      high = low;
-      low = 0;
-    }
-    // Bounds may reach ±2**53: every integer between them is still exact.
-    if (
-      !Number.isInteger(low) ||
-      !Number.isInteger(high) ||
-      Math.abs(low) > 2 ** 53 ||
-      Math.abs(high) > 2 ** 53
-    ) {
-      throw new RangeError(`randint bounds must be integers within ±2**53, got ${low}, ${high}`);
-    }
-    if (low >= high) throw new RangeError(`low >= high (${low}, ${high})`);
-    const rng = high - 1 - low;
+    const { low: start, span: rng } = integerSpan("randint", low, high);
     // A one-value range draws nothing.
-    if (rng === 0) return low;
+    if (rng === 0) return start;
     const mt = this.mt;
     if (rng < 0xffffffff) {
       const mask = mask32(rng);
       let val = (mt.nextUint32() & mask) >>> 0;
       while (val > rng) val = (mt.nextUint32() & mask) >>> 0;
-      return low + val;
+      return start + val;
     }
-    if (rng === 0xffffffff) return low + mt.nextUint32();
-    if (!Number.isSafeInteger(rng)) throw new RangeError(`randint range too wide: ${low}, ${high}`);
-    // 64-bit masked path: next64 = first output << 32 | second output; the low word is all ones.
+    if (rng === 0xffffffff) return start + mt.nextUint32();
+    if (!Number.isSafeInteger(rng)) throw new RangeError(`randint range too wide: ${start}, ${high}`);
+    // 64-bit masked path: next64 = first output << 32 | second output; the start word is all ones.
     const maskHi = mask32(Math.floor(rng / TWO_POW_32));
     let val: number;
     do {
       const hi = (mt.nextUint32() & maskHi) >>> 0;
       val = hi * TWO_POW_32 + mt.nextUint32();
     } while (val > rng);
-    return low + val;
+    return start + val;
   }
 
   randomSample(): number {

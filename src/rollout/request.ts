@@ -1,56 +1,12 @@
 // From a loaded configuration (RAGEN's key names) to a batch request: which tags and groups,
 // the seed schedule, sampling for the mode, episode settings and the filter.
-import type { BatchRequest, RolloutMode } from "./batch.ts";
-import { trainBatchSeed } from "./batch.ts";
-import type { ContextWindowMode } from "./episode.ts";
-import type { FilterConfig, FilterMetric, FilterStrategy, FilterType, TopPMode } from "./filter.ts";
-import type { NormalizationGrouping, NormalizationMethod } from "./scores.ts";
-
-interface EnvGroups {
-  env_groups: number;
-  group_size: number;
-  env_configs: { tags: string[]; n_groups: number[] };
-}
-
-/** The part of the configuration a rollout reads (src/config's type satisfies it). */
-export interface RolloutConfigView {
-  es_manager: { format_penalty: number; train: EnvGroups; val: EnvGroups };
-  seed: { train: number | null; val: number };
-  agent_proxy: {
-    max_turn: number;
-    max_actions_per_turn: number;
-    action_sep: string;
-    enable_think: boolean;
-    context_window_mode: ContextWindowMode;
-    max_context_window: number;
-    use_turn_scores: boolean;
-    reward_normalization: { grouping: NormalizationGrouping; method: NormalizationMethod };
-  };
-  actor_rollout_ref: {
-    rollout: {
-      temperature: number;
-      top_p: number;
-      top_k: number;
-      min_p: number;
-      response_length: number;
-      val_kwargs: { do_sample: boolean; temperature: number; top_p: number; top_k: number };
-      rollout_filter_strategy: FilterStrategy;
-      rollout_filter_value: number | null;
-      /** RAGEN's legacy threshold, used when rollout_filter_value is null. */
-      rollout_filter_ratio: number;
-      rollout_filter_top_p_prob_mode: TopPMode;
-      rollout_filter_type: FilterType;
-      rollout_filter_include_zero: boolean;
-      rollout_filter_metric: FilterMetric;
-      rollout_filter_selection_eps: number;
-    };
-  };
-  rollgym: { mode: RolloutMode; step: number; seed: number | null; binary_reward: boolean };
-}
+import { defaultConfig, type RollgymConfig } from "../config/index.ts";
+import { type BatchRequest, type RolloutMode, trainBatchSeed } from "./batch.ts";
+import type { FilterConfig } from "./filter.ts";
 
 /** The seed of group 0: explicit, or RAGEN's schedule (train: base + step × groups; val: base). */
 export function batchSeed(
-  config: RolloutConfigView,
+  config: RollgymConfig,
   mode: RolloutMode,
   random: () => number = Math.random,
 ): number {
@@ -62,10 +18,7 @@ export function batchSeed(
   return trainBatchSeed(base, config.rollgym.step, groups);
 }
 
-export function batchRequest(
-  config: RolloutConfigView,
-  mode: RolloutMode = config.rollgym.mode,
-): BatchRequest {
+export function batchRequest(config: RollgymConfig, mode: RolloutMode = config.rollgym.mode): BatchRequest {
   const groups = config.es_manager[mode];
   const agent = config.agent_proxy;
   const rollout = config.actor_rollout_ref.rollout;
@@ -115,4 +68,9 @@ export function batchRequest(
     binaryReward: config.rollgym.binary_reward,
     filter,
   };
+}
+
+/** A batch with RAGEN's defaults (base.yaml) for `mode`, with some fields replaced. */
+export function defaultBatchRequest(mode: RolloutMode, overrides: Partial<BatchRequest> = {}): BatchRequest {
+  return { ...batchRequest(defaultConfig(), mode), ...overrides };
 }

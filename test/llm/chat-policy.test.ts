@@ -6,30 +6,13 @@ import { createRegistry } from "../../envs/catalog.ts";
 import { ChatPolicy } from "../../src/llm/openai-chat.ts";
 import { PolicyError } from "../../src/llm/policy.ts";
 import { type BatchRequest, runBatch } from "../../src/rollout/batch.ts";
-import { DEFAULT_FILTER } from "../../src/rollout/filter.ts";
+import { defaultBatchRequest } from "../../src/rollout/request.ts";
 
 const registry = createRegistry();
 
 function request(groups: number, groupSize = 4): BatchRequest {
-  return {
-    mode: "train",
-    tags: [{ tag: "SimpleSokoban", groups }],
-    groupSize,
-    seed: 10000,
-    episode: {
-      maxTurn: 5,
-      maxActionsPerTurn: 2,
-      actionSep: "||",
-      think: true,
-      contextWindowMode: "full",
-      maxContextWindow: -1,
-      formatPenalty: -0.1,
-    },
-    sampling: { temperature: 1, top_p: 1, top_k: -1, min_p: 0, max_tokens: 64 },
-    normalization: { grouping: "state", method: "identity" },
-    useTurnScores: false,
-    filter: DEFAULT_FILTER,
-  };
+  const base = defaultBatchRequest("train", { tags: [{ tag: "SimpleSokoban", groups }], groupSize });
+  return { ...base, sampling: { ...base.sampling, max_tokens: 64 } };
 }
 
 describe("chat policy against the mock engine", () => {

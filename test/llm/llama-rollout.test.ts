@@ -9,7 +9,7 @@ import { createRegistry } from "../../envs/catalog.ts";
 import { ChatPolicy } from "../../src/llm/openai-chat.ts";
 import { readEpisodeFile, writeEpisodeFile } from "../../src/record/episode-file.ts";
 import { runBatch } from "../../src/rollout/batch.ts";
-import { DEFAULT_FILTER } from "../../src/rollout/filter.ts";
+import { defaultBatchRequest } from "../../src/rollout/request.ts";
 import { type LlamaServer, ragenGrammar, startLlamaServer } from "../helpers/llama.ts";
 
 let server: LlamaServer;
@@ -34,25 +34,13 @@ describe("rollout against llama-server", () => {
       extraBody: { grammar: ragenGrammar("full") },
     });
     await policy.preflight();
+    const base = defaultBatchRequest("train", { tags: [{ tag: "SimpleSokoban", groups: 2 }], groupSize: 2 });
     const request = {
-      mode: "train" as const,
-      tags: [{ tag: "SimpleSokoban", groups: 2 }],
-      groupSize: 2,
-      seed: 10000,
-      episode: {
-        maxTurn: 3,
-        maxActionsPerTurn: 2,
-        actionSep: "||",
-        think: true,
-        contextWindowMode: "full" as const,
-        maxContextWindow: -1,
-        formatPenalty: -0.1,
-      },
-      sampling: { temperature: 1, top_p: 1, top_k: -1, min_p: 0, max_tokens: 48 },
-      normalization: { grouping: "state" as const, method: "identity" as const },
-      useTurnScores: false,
-      filter: DEFAULT_FILTER,
+      ...base,
+      episode: { ...base.episode, maxTurn: 3 },
+      sampling: { ...base.sampling, max_tokens: 48 },
     };
+
     const batch = await runBatch(createRegistry(), request, policy);
     expect(batch.failed).toBe(0);
     expect(batch.episodes).toHaveLength(4);
@@ -74,7 +62,14 @@ describe("rollout against llama-server", () => {
     const path = join(mkdtempSync(join(tmpdir(), "rollgym-llama-")), "episodes.jsonl");
     await writeEpisodeFile(
       path,
-      { mode: "train", seed: 10000, group_size: 2, tags: request.tags, policy: policy.name, settings: {} },
+      {
+        mode: "train",
+        seed: 10000,
+        group_size: 2,
+        tags: [...request.tags],
+        policy: policy.name,
+        settings: {},
+      },
       batch,
     );
     const file = await readEpisodeFile(path);

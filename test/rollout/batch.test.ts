@@ -6,30 +6,12 @@ import { oraclePolicy, randomPolicy } from "../../src/llm/builtin.ts";
 import type { Policy } from "../../src/llm/policy.ts";
 import { type BatchRequest, runBatch, trainBatchSeed } from "../../src/rollout/batch.ts";
 import { DEFAULT_FILTER } from "../../src/rollout/filter.ts";
+import { defaultBatchRequest } from "../../src/rollout/request.ts";
 
 const registry = createRegistry();
 
 function request(overrides: Partial<BatchRequest> = {}): BatchRequest {
-  return {
-    mode: "val",
-    tags: [{ tag: "CoordSokoban", groups: 64 }],
-    groupSize: 1,
-    seed: 123,
-    episode: {
-      maxTurn: 5,
-      maxActionsPerTurn: 2,
-      actionSep: "||",
-      think: true,
-      contextWindowMode: "full",
-      maxContextWindow: -1,
-      formatPenalty: -0.1,
-    },
-    sampling: { temperature: 0.5, top_p: 1, top_k: -1, min_p: 0, max_tokens: 400 },
-    normalization: { grouping: "state", method: "identity" },
-    useTurnScores: false,
-    filter: DEFAULT_FILTER,
-    ...overrides,
-  };
+  return defaultBatchRequest("val", { tags: [{ tag: "CoordSokoban", groups: 64 }], ...overrides });
 }
 
 describe("runBatch", () => {

@@ -7,6 +7,9 @@ import { type LlamaServer, ragenGrammar, startLlamaServer } from "../helpers/lla
 const ANSWER =
   /^<think>[\s\S]*?<\/think><answer>(Up|Down|Left|Right)( \|\| (Up|Down|Left|Right))?<\/answer>$/;
 
+/** How the Qwen3 chat template renders a final assistant message "<think>" (llama-server and HF agree). */
+const RENDERED_PREFILL = "<think>\n\n</think>\n\n<think>";
+
 const SYSTEM =
   "You're a helpful assistant. You are solving the Sokoban puzzle. You are the player and you need to push all boxes to targets.\n" +
   "The answer should be a sequence of actions, like <answer>Right || Right || Up</answer>.\n" +
@@ -83,5 +86,46 @@ describe("llama-server (tiny random-weight Qwen3)", () => {
 
     const again = await post<ChatResponse>("/v1/chat/completions", ragenRequest(7));
     expect(again.choices[0].message.content).toBe(content);
+  });
+
+  it("renders the prefill through the Qwen3 template and echoes it in non-streaming content", async () => {
+    // Pinned server behaviour (see scripts/llama/README.md): the template renders the final
+    // assistant message "<think>" as "<think>\n\n</think>\n\n<think>", generation continues after
+    // it, and non-streaming message.content = that rendered prefix + the continuation.
+    const { content } = (await post<ChatResponse>("/v1/chat/completions", ragenRequest(7))).choices[0]
+      .message;
+    expect(content.startsWith(RENDERED_PREFILL)).toBe(true);
+    expect(`<think>${content.slice(RENDERED_PREFILL.length)}`).toMatch(ANSWER);
+
+    // Streaming deltas carry only the continuation.
+    const res = await fetch(`${server.baseUrl}/v1/chat/completions`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ ...ragenRequest(7), stream: true }),
+    });
+    expect(res.status).toBe(200);
+    let streamed = "";
+    for (const line of (await res.text()).split("\n")) {
+      if (!line.startsWith("data: ") || line === "data: [DONE]") continue;
+      const chunk = JSON.parse(line.slice(6)) as { choices: { delta: { content?: string | null } }[] };
+      streamed += chunk.choices[0]?.delta.content ?? "";
+    }
+    expect(RENDERED_PREFILL + streamed).toBe(content);
+  });
+
+  it("continues a RAGEN-exact raw prompt on /v1/completions with the same grammar", async () => {
+    const prompt =
+      `<|im_start|>system\n${SYSTEM}<|im_end|>\n<|im_start|>user\n${USER}<|im_end|>\n` +
+      "<|im_start|>assistant\n<think>";
+    const body = await post<{ choices: { text: string; finish_reason: string }[] }>("/v1/completions", {
+      model: server.model,
+      prompt,
+      grammar: ragenGrammar(),
+      max_tokens: 48,
+      temperature: 1,
+      seed: 7,
+    });
+    expect(`<think>${body.choices[0].text}`).toMatch(ANSWER);
+    expect(body.choices[0].finish_reason).toBe("stop");
   });
 });

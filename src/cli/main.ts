@@ -9,6 +9,7 @@ import { envsCheck, envsList, envsPlay, envsPrompt, envsSample } from "./envs.ts
 import { filterCommand } from "./filter.ts";
 import { parseCommand } from "./parse.ts";
 import { rolloutCommand } from "./rollout.ts";
+import { serveCommand } from "./serve.ts";
 
 type Command = (argv: readonly string[]) => Promise<void>;
 
@@ -34,6 +35,11 @@ const COMMANDS: Record<string, { run: Command; usage: string }> = {
   parse: {
     run: parseCommand,
     usage: "parse TAG [--seed N] [--no-think] [--max-actions-per-turn N] < response",
+  },
+  serve: {
+    run: serveCommand,
+    usage:
+      "serve [--port N] [--token T] [--llm URL --model M | --policy oracle|random] [key=value …]   the rollout server",
   },
   rollout: {
     run: rolloutCommand,

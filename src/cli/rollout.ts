@@ -166,7 +166,7 @@ function overridesFrom(args: ReturnType<typeof parseArgs>, mode: string): string
   return [...overrides, ...args.positionals];
 }
 
-function buildRegistry(config: RollgymConfig): EnvRegistry {
+export function buildRegistry(config: RollgymConfig): EnvRegistry {
   const registry = createRegistry();
   for (const [tag, spec] of Object.entries(config.custom_envs)) {
     registry.registerTag({ tag, ...spec } as Parameters<EnvRegistry["registerTag"]>[0]);
@@ -174,7 +174,7 @@ function buildRegistry(config: RollgymConfig): EnvRegistry {
   return registry;
 }
 
-function buildPolicy(config: RollgymConfig): Policy {
+export function buildPolicy(config: RollgymConfig): Policy {
   const { llm, policy } = config.rollgym;
   if (llm.base_url) {
     if (!llm.model) throw new UsageError("--llm needs --model (rollgym.llm.model)");
@@ -292,7 +292,7 @@ function formatMetric(value: number): string {
   return Number.isInteger(value) ? String(value) : value.toFixed(4);
 }
 
-function loadOrExplain(files: string[], overrides: readonly string[]): ReturnType<typeof loadConfig> {
+export function loadOrExplain(files: string[], overrides: readonly string[]): ReturnType<typeof loadConfig> {
   try {
     return loadConfig({ files, overrides });
   } catch (error) {

@@ -50,6 +50,14 @@ export interface BatchResult {
 export interface BatchHooks {
   onTurn?: () => void;
   onEpisode?: (record: EpisodeRecord) => void;
+  /** A group finished: its episodes in env-id order, scored when the score is group-local. */
+  onGroup?: (group: number, episodes: EpisodeRecord[]) => void;
+  /** Awaited before a group starts, so a slow consumer can hold the batch back. */
+  admitGroup?: (group: number) => Promise<void>;
+  /** Groups played at once (default: all). */
+  maxConcurrentGroups?: number;
+  /** Keep every episode's turns in the result (default true); false keeps memory flat. */
+  retainEpisodes?: boolean;
   signal?: AbortSignal;
 }
 
@@ -58,19 +66,24 @@ export function trainBatchSeed(base: number, step: number, envGroups: number): n
   return base + step * envGroups;
 }
 
-export function layoutEpisodes(registry: EnvRegistry, request: BatchRequest): Episode[] {
-  const episodes: Episode[] = [];
-  let group = 0;
-  for (const { tag, groups } of request.tags) {
-    const resolved = registry.tag(tag);
-    for (let g = 0; g < groups; g++, group++) {
-      for (let member = 0; member < request.groupSize; member++) {
-        const envId = group * request.groupSize + member;
-        episodes.push(new Episode(resolved, envId, group, request.seed + group, request.episode));
-      }
-    }
-  }
-  return episodes;
+/** The tag of every group, in RAGEN's env-id order. */
+export function groupTags(request: BatchRequest): string[] {
+  return request.tags.flatMap(({ tag, groups }) => Array.from({ length: groups }, () => tag));
+}
+
+/** The episodes of group `group`: group_size members on seed + group, env ids contiguous. */
+export function groupEpisodes(
+  registry: EnvRegistry,
+  request: BatchRequest,
+  group: number,
+  tag: string,
+): Episode[] {
+  const resolved = registry.tag(tag);
+  return Array.from(
+    { length: request.groupSize },
+    (_, member) =>
+      new Episode(resolved, group * request.groupSize + member, group, request.seed + group, request.episode),
+  );
 }
 
 async function playEpisode(
@@ -106,7 +119,11 @@ async function playEpisode(
         completion: response.completionTokens,
       });
     } catch (error) {
-      episode.fail(`turn ${turn + 1}: ${error instanceof Error ? error.message : String(error)}`);
+      episode.fail(
+        hooks.signal?.aborted
+          ? "cancelled"
+          : `turn ${turn + 1}: ${error instanceof Error ? error.message : String(error)}`,
+      );
     }
     hooks.onTurn?.();
   }
@@ -119,29 +136,33 @@ export async function runBatch(
   hooks: BatchHooks = {},
 ): Promise<BatchResult> {
   validateBatchRequest(request);
-  const episodes = layoutEpisodes(registry, request);
-  await Promise.all(
-    episodes.map(async (episode) => {
-      await playEpisode(episode, request, policy, hooks);
-      hooks.onEpisode?.(episode.record());
-    }),
-  );
-  const records = episodes.map((e) => e.record());
-  const scores = request.useTurnScores
-    ? records.map((r) => r.turns.reduce((sum, t) => Math.fround(sum + Math.fround(t.reward)), 0))
-    : episodeScores(
-        records.map((r) => ({
-          groupId: r.group_id,
-          tag: r.tag,
-          reward: request.binaryReward ? Number(r.success) : r.reward,
-          penalty: r.penalty,
-        })),
-        request.normalization.grouping,
-        request.normalization.method,
+  const tags = groupTags(request);
+  const retain = hooks.retainEpisodes ?? true;
+  const byGroup: EpisodeRecord[][] = [];
+  let next = 0;
+  const playGroups = async (): Promise<void> => {
+    while (next < tags.length) {
+      const group = next++;
+      if (!hooks.signal?.aborted) await hooks.admitGroup?.(group);
+      const episodes = groupEpisodes(registry, request, group, tags[group]);
+      await Promise.all(
+        episodes.map(async (episode) => {
+          await playEpisode(episode, request, policy, hooks);
+          hooks.onEpisode?.(episode.record());
+        }),
       );
-  records.forEach((r, i) => {
-    r.score = scores[i];
-  });
+      const records = episodes.map((e) => e.record());
+      if (groupLocalScores(request)) scoreEpisodes(records, request);
+      hooks.onGroup?.(group, records);
+      // Without retention only what metrics and the filter need is kept.
+      byGroup[group] = retain ? records : records.map((r) => ({ ...r, turns: [], final_state: "" }));
+    }
+  };
+  const workers = Math.min(hooks.maxConcurrentGroups ?? tags.length, tags.length);
+  await Promise.all(Array.from({ length: workers }, playGroups));
+
+  const records = byGroup.flat();
+  if (!groupLocalScores(request)) scoreEpisodes(records, request);
 
   const groups = groupResults(records, request);
   const scored = groups.filter((g) => !g.failed);
@@ -185,6 +206,34 @@ export function validateBatchRequest(request: BatchRequest): void {
   }
 }
 
+/** Scores that depend only on the group itself can be final as soon as the group is. */
+export function groupLocalScores(request: BatchRequest): boolean {
+  return (
+    request.useTurnScores ||
+    request.normalization.method === "identity" ||
+    request.normalization.grouping === "state"
+  );
+}
+
+/** RAGEN's trajectory scores, written into the records. */
+function scoreEpisodes(records: EpisodeRecord[], request: BatchRequest): void {
+  const scores = request.useTurnScores
+    ? records.map((r) => r.turns.reduce((sum, t) => Math.fround(sum + Math.fround(t.reward)), 0))
+    : episodeScores(
+        records.map((r) => ({
+          groupId: r.group_id,
+          tag: r.tag,
+          reward: request.binaryReward ? Number(r.success) : r.reward,
+          penalty: r.penalty,
+        })),
+        request.normalization.grouping,
+        request.normalization.method,
+      );
+  records.forEach((r, i) => {
+    r.score = scores[i];
+  });
+}
+
 function groupResults(records: readonly EpisodeRecord[], request: BatchRequest): GroupResult[] {
   const groups: GroupResult[] = [];
   for (const r of records) {
@@ -215,7 +264,7 @@ function groupResults(records: readonly EpisodeRecord[], request: BatchRequest):
  * the tag's episode count, pass@group_size per group, and the means of non-zero values.
  * Failed episodes are left out (and counted in rollgym/failed_episodes) rather than scored 0.
  */
-function tagMetrics(records: readonly EpisodeRecord[], request: BatchRequest): Record<string, number> {
+export function tagMetrics(records: readonly EpisodeRecord[], request: BatchRequest): Record<string, number> {
   const prefix = request.mode === "train" ? "train" : "val-env";
   const values = new Map<string, number[]>();
   const groupSuccess = new Map<number, boolean>();

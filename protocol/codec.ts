@@ -1,0 +1,187 @@
+import { Decoder, Encoder } from "@msgpack/msgpack";
+
+/** WebSocket close codes of PROTOCOL.md ("Close codes"). */
+export const CLOSE_CODES = {
+  normal: 1000,
+  goingAway: 1001,
+  undecodable: 1002,
+  tooBig: 1009,
+  noHello: 4000,
+  versionMismatch: 4001,
+  resumeRefused: 4002,
+} as const;
+export type CloseCode = (typeof CLOSE_CODES)[keyof typeof CLOSE_CODES];
+
+/** `error.code` values of PROTOCOL.md ("Error codes"), in the spec's order. */
+export const ERROR_CODES = [
+  "bad_frame",
+  "unknown_type",
+  "protocol_version",
+  "unknown_session",
+  "duplicate_id",
+  "unknown_rollout",
+  "unknown_group",
+  "unknown_tag",
+  "limit",
+  "unknown_env",
+  "episode_done",
+  "shutting_down",
+  "internal",
+] as const;
+export type ErrorCode = (typeof ERROR_CODES)[number];
+
+/**
+ * Deepest array/map nesting a frame may have. Protocol messages nest < 10 levels; the bound keeps
+ * recursive consumers (validators, loggers, JSON.stringify) safe from hostile input.
+ */
+export const MAX_FRAME_DEPTH = 64;
+
+/** A frame that is not exactly one well-formed msgpack value (close code 1002). */
+export class FrameDecodeError extends Error {
+  override readonly name = "FrameDecodeError";
+}
+
+// undefined-valued optional fields are omitted rather than sent as nil, so `{field?: T}` stays absent.
+const encoder = new Encoder({ ignoreUndefined: true });
+const decoder = new Decoder();
+
+/** Encodes one message as msgpack; Uint8Array values become `bin`. */
+export function encodeMessage(message: object): Uint8Array {
+  return encoder.encode(message);
+}
+
+/**
+ * Decodes one binary frame. Throws FrameDecodeError on invalid msgpack, truncation, trailing bytes,
+ * `__proto__` keys or nesting deeper than MAX_FRAME_DEPTH. Does not check the value's shape: that is
+ * validateClientMessage's job. `bin` values are views into `data` (no copy).
+ */
+export function decodeFrame(data: Uint8Array): unknown {
+  let value: unknown;
+  try {
+    value = decoder.decode(data);
+  } catch (err) {
+    throw new FrameDecodeError(`undecodable frame: ${err instanceof Error ? err.message : String(err)}`, {
+      cause: err,
+    });
+  }
+  if (typeof value === "object" && value !== null) checkDepth(value);
+  return value;
+}
+
+// Iterative so that the check itself cannot overflow the stack.
+function checkDepth(root: object): void {
+  const values: unknown[] = [root];
+  const depths: number[] = [1];
+  while (values.length > 0) {
+    const value = values.pop();
+    const depth = depths.pop()!;
+    if (depth > MAX_FRAME_DEPTH) {
+      throw new FrameDecodeError(`undecodable frame: nesting deeper than ${MAX_FRAME_DEPTH}`);
+    }
+    if (Array.isArray(value)) {
+      for (const item of value) {
+        if (typeof item === "object" && item !== null) {
+          values.push(item);
+          depths.push(depth + 1);
+        }
+      }
+    } else if (typeof value === "object" && value !== null && !ArrayBuffer.isView(value)) {
+      for (const key in value) {
+        const item = (value as Record<string, unknown>)[key];
+        if (typeof item === "object" && item !== null) {
+          values.push(item);
+          depths.push(depth + 1);
+        }
+      }
+    }
+  }
+}
+
+// Typed arrays use host byte order; the wire is little-endian, so big-endian hosts go through DataView.
+const HOST_LITTLE_ENDIAN = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1;
+
+/** Little-endian int32 bytes for a `*_i32` field. Throws RangeError on non-int32 values (no silent wrap). */
+export function i32Bin(values: ArrayLike<number>): Uint8Array {
+  const n = values.length;
+  const out = new Uint8Array(n * 4);
+  const view = HOST_LITTLE_ENDIAN ? new Int32Array(out.buffer) : null;
+  const dv = view ? null : new DataView(out.buffer);
+  for (let i = 0; i < n; i++) {
+    const v = values[i];
+    if ((v | 0) !== v) throw new RangeError(`i32Bin: values[${i}] = ${v} is not an int32`);
+    if (view) view[i] = v;
+    else dv!.setInt32(i * 4, v, true);
+  }
+  return out;
+}
+
+/** uint8 bytes for a `*_u8` field (booleans become 0/1). Throws RangeError on values outside 0..255. */
+export function u8Bin(values: ArrayLike<number | boolean>): Uint8Array {
+  const n = values.length;
+  const out = new Uint8Array(n);
+  for (let i = 0; i < n; i++) {
+    const v = values[i];
+    if (typeof v === "boolean") out[i] = v ? 1 : 0;
+    else if ((v & 0xff) === v) out[i] = v;
+    else throw new RangeError(`u8Bin: values[${i}] = ${v} is not a uint8`);
+  }
+  return out;
+}
+
+/** Little-endian float32 bytes for a `*_f32` field (values round to float32; NaN/±Infinity/-0 kept). */
+export function f32Bin(values: ArrayLike<number>): Uint8Array {
+  const n = values.length;
+  if (HOST_LITTLE_ENDIAN) {
+    const arr = Float32Array.from(values);
+    return new Uint8Array(arr.buffer);
+  }
+  const out = new Uint8Array(n * 4);
+  const dv = new DataView(out.buffer);
+  for (let i = 0; i < n; i++) dv.setFloat32(i * 4, values[i], true);
+  return out;
+}
+
+function checkWidth(bin: Uint8Array, width: number, what: string): number {
+  if (!(bin instanceof Uint8Array)) throw new TypeError(`${what}: expected a Uint8Array (msgpack bin)`);
+  if (bin.byteLength % width !== 0) {
+    throw new RangeError(`${what}: ${bin.byteLength} bytes is not a multiple of ${width}`);
+  }
+  return bin.byteLength / width;
+}
+
+/**
+ * Reads a `*_i32` bin. Aligned input on little-endian hosts is returned as a view sharing `bin`'s
+ * memory (no copy); misaligned input is copied.
+ */
+export function readI32(bin: Uint8Array): Int32Array {
+  const n = checkWidth(bin, 4, "readI32");
+  if (HOST_LITTLE_ENDIAN) {
+    if (bin.byteOffset % 4 === 0) return new Int32Array(bin.buffer, bin.byteOffset, n);
+    return new Int32Array(bin.slice().buffer);
+  }
+  const out = new Int32Array(n);
+  const dv = new DataView(bin.buffer, bin.byteOffset, bin.byteLength);
+  for (let i = 0; i < n; i++) out[i] = dv.getInt32(i * 4, true);
+  return out;
+}
+
+/** Reads a `*_u8` bin (returns `bin` itself: bytes need no conversion). */
+export function readU8(bin: Uint8Array): Uint8Array {
+  checkWidth(bin, 1, "readU8");
+  return bin;
+}
+
+/** Reads a `*_f32` bin; same sharing rules as readI32. Float bits (NaN payloads included) are kept. */
+export function readF32(bin: Uint8Array): Float32Array {
+  const n = checkWidth(bin, 4, "readF32");
+  if (HOST_LITTLE_ENDIAN) {
+    if (bin.byteOffset % 4 === 0) return new Float32Array(bin.buffer, bin.byteOffset, n);
+    return new Float32Array(bin.slice().buffer);
+  }
+  // Byte-swap via Uint32 so NaN payloads survive (DataView.getFloat32 may canonicalise them).
+  const out = new Float32Array(n);
+  const bits = new Uint32Array(out.buffer);
+  const dv = new DataView(bin.buffer, bin.byteOffset, bin.byteLength);
+  for (let i = 0; i < n; i++) bits[i] = dv.getUint32(i * 4, true);
+  return out;
+}

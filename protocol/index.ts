@@ -1,0 +1,3 @@
+export * from "./codec.ts";
+export * from "./messages.ts";
+export * from "./version.ts";

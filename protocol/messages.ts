@@ -1,0 +1,635 @@
+import { type Static, type TProperties, type TSchema, Type } from "typebox";
+import { Compile, type Validator } from "typebox/compile";
+import { ERROR_CODES } from "./codec.ts";
+import { PROTOCOL_VERSION } from "./version.ts";
+
+// ---------------------------------------------------------------------------------------------
+// Limits baked into the schemas. Server-configured limits (welcome.limits) are checked by the
+// server on top of these; these only keep obviously broken input out.
+// ---------------------------------------------------------------------------------------------
+
+export const MAX_ID_LENGTH = 200;
+/** Per-tag `groups` (rollout) and `groups` (env_open). */
+export const MAX_GROUPS = 100_000;
+export const MAX_GROUP_SIZE = 4096;
+export const MAX_TAGS = 1000;
+/** Seeds are uint32 (RAGEN seeds numpy's RNG with them). */
+export const MAX_SEED = 2 ** 32 - 1;
+export const MAX_INT32 = 2 ** 31 - 1;
+export const MAX_TURNS = 1000;
+export const MAX_ACTIONS_PER_TURN = 1000;
+export const MAX_CREDIT = 1_000_000;
+/** Items per `ack.groups` and per `env_step.responses`. */
+export const MAX_ITEMS = 100_000;
+export const MAX_TEMPERATURE = 100;
+export const MAX_TOP_K = 1_000_000;
+export const MAX_TOKENS = 1_000_000;
+
+/**
+ * A closed map: unknown fields are rejected so typos surface. The refinement matters because
+ * TypeBox accepts any non-array object as an object, and msgpack decodes `bin` to Uint8Array and
+ * timestamps to Date; only a real msgpack map may stand where a map is expected.
+ */
+function map<Props extends TProperties>(properties: Props) {
+  return Type.Refine(Type.Object(properties, { additionalProperties: false }), isMap, mustBeMap);
+}
+const mustBeMap = (): string => "must be a msgpack map";
+
+const Id = Type.String({ minLength: 1, maxLength: MAX_ID_LENGTH });
+const Seed = Type.Integer({ minimum: 0, maximum: MAX_SEED });
+const Step = Type.Integer({ minimum: 0, maximum: MAX_SEED });
+const GroupCount = Type.Integer({ minimum: 1, maximum: MAX_GROUPS });
+const GroupSize = Type.Integer({ minimum: 1, maximum: MAX_GROUP_SIZE });
+const GroupId = Type.Integer({ minimum: 0, maximum: MAX_INT32 });
+const EnvId = Type.Integer({ minimum: 0, maximum: MAX_INT32 });
+const Count = Type.Integer({ minimum: 0 });
+const MaxTurn = Type.Integer({ minimum: 1, maximum: MAX_TURNS });
+const MaxActions = Type.Integer({ minimum: 1, maximum: MAX_ACTIONS_PER_TURN });
+
+export const ModeSchema = Type.Enum(["train", "val"]);
+export type Mode = Static<typeof ModeSchema>;
+export const DeliverySchema = Type.Enum(["batch", "stream"]);
+export type Delivery = Static<typeof DeliverySchema>;
+
+/** Any msgpack `bin` (decoded as Uint8Array). */
+const Bin = Type.Refine(
+  Type.Unsafe<Uint8Array>({ description: "msgpack bin" }),
+  (value) => value instanceof Uint8Array,
+  () => "must be a msgpack bin (Uint8Array)",
+);
+
+// ---------------------------------------------------------------------------------------------
+// Client → server
+// ---------------------------------------------------------------------------------------------
+
+export const HelloSchema = map({
+  type: Type.Literal("hello"),
+  // Any integer: a mismatch is answered with `protocol_version`, not `bad_frame`.
+  protocol: Type.Integer({ minimum: 0, maximum: MAX_INT32 }),
+  client: Type.String({ maxLength: MAX_ID_LENGTH }),
+  resume: Type.Optional(Id),
+});
+export type Hello = Static<typeof HelloSchema>;
+
+export const SamplingSchema = map({
+  temperature: Type.Optional(Type.Number({ minimum: 0, maximum: MAX_TEMPERATURE })),
+  top_p: Type.Optional(Type.Number({ exclusiveMinimum: 0, maximum: 1 })),
+  top_k: Type.Optional(Type.Integer({ minimum: -1, maximum: MAX_TOP_K })),
+  min_p: Type.Optional(Type.Number({ minimum: 0, maximum: 1 })),
+  max_tokens: Type.Optional(Type.Integer({ minimum: 1, maximum: MAX_TOKENS })),
+});
+export type Sampling = Static<typeof SamplingSchema>;
+
+/** RAGEN's group filter (`actor_rollout_ref.rollout.rollout_filter_*`). */
+export const FilterSchema = map({
+  strategy: Type.Optional(Type.Enum(["top_p", "top_k", "top_k_abs", "min_p"])),
+  value: Type.Optional(Type.Number({ minimum: 0, maximum: MAX_GROUPS })),
+  top_p_mode: Type.Optional(Type.Enum(["linear", "softmax"])),
+  type: Type.Optional(Type.Enum(["largest", "smallest"])),
+  include_zero: Type.Optional(Type.Boolean()),
+  metric: Type.Optional(Type.Enum(["reward_variance", "reward", "reward_sum"])),
+});
+export type Filter = Static<typeof FilterSchema>;
+
+export const TagRequestSchema = map({ tag: Id, groups: GroupCount });
+export type TagRequest = Static<typeof TagRequestSchema>;
+
+export const RolloutRequestSchema = map({
+  type: Type.Literal("rollout"),
+  id: Id,
+  tags: Type.Array(TagRequestSchema, { minItems: 1, maxItems: MAX_TAGS }),
+  mode: ModeSchema,
+  group_size: GroupSize,
+  step: Type.Optional(Step),
+  seed: Type.Optional(Seed),
+  max_turn: Type.Optional(MaxTurn),
+  max_actions_per_turn: Type.Optional(MaxActions),
+  think: Type.Optional(Type.Boolean()),
+  sampling: Type.Optional(SamplingSchema),
+  filter: Type.Optional(FilterSchema),
+  delivery: DeliverySchema,
+});
+export type RolloutRequest = Static<typeof RolloutRequestSchema>;
+
+export const CreditSchema = map({
+  type: Type.Literal("credit"),
+  groups: Type.Integer({ minimum: 1, maximum: MAX_CREDIT }),
+});
+export type Credit = Static<typeof CreditSchema>;
+
+export const AckSchema = map({
+  type: Type.Literal("ack"),
+  rollout: Id,
+  groups: Type.Array(GroupId, { maxItems: MAX_ITEMS }),
+  batch: Type.Optional(Type.Boolean()),
+});
+export type Ack = Static<typeof AckSchema>;
+
+export const CancelSchema = map({ type: Type.Literal("cancel"), rollout: Id });
+export type Cancel = Static<typeof CancelSchema>;
+
+export const EnvOpenSchema = map({
+  type: Type.Literal("env_open"),
+  id: Id,
+  tag: Id,
+  groups: GroupCount,
+  group_size: GroupSize,
+  seed: Type.Optional(Seed),
+  mode: Type.Optional(ModeSchema),
+  step: Type.Optional(Step),
+  think: Type.Optional(Type.Boolean()),
+  max_turn: Type.Optional(MaxTurn),
+  max_actions_per_turn: Type.Optional(MaxActions),
+});
+export type EnvOpen = Static<typeof EnvOpenSchema>;
+
+export const EnvResponseSchema = map({ env_id: EnvId, text: Type.String() });
+export type EnvResponse = Static<typeof EnvResponseSchema>;
+
+export const EnvStepSchema = map({
+  type: Type.Literal("env_step"),
+  id: Id,
+  responses: Type.Array(EnvResponseSchema, { maxItems: MAX_ITEMS }),
+});
+export type EnvStep = Static<typeof EnvStepSchema>;
+
+export const EnvCloseSchema = map({ type: Type.Literal("env_close"), id: Id });
+export type EnvClose = Static<typeof EnvCloseSchema>;
+
+export const ClientMessageSchema = Type.Union([
+  HelloSchema,
+  RolloutRequestSchema,
+  CreditSchema,
+  AckSchema,
+  CancelSchema,
+  EnvOpenSchema,
+  EnvStepSchema,
+  EnvCloseSchema,
+]);
+export type ClientMessage = Static<typeof ClientMessageSchema>;
+export type ClientMessageType = ClientMessage["type"];
+
+/** Schema of each client message, by `type`. */
+export const CLIENT_MESSAGE_SCHEMAS = {
+  hello: HelloSchema,
+  rollout: RolloutRequestSchema,
+  credit: CreditSchema,
+  ack: AckSchema,
+  cancel: CancelSchema,
+  env_open: EnvOpenSchema,
+  env_step: EnvStepSchema,
+  env_close: EnvCloseSchema,
+} as const satisfies Record<ClientMessageType, TSchema>;
+export const CLIENT_MESSAGE_TYPES = Object.keys(CLIENT_MESSAGE_SCHEMAS) as ClientMessageType[];
+
+// ---------------------------------------------------------------------------------------------
+// Server → client
+// ---------------------------------------------------------------------------------------------
+
+/** An episode record (docs/rollouts.md); the wire schema does not pin its fields. */
+export const EpisodeSchema = Type.Refine(Type.Record(Type.String(), Type.Unknown()), isMap, mustBeMap);
+export type Episode = Static<typeof EpisodeSchema>;
+
+/** RAGEN metric name → value. Values are not range-checked: NaN (e.g. a mean over nothing) is legal. */
+export const MetricsSchema = Type.Unsafe<Record<string, number>>(
+  Type.Refine(Type.Record(Type.String(), Type.Unknown()), isMap, mustBeMap),
+);
+export type Metrics = Static<typeof MetricsSchema>;
+
+export const ChatMessageSchema = map({ role: Type.String(), content: Type.String() });
+export type ChatMessage = Static<typeof ChatMessageSchema>;
+
+export const LimitsSchema = map({
+  max_frame_bytes: Type.Integer({ minimum: 1 }),
+  max_rollouts_per_connection: Type.Integer({ minimum: 1 }),
+  max_groups_per_rollout: Type.Integer({ minimum: 1 }),
+  max_episodes_in_flight: Type.Integer({ minimum: 1 }),
+  max_buffered_groups: Type.Integer({ minimum: 1 }),
+  resume_grace_s: Type.Number({ minimum: 0 }),
+});
+export type Limits = Static<typeof LimitsSchema>;
+
+export const WelcomeSchema = map({
+  type: Type.Literal("welcome"),
+  protocol: Type.Integer({ minimum: 0 }),
+  server: Type.String(),
+  session: Type.String({ minLength: 1 }),
+  resumed: Type.Boolean(),
+  envs: Type.Array(Type.String()),
+  limits: LimitsSchema,
+});
+export type Welcome = Static<typeof WelcomeSchema>;
+
+export const GroupFrameSchema = map({
+  type: Type.Literal("group"),
+  rollout: Type.String(),
+  group: GroupId,
+  seq: Type.Integer({ minimum: 1 }),
+  tag: Type.String(),
+  seed: Seed,
+  kept: Type.Union([Type.Boolean(), Type.Null()]),
+  score: Type.Union([Type.Number(), Type.Null()]),
+  episodes: Type.Array(EpisodeSchema),
+  env_ids_i32: Bin,
+  scores_f32: Bin,
+  rewards_f32: Bin,
+  penalties_f32: Bin,
+  success_u8: Bin,
+});
+export type GroupFrame = Static<typeof GroupFrameSchema>;
+
+export const BatchFrameSchema = map({
+  type: Type.Literal("batch"),
+  rollout: Type.String(),
+  kept: Type.Array(GroupId),
+  dropped: Type.Array(GroupId),
+  failed_groups: Type.Array(GroupId),
+  metrics: MetricsSchema,
+  episodes: Count,
+  failed: Count,
+});
+export type BatchFrame = Static<typeof BatchFrameSchema>;
+
+export const ProgressFrameSchema = map({
+  type: Type.Literal("progress"),
+  rollout: Type.String(),
+  episodes_done: Count,
+  episodes_total: Count,
+  groups_done: Count,
+  failed: Count,
+});
+export type ProgressFrame = Static<typeof ProgressFrameSchema>;
+
+export const ErrorFrameSchema = map({
+  type: Type.Literal("error"),
+  code: Type.Enum(ERROR_CODES),
+  message: Type.String(),
+  rollout: Type.Optional(Type.String()),
+  field: Type.Optional(Type.String()),
+});
+export type ErrorFrame = Static<typeof ErrorFrameSchema>;
+
+export const OpenedEpisodeSchema = map({
+  env_id: EnvId,
+  group: GroupId,
+  seed: Seed,
+  messages: Type.Array(ChatMessageSchema),
+});
+export type OpenedEpisode = Static<typeof OpenedEpisodeSchema>;
+
+export const EnvOpenedSchema = map({
+  type: Type.Literal("env_opened"),
+  id: Type.String(),
+  episodes: Type.Array(OpenedEpisodeSchema),
+});
+export type EnvOpened = Static<typeof EnvOpenedSchema>;
+
+export const StepResultSchema = map({
+  env_id: EnvId,
+  parsed: Type.Array(Type.String()),
+  actions: Type.Array(Type.String()),
+  reward: Type.Number(),
+  reward_text: Type.String(),
+  format_penalty: Type.Boolean(),
+  done: Type.Boolean(),
+  success: Type.Boolean(),
+  messages: Type.Union([Type.Array(ChatMessageSchema), Type.Null()]),
+});
+export type StepResult = Static<typeof StepResultSchema>;
+
+export const EnvSteppedSchema = map({
+  type: Type.Literal("env_stepped"),
+  id: Type.String(),
+  results: Type.Array(StepResultSchema),
+});
+export type EnvStepped = Static<typeof EnvSteppedSchema>;
+
+export const EnvClosedSchema = map({
+  type: Type.Literal("env_closed"),
+  id: Type.String(),
+  episodes: Type.Array(EpisodeSchema),
+  metrics: MetricsSchema,
+});
+export type EnvClosed = Static<typeof EnvClosedSchema>;
+
+export const ClosingSchema = map({
+  type: Type.Literal("closing"),
+  reason: Type.String(),
+  deadline_ms: Count,
+});
+export type Closing = Static<typeof ClosingSchema>;
+
+export const ServerMessageSchema = Type.Union([
+  WelcomeSchema,
+  GroupFrameSchema,
+  BatchFrameSchema,
+  ProgressFrameSchema,
+  ErrorFrameSchema,
+  EnvOpenedSchema,
+  EnvSteppedSchema,
+  EnvClosedSchema,
+  ClosingSchema,
+]);
+export type ServerMessage = Static<typeof ServerMessageSchema>;
+export type ServerMessageType = ServerMessage["type"];
+
+/** Schema of each server message, by `type`. */
+export const SERVER_MESSAGE_SCHEMAS = {
+  welcome: WelcomeSchema,
+  group: GroupFrameSchema,
+  batch: BatchFrameSchema,
+  progress: ProgressFrameSchema,
+  error: ErrorFrameSchema,
+  env_opened: EnvOpenedSchema,
+  env_stepped: EnvSteppedSchema,
+  env_closed: EnvClosedSchema,
+  closing: ClosingSchema,
+} as const satisfies Record<ServerMessageType, TSchema>;
+export const SERVER_MESSAGE_TYPES = Object.keys(SERVER_MESSAGE_SCHEMAS) as ServerMessageType[];
+
+// ---------------------------------------------------------------------------------------------
+// Validation
+// ---------------------------------------------------------------------------------------------
+
+export type ValidationFailure<Code extends string> = {
+  ok: false;
+  code: Code;
+  /** Path of the offending field, e.g. `tags[0].groups`; "" for the frame itself. */
+  field: string;
+  message: string;
+};
+export type ClientValidation =
+  | { ok: true; message: ClientMessage }
+  | ValidationFailure<"bad_frame" | "unknown_type">;
+export type ServerValidation =
+  | { ok: true; message: ServerMessage }
+  | ValidationFailure<"bad_frame" | "unknown_type">;
+
+type Validators = Map<string, Validator>;
+
+function compileAll(schemas: Record<string, TSchema>): Validators {
+  return new Map(Object.entries(schemas).map(([type, schema]) => [type, Compile(schema)]));
+}
+
+// Compiled once at load: validateClientMessage runs on every frame.
+const clientValidators = compileAll(CLIENT_MESSAGE_SCHEMAS);
+// Only clients and tests need these; compiled on first use.
+let serverValidators: Validators | undefined;
+
+/**
+ * True when `value` is a msgpack map with a string `type`. A frame failing this is undecodable
+ * in PROTOCOL.md's sense (close 1002), whereas other validation failures get an `error` frame.
+ */
+export function hasFrameEnvelope(value: unknown): value is { type: string } & Record<string, unknown> {
+  return isMap(value) && typeof value["type"] === "string";
+}
+
+/**
+ * Validates a decoded client frame. On failure returns the first problem: `field` is its path and
+ * `message` names the path, the bad value and what is allowed. A `hello` whose integer `protocol`
+ * differs from PROTOCOL_VERSION is accepted regardless of its other fields (only `protocol` and a
+ * string `client` are kept), so the server can answer `protocol_version` as the spec requires.
+ */
+export function validateClientMessage(value: unknown): ClientValidation {
+  return validate(value, clientValidators, CLIENT_MESSAGE_TYPES, true) as ClientValidation;
+}
+
+/** Validates a decoded server frame (for clients and tests); same failure shape as validateClientMessage. */
+export function validateServerMessage(value: unknown): ServerValidation {
+  serverValidators ??= compileAll(SERVER_MESSAGE_SCHEMAS);
+  return validate(value, serverValidators, SERVER_MESSAGE_TYPES, false) as ServerValidation;
+}
+
+function validate(
+  value: unknown,
+  validators: Validators,
+  types: readonly string[],
+  client: boolean,
+): { ok: true; message: unknown } | ValidationFailure<"bad_frame" | "unknown_type"> {
+  if (!isMap(value)) {
+    return fail("bad_frame", "", `frame must be a msgpack map with a string "type", got ${show(value)}`);
+  }
+  const type = value["type"];
+  if (typeof type !== "string") {
+    return fail(
+      "bad_frame",
+      "type",
+      `type: got ${show(type)}, expected a string (one of ${types.join(", ")})`,
+    );
+  }
+  const validator = validators.get(type);
+  if (validator === undefined) {
+    return fail("unknown_type", "type", `unknown message type ${show(type)}; allowed: ${types.join(", ")}`);
+  }
+  const frame: unknown = value; // Check() narrows its argument; keep `value` usable below
+  if (validator.Check(frame)) return { ok: true, message: frame };
+  if (client && type === "hello") {
+    const protocol = value["protocol"];
+    if (Number.isSafeInteger(protocol) && protocol !== PROTOCOL_VERSION) {
+      const clientName = typeof value["client"] === "string" ? value["client"].slice(0, MAX_ID_LENGTH) : "";
+      const hello: Hello = { type: "hello", protocol: protocol as number, client: clientName };
+      return { ok: true, message: hello };
+    }
+  }
+  return explain(validator, value);
+}
+
+function fail<Code extends string>(code: Code, field: string, message: string): ValidationFailure<Code> {
+  return { ok: false, code, field, message };
+}
+
+function isMap(value: unknown): value is Record<string, unknown> {
+  if (typeof value !== "object" || value === null) return false;
+  const proto = Object.getPrototypeOf(value);
+  return proto === Object.prototype || proto === null;
+}
+
+// --- error explanation (slow path only) ------------------------------------------------------
+
+type SchemaNode = Record<string, unknown>;
+
+function explain(validator: Validator, value: unknown): ValidationFailure<"bad_frame"> {
+  const errors = validator.Errors(value);
+  const root = validator.Type() as unknown as SchemaNode;
+  const error = errors[0];
+  if (error === undefined) return fail("bad_frame", "", "invalid frame");
+  const path = pointerToSegments(error.instancePath);
+  const schemaPath = pointerToSegments(error.schemaPath.replace(/^#/, ""));
+
+  // A bin or timestamp where a map is expected yields errors about its insides (TypeBox sees an
+  // object with keys "0", "1", …); report the value itself instead.
+  for (let k = 1; k <= path.length; k++) {
+    const inner = valueAt(value, path.slice(0, k));
+    if (typeof inner === "object" && inner !== null && !Array.isArray(inner) && !isMap(inner)) {
+      const field = formatPath(path.slice(0, k));
+      const node = schemaAt(root, path.slice(0, k));
+      return fail(
+        "bad_frame",
+        field,
+        `${field}: got ${show(inner)}, expected ${node ? describe(node) : "a map"}`,
+      );
+    }
+  }
+
+  if (error.keyword === "required") {
+    const missing = (error.params as { requiredProperties: string[] }).requiredProperties[0];
+    const node = resolve(root, schemaPath);
+    const props = node?.["properties"] as Record<string, SchemaNode> | undefined;
+    const field = formatPath([...path, missing]);
+    const expected = props?.[missing] ? `, expected ${describe(props[missing])}` : "";
+    return fail("bad_frame", field, `${field}: missing${expected}`);
+  }
+
+  let unknownPath: string[] | undefined;
+  let objectSchemaPath = schemaPath;
+  if (error.keyword === "boolean" && schemaPath.at(-1) === "additionalProperties") {
+    unknownPath = path;
+    objectSchemaPath = schemaPath.slice(0, -1);
+  } else if (error.keyword === "additionalProperties") {
+    const names = (error.params as { additionalProperties: string[] }).additionalProperties;
+    unknownPath = [...path, names[0]];
+  }
+  if (unknownPath !== undefined) {
+    const node = resolve(root, objectSchemaPath);
+    const allowed = Object.keys((node?.["properties"] as object | undefined) ?? {});
+    const field = formatPath(unknownPath);
+    return fail("bad_frame", field, `${field}: unknown field; allowed here: ${allowed.join(", ")}`);
+  }
+
+  const field = formatPath(path);
+  const node = resolve(root, schemaPath);
+  const got = show(valueAt(value, path));
+  const expected = node ? describe(node) : error.message;
+  return fail("bad_frame", field, `${field || "frame"}: got ${got}, expected ${expected}`);
+}
+
+function pointerToSegments(pointer: string): string[] {
+  if (pointer === "" || pointer === "/") return [];
+  return pointer
+    .slice(1)
+    .split("/")
+    .map((s) => s.replace(/~1/g, "/").replace(/~0/g, "~"));
+}
+
+function resolve(root: SchemaNode, segments: readonly string[]): SchemaNode | undefined {
+  let node: unknown = root;
+  for (const segment of segments) {
+    if (typeof node !== "object" || node === null) return undefined;
+    node = (node as SchemaNode)[segment];
+  }
+  return typeof node === "object" && node !== null ? (node as SchemaNode) : undefined;
+}
+
+/** The schema that applies at an instance path (properties and array items only). */
+function schemaAt(root: SchemaNode, segments: readonly string[]): SchemaNode | undefined {
+  let node: SchemaNode | undefined = root;
+  for (const segment of segments) {
+    if (node === undefined) return undefined;
+    const props = node["properties"] as Record<string, SchemaNode> | undefined;
+    node =
+      props && Object.hasOwn(props, segment) ? props[segment] : (node["items"] as SchemaNode | undefined);
+  }
+  return node;
+}
+
+function valueAt(value: unknown, segments: readonly string[]): unknown {
+  let current = value;
+  for (const segment of segments) {
+    if (typeof current !== "object" || current === null) return undefined;
+    current = (current as Record<string, unknown>)[segment];
+  }
+  return current;
+}
+
+const IDENTIFIER = /^[A-Za-z_][A-Za-z0-9_]*$/;
+
+/** `["tags", "0", "groups"]` → `tags[0].groups`. */
+function formatPath(segments: readonly string[]): string {
+  let out = "";
+  for (const segment of segments) {
+    if (/^(0|[1-9][0-9]*)$/.test(segment)) out += `[${segment}]`;
+    else if (IDENTIFIER.test(segment)) out += out === "" ? segment : `.${segment}`;
+    else out += `[${JSON.stringify(segment)}]`;
+  }
+  return out;
+}
+
+const MAX_SHOWN_CHARS = 40;
+
+/** Short, safe rendering of an arbitrary (possibly huge or hostile) value for an error message. */
+function show(value: unknown): string {
+  if (value === undefined) return "nothing";
+  if (value === null) return "null";
+  switch (typeof value) {
+    case "string": {
+      const shown = JSON.stringify(value.slice(0, MAX_SHOWN_CHARS));
+      return value.length > MAX_SHOWN_CHARS ? `${shown.slice(0, -1)}…" (${value.length} chars)` : shown;
+    }
+    case "number":
+      return Object.is(value, -0) ? "-0" : String(value);
+    case "boolean":
+    case "bigint":
+      return String(value);
+    default:
+      break;
+  }
+  if (value instanceof Uint8Array) return `bin (${value.byteLength} bytes)`;
+  if (Array.isArray(value)) return `an array of ${value.length} items`;
+  if (value instanceof Date) return "a timestamp";
+  if (isMap(value)) return "a map";
+  return `a ${typeof value === "object" ? (value.constructor?.name ?? "object") : typeof value}`;
+}
+
+function range(node: SchemaNode): string {
+  const min = node["minimum"] ?? node["exclusiveMinimum"];
+  const max = node["maximum"] ?? node["exclusiveMaximum"];
+  const lo = node["exclusiveMinimum"] !== undefined ? "(" : "[";
+  const hi = node["exclusiveMaximum"] !== undefined ? ")" : "]";
+  if (min !== undefined && max !== undefined) return ` in ${lo}${min}, ${max}${hi}`;
+  if (min !== undefined) return lo === "(" ? ` > ${min}` : ` >= ${min}`;
+  if (max !== undefined) return hi === ")" ? ` < ${max}` : ` <= ${max}`;
+  return "";
+}
+
+function lengths(node: SchemaNode, lo: string, hi: string, unit: string): string {
+  const min = node[lo] as number | undefined;
+  const max = node[hi] as number | undefined;
+  if (min !== undefined && max !== undefined) return ` of ${min}..${max} ${unit}`;
+  if (max !== undefined) return ` of at most ${max} ${unit}`;
+  if (min !== undefined) return ` of at least ${min} ${unit}`;
+  return "";
+}
+
+/** What a schema allows, in words: "an integer in [1, 4096]", "one of "train", "val"". */
+function describe(node: SchemaNode): string {
+  if (Array.isArray(node["enum"])) return `one of ${node["enum"].map((v) => JSON.stringify(v)).join(", ")}`;
+  if (node["const"] !== undefined) return JSON.stringify(node["const"]);
+  if (Array.isArray(node["anyOf"])) return (node["anyOf"] as SchemaNode[]).map(describe).join(" or ");
+  if ("~refine" in node && typeof node["description"] === "string") return `a ${node["description"]}`;
+  switch (node["type"]) {
+    case "integer":
+      return `an integer${range(node)}`;
+    case "number":
+      return `a finite number${range(node)}`;
+    case "string":
+      return `a string${lengths(node, "minLength", "maxLength", "characters")}`;
+    case "boolean":
+      return "a boolean";
+    case "null":
+      return "null";
+    case "array": {
+      const items = node["items"] as SchemaNode | undefined;
+      const of = items ? `, each ${describe(items)}` : "";
+      return `an array${lengths(node, "minItems", "maxItems", "items")}${of}`;
+    }
+    case "object": {
+      const props = node["properties"] as Record<string, unknown> | undefined;
+      if (props === undefined) return "a map";
+      const required = new Set((node["required"] as string[] | undefined) ?? []);
+      const names = Object.keys(props).map((name) => (required.has(name) ? name : `${name}?`));
+      return `a map {${names.join(", ")}}`;
+    }
+    default:
+      return "a valid value";
+  }
+}

@@ -1,0 +1,214 @@
+"""What a rollout hands back: :class:`Group` (one finished env group, as it arrives) and
+:class:`Batch` (the whole rollout with the filter's verdict and RAGEN metrics), plus
+:class:`StepResult` for env hosting."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterable, List, Optional
+
+import numpy as np
+
+from .codec import array_dtype, decode_array
+from .errors import ProtocolError
+
+#: The per-episode arrays every ``group`` frame carries: attribute name → wire field.
+EPISODE_ARRAYS = {
+    "env_ids": "env_ids_i32",
+    "scores": "scores_f32",
+    "rewards": "rewards_f32",
+    "penalties": "penalties_f32",
+    "success": "success_u8",
+}
+
+#: dtype of each per-episode array as the user sees it (``group_ids`` is derived).
+ARRAY_DTYPES = {
+    "env_ids": np.dtype(np.int32),
+    "group_ids": np.dtype(np.int32),
+    "scores": np.dtype(np.float32),
+    "rewards": np.dtype(np.float32),
+    "penalties": np.dtype(np.float32),
+    "success": np.dtype(bool),
+}
+
+
+@dataclass
+class Group:
+    """One finished group of a rollout: ``group_size`` episodes of one tag and seed.
+
+    The arrays have one entry per episode in env-id order and are read-only views of the
+    frame's bytes (``numpy.frombuffer``); copy them to modify. ``kept`` is the filter's
+    verdict: known on arrival in ``batch`` delivery, ``None`` until the rollout's verdict
+    arrives in ``stream`` delivery (the client fills it in then).
+    """
+
+    rollout: str
+    group: int
+    seq: int
+    tag: str
+    seed: int
+    kept: Optional[bool]
+    score: Optional[float]
+    episodes: List[Dict[str, Any]]
+    env_ids: np.ndarray
+    scores: np.ndarray
+    rewards: np.ndarray
+    penalties: np.ndarray
+    success: np.ndarray
+    #: Every typed-array field of the frame by name without suffix (``env_ids``, ``scores`` ...,
+    #: and any array a newer server adds).
+    arrays: Dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+    #: True when the verdict listed this group under ``failed_groups`` (an episode failed).
+    failed: bool = False
+
+    @property
+    def group_ids(self) -> np.ndarray:
+        return np.full(len(self.episodes), self.group, dtype=np.int32)
+
+    def __len__(self) -> int:
+        return len(self.episodes)
+
+    @classmethod
+    def from_frame(cls, frame: Dict[str, Any]) -> "Group":
+        try:
+            episodes = frame["episodes"]
+            if not isinstance(episodes, list):
+                raise ProtocolError(f"group frame: episodes must be a list, got {type(episodes).__name__}")
+            n = len(episodes)
+            arrays: Dict[str, np.ndarray] = {}
+            for name, value in frame.items():
+                if array_dtype(name) is not None:
+                    arrays[name.rsplit("_", 1)[0]] = decode_array(name, value)
+            per_episode = {}
+            for attr, wire in EPISODE_ARRAYS.items():
+                if wire not in frame:
+                    raise ProtocolError(f"group frame lacks {wire!r}")
+                per_episode[attr] = decode_array(wire, frame[wire], n)
+            per_episode["success"] = per_episode["success"] != 0
+            arrays["success"] = per_episode["success"]
+            kept = frame.get("kept")
+            score = frame.get("score")
+            return cls(
+                rollout=str(frame["rollout"]),
+                group=int(frame["group"]),
+                seq=int(frame.get("seq", 0)),
+                tag=str(frame.get("tag", "")),
+                seed=int(frame.get("seed", 0)),
+                kept=None if kept is None else bool(kept),
+                score=None if score is None else float(score),
+                episodes=episodes,
+                arrays=arrays,
+                **per_episode,
+            )
+        except KeyError as missing:
+            raise ProtocolError(f"group frame lacks {missing.args[0]!r}") from None
+
+
+def _concat(groups: List[Group], attr: str) -> np.ndarray:
+    if not groups:
+        return np.empty(0, dtype=ARRAY_DTYPES[attr])
+    return np.concatenate([getattr(g, attr) for g in groups]).astype(ARRAY_DTYPES[attr], copy=False)
+
+
+class Batch:
+    """A finished rollout.
+
+    ``groups`` holds every group the client received, by group id: in ``batch`` delivery
+    the server sends the kept groups only; in ``stream`` delivery it sends every finished
+    group (kept, dropped and failed). The numpy arrays and :attr:`episodes` cover the **kept
+    groups only**, concatenated in group-id (= env-id) order, so row *i* of every array
+    belongs to ``episodes[i]`` and everything is ready for a GRPO/PPO update;
+    :meth:`arrays` ``(which="all")`` and :attr:`all_episodes` cover every received group.
+
+    Attributes:
+        rollout: the rollout id.
+        delivery: ``"batch"`` or ``"stream"``.
+        groups: every received :class:`Group`, by group id.
+        kept, dropped, failed_groups: group ids from the server's verdict.
+        metrics: RAGEN-named metrics (``train/<tag>/success``, ``rollout/filter_kept_ratio`` ...).
+        num_episodes: episodes the rollout played (the verdict's ``episodes``).
+        failed: episodes that failed (inference failed for good, or cancelled).
+        env_ids, group_ids (int32), scores, rewards, penalties (float32), success (bool):
+            one entry per episode of the kept groups.
+    """
+
+    def __init__(self, rollout: str, delivery: str, groups: Iterable[Group], verdict: Dict[str, Any]):
+        self.rollout = rollout
+        self.delivery = delivery
+        self.groups: List[Group] = sorted(groups, key=lambda g: g.group)
+        self.kept: List[int] = [int(g) for g in verdict.get("kept", [])]
+        self.dropped: List[int] = [int(g) for g in verdict.get("dropped", [])]
+        self.failed_groups: List[int] = [int(g) for g in verdict.get("failed_groups", [])]
+        self.metrics: Dict[str, float] = dict(verdict.get("metrics", {}))
+        self.num_episodes: int = int(verdict.get("episodes", 0))
+        self.failed: int = int(verdict.get("failed", 0))
+        self.verdict = verdict
+        kept = set(self.kept)
+        failed = set(self.failed_groups)
+        for g in self.groups:
+            g.kept = g.group in kept
+            g.failed = g.group in failed
+        self.kept_groups: List[Group] = [g for g in self.groups if g.kept]
+        self.episodes: List[Dict[str, Any]] = [e for g in self.kept_groups for e in g.episodes]
+        for attr in ARRAY_DTYPES:
+            setattr(self, attr, _concat(self.kept_groups, attr))
+
+    @property
+    def all_episodes(self) -> List[Dict[str, Any]]:
+        """Episodes of every received group (stream delivery: dropped and failed ones too)."""
+        return [e for g in self.groups for e in g.episodes]
+
+    def arrays(self, which: str = "kept") -> Dict[str, np.ndarray]:
+        """The per-episode arrays as a dict, over ``"kept"`` groups or ``"all"`` received groups."""
+        if which not in ("kept", "all"):
+            raise ValueError(f'which must be "kept" or "all", not {which!r}')
+        groups = self.kept_groups if which == "kept" else self.groups
+        return {attr: _concat(groups, attr) for attr in ARRAY_DTYPES}
+
+    def group(self, group_id: int) -> Group:
+        for g in self.groups:
+            if g.group == group_id:
+                return g
+        raise KeyError(f"group {group_id} was not received (kept: {self.kept})")
+
+    def __len__(self) -> int:
+        return len(self.episodes)
+
+    def __repr__(self) -> str:
+        return (
+            f"Batch(rollout={self.rollout!r}, groups={len(self.groups)}, kept={len(self.kept)}, "
+            f"dropped={len(self.dropped)}, failed_groups={len(self.failed_groups)}, episodes={len(self.episodes)})"
+        )
+
+
+@dataclass
+class StepResult:
+    """One episode's outcome of an ``env_step``: what RAGEN's env manager computed."""
+
+    env_id: int
+    parsed: List[str]
+    actions: List[str]
+    reward: float
+    reward_text: str
+    format_penalty: bool
+    done: bool
+    success: bool
+    #: The full chat for the next turn; ``None`` once the episode is done.
+    messages: Optional[List[Dict[str, str]]]
+
+    @classmethod
+    def from_wire(cls, item: Dict[str, Any]) -> "StepResult":
+        try:
+            return cls(
+                env_id=int(item["env_id"]),
+                parsed=list(item.get("parsed", [])),
+                actions=list(item.get("actions", [])),
+                reward=float(item.get("reward", 0.0)),
+                reward_text=str(item.get("reward_text", "")),
+                format_penalty=bool(item.get("format_penalty", False)),
+                done=bool(item["done"]),
+                success=bool(item.get("success", False)),
+                messages=item.get("messages"),
+            )
+        except KeyError as missing:
+            raise ProtocolError(f"env_stepped result lacks {missing.args[0]!r}") from None

@@ -1,0 +1,175 @@
+// The server factory: a fastify app with the HTTP routes (/healthz, /metrics, /v1/envs) and the
+// WebSocket route /v1/rollouts (ws, attached at the HTTP upgrade after the token check).
+// Tests call buildServer directly and listen on 127.0.0.1:0.
+import { readFileSync } from "node:fs";
+import type { IncomingMessage } from "node:http";
+import type { Duplex } from "node:stream";
+import Fastify, { type FastifyInstance } from "fastify";
+import { WebSocketServer } from "ws";
+import { createRegistry } from "../../envs/catalog.ts";
+import type { EnvRegistry } from "../../envs/registry.ts";
+import { CLOSE_CODES, encodeMessage } from "../../protocol/codec.ts";
+import { defaultConfig, type RollgymConfig } from "../config/index.ts";
+import { oraclePolicy } from "../llm/builtin.ts";
+import type { Policy } from "../llm/policy.ts";
+import { authorized } from "./auth.ts";
+import { handleConnection } from "./connection.ts";
+import { createMetrics, instrumentPolicy } from "./metrics.ts";
+import { DEFAULT_LIMITS, type ServerLimits, type ServerState } from "./state.ts";
+
+export interface ServerOptions extends Partial<ServerLimits> {
+  config?: RollgymConfig;
+  registry?: EnvRegistry;
+  /** Inference; the built-in oracle when omitted. */
+  policy?: Policy;
+  /** Bearer token required at the upgrade; null or omitted = open. */
+  token?: string | null;
+  /** Groups of one rollout played at once. */
+  groupConcurrency?: number;
+  /** How long a SIGTERM lets running rollouts finish before cancelling them. */
+  shutdownDeadlineMs?: number;
+  logger?: boolean | { level: string };
+}
+
+export interface RollgymServer {
+  app: FastifyInstance;
+  state: ServerState;
+  /** Listen; resolves to the base http URL. */
+  listen(port?: number, host?: string): Promise<string>;
+  /** Graceful shutdown: refuse new work, let rollouts finish until the deadline, close. */
+  shutdown(reason?: string): Promise<void>;
+}
+
+const VERSION = (
+  JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8")) as { version: string }
+).version;
+
+export async function buildServer(options: ServerOptions = {}): Promise<RollgymServer> {
+  const app = Fastify({ logger: options.logger ?? false });
+  const metrics = createMetrics();
+  const registry = options.registry ?? createRegistry();
+  const policy = instrumentPolicy(options.policy ?? oraclePolicy(), metrics);
+  const limits: ServerLimits = { ...DEFAULT_LIMITS, ...pickLimits(options) };
+  const state: ServerState = {
+    options: {
+      ...limits,
+      token: options.token ?? null,
+      groupConcurrency: options.groupConcurrency ?? 64,
+      shutdownDeadlineMs: options.shutdownDeadlineMs ?? 30_000,
+    },
+    config: options.config ?? defaultConfig(),
+    registry,
+    policy,
+    metrics,
+    sessions: new Map(),
+    episodesInFlight: 0,
+    closing: false,
+    version: VERSION,
+    log: app.log,
+    rolloutContext: {
+      registry,
+      policy,
+      metrics,
+      maxBufferedGroups: limits.maxBufferedGroups,
+      groupConcurrency: options.groupConcurrency ?? 64,
+    },
+    limits: () => ({
+      max_frame_bytes: limits.maxFrameBytes,
+      max_rollouts_per_connection: limits.maxRolloutsPerConnection,
+      max_groups_per_rollout: limits.maxGroupsPerRollout,
+      max_episodes_in_flight: limits.maxEpisodesInFlight,
+      max_buffered_groups: limits.maxBufferedGroups,
+      resume_grace_s: limits.resumeGraceMs / 1000,
+    }),
+  };
+
+  app.get("/healthz", async () => ({ status: state.closing ? "closing" : "ok", version: VERSION }));
+  app.get("/metrics", async (_request, reply) => {
+    reply.header("content-type", metrics.registry.contentType);
+    return metrics.registry.metrics();
+  });
+  app.get("/v1/envs", async () => ({
+    envs: registry.tagNames().map((tag) => {
+      const t = registry.tag(tag);
+      return {
+        tag,
+        env_type: t.spec.env_type,
+        max_actions_per_traj: t.spec.max_actions_per_traj,
+        max_tokens: t.spec.max_tokens,
+        config: t.config,
+      };
+    }),
+  }));
+
+  const wss = new WebSocketServer({
+    noServer: true,
+    maxPayload: limits.maxFrameBytes,
+    perMessageDeflate: false,
+  });
+  wss.on("connection", (socket) => handleConnection(state, socket));
+  app.server.on("upgrade", (request: IncomingMessage, socket: Duplex, head: Buffer) => {
+    const path = new URL(request.url ?? "/", "http://localhost").pathname;
+    if (path !== "/v1/rollouts")
+      return refuse(socket, 404, "Not Found", "no WebSocket route here; use /v1/rollouts");
+    if (state.closing) return refuse(socket, 503, "Service Unavailable", "the server is shutting down");
+    if (!authorized(request, state.options.token)) {
+      return refuse(
+        socket,
+        401,
+        "Unauthorized",
+        "a valid bearer token is required (Authorization: Bearer TOKEN)",
+      );
+    }
+    wss.handleUpgrade(request, socket, head, (ws) => wss.emit("connection", ws, request));
+  });
+
+  let shuttingDown: Promise<void> | null = null;
+  const shutdown = (reason = "server shutting down"): Promise<void> => {
+    shuttingDown ??= (async () => {
+      state.closing = true;
+      const deadline = state.options.shutdownDeadlineMs;
+      for (const ws of wss.clients)
+        ws.send(encodeMessage({ type: "closing", reason, deadline_ms: deadline }));
+      const running = [...state.sessions.values()].flatMap((s) =>
+        [...s.rollouts.values()].map((r) => r.done),
+      );
+      const timer = new Promise((resolve) => setTimeout(resolve, deadline).unref());
+      await Promise.race([Promise.all(running), timer]);
+      for (const session of state.sessions.values()) {
+        for (const rollout of session.rollouts.values()) {
+          rollout.abort.abort();
+          for (const wake of rollout.waiters.splice(0)) wake();
+        }
+      }
+      // Cancelled rollouts still send their batch frames before the sockets close.
+      await Promise.all(running);
+      for (const ws of wss.clients) ws.close(CLOSE_CODES.goingAway, reason);
+      for (const session of [...state.sessions.values()]) session.end();
+      await app.close();
+      await policy.close?.();
+    })();
+    return shuttingDown;
+  };
+
+  return {
+    app,
+    state,
+    async listen(port = 0, host = "127.0.0.1") {
+      const address = await app.listen({ port, host });
+      return address;
+    },
+    shutdown,
+  };
+}
+
+function refuse(socket: Duplex, status: number, text: string, message: string): void {
+  const body = JSON.stringify({ error: { code: status, message } });
+  socket.end(
+    `HTTP/1.1 ${status} ${text}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+  );
+}
+
+function pickLimits(options: ServerOptions): Partial<ServerLimits> {
+  const keys = Object.keys(DEFAULT_LIMITS) as (keyof ServerLimits)[];
+  return Object.fromEntries(keys.filter((k) => options[k] !== undefined).map((k) => [k, options[k]]));
+}

@@ -1,0 +1,85 @@
+// Prometheus metrics of the server (GET /metrics), and a policy wrapper that times inference.
+import client from "prom-client";
+import type { Policy, PolicyRequest, PolicyResponse } from "../llm/policy.ts";
+
+export interface ServerMetrics {
+  registry: client.Registry;
+  rollouts: client.Counter<"mode" | "delivery">;
+  episodes: client.Counter<"outcome">;
+  turns: client.Counter;
+  inference: client.Histogram<"outcome">;
+  completionTokens: client.Counter;
+  queuedGroups: client.Gauge;
+  connectedClients: client.Gauge;
+  activeRollouts: client.Gauge;
+}
+
+export function createMetrics(): ServerMetrics {
+  const registry = new client.Registry();
+  // Process metrics include nodejs_eventloop_lag_seconds.
+  client.collectDefaultMetrics({ register: registry, eventLoopMonitoringPrecision: 20 });
+  const registers = [registry];
+  return {
+    registry,
+    rollouts: new client.Counter({
+      name: "rollgym_rollouts_total",
+      help: "Rollouts started",
+      labelNames: ["mode", "delivery"],
+      registers,
+    }),
+    episodes: new client.Counter({
+      name: "rollgym_episodes_total",
+      help: "Episodes finished",
+      labelNames: ["outcome"],
+      registers,
+    }),
+    turns: new client.Counter({ name: "rollgym_turns_total", help: "Model turns applied", registers }),
+    inference: new client.Histogram({
+      name: "rollgym_inference_request_seconds",
+      help: "Inference request latency, retries included",
+      labelNames: ["outcome"],
+      buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60],
+      registers,
+    }),
+    completionTokens: new client.Counter({
+      name: "rollgym_completion_tokens_total",
+      help: "Tokens generated",
+      registers,
+    }),
+    queuedGroups: new client.Gauge({
+      name: "rollgym_queued_groups",
+      help: "Finished groups waiting for clients",
+      registers,
+    }),
+    connectedClients: new client.Gauge({
+      name: "rollgym_connected_clients",
+      help: "Open WebSocket connections",
+      registers,
+    }),
+    activeRollouts: new client.Gauge({
+      name: "rollgym_active_rollouts",
+      help: "Rollouts running",
+      registers,
+    }),
+  };
+}
+
+/** The same policy, with every request timed and its tokens counted. */
+export function instrumentPolicy(policy: Policy, metrics: ServerMetrics): Policy {
+  return {
+    name: policy.name,
+    async generate(request: PolicyRequest): Promise<PolicyResponse> {
+      const stop = metrics.inference.startTimer();
+      try {
+        const response = await policy.generate(request);
+        stop({ outcome: "ok" });
+        if (response.completionTokens) metrics.completionTokens.inc(response.completionTokens);
+        return response;
+      } catch (error) {
+        stop({ outcome: "error" });
+        throw error;
+      }
+    },
+    close: policy.close?.bind(policy),
+  };
+}

@@ -1,0 +1,153 @@
+// Running a trainer's rollout: the engine plays the batch, finished groups go to the session's
+// outbox (stream: as they finish, behind the buffer bound; batch: the kept groups once the
+// filter has decided), then the verdict and RAGEN metrics in a `batch` frame.
+
+import type { EnvRegistry } from "../../envs/registry.ts";
+import { f32Bin, i32Bin, u8Bin } from "../../protocol/codec.ts";
+import type { RolloutRequest } from "../../protocol/messages.ts";
+import type { Policy } from "../llm/policy.ts";
+import { type BatchRequest, runBatch } from "../rollout/batch.ts";
+import type { EpisodeRecord } from "../rollout/episode.ts";
+import type { ServerMetrics } from "./metrics.ts";
+import type { RolloutDelivery, Session } from "./session.ts";
+
+export interface RolloutContext {
+  registry: EnvRegistry;
+  policy: Policy;
+  metrics: ServerMetrics;
+  maxBufferedGroups: number;
+  groupConcurrency: number;
+}
+
+export function groupFrame(
+  rollout: string,
+  group: number,
+  episodes: readonly EpisodeRecord[],
+  kept: boolean | null,
+  score: number | null,
+): Record<string, unknown> & { type: "group" } {
+  return {
+    type: "group",
+    rollout,
+    group,
+    seq: 0,
+    tag: episodes[0]?.tag ?? "",
+    seed: episodes[0]?.seed ?? 0,
+    kept,
+    score,
+    episodes,
+    env_ids_i32: i32Bin(episodes.map((e) => e.env_id)),
+    scores_f32: f32Bin(episodes.map((e) => e.score)),
+    rewards_f32: f32Bin(episodes.map((e) => e.reward)),
+    penalties_f32: f32Bin(episodes.map((e) => e.penalty)),
+    success_u8: u8Bin(episodes.map((e) => (e.success ? 1 : 0))),
+  };
+}
+
+/** Play `request` for `session`; resolves when the batch frame is queued. */
+export async function runRollout(
+  ctx: RolloutContext,
+  session: Session,
+  frame: RolloutRequest,
+  request: BatchRequest,
+): Promise<void> {
+  const delivery: RolloutDelivery = {
+    id: frame.id,
+    buffered: 0,
+    batch: null,
+    waiters: [],
+    abort: new AbortController(),
+    done: null,
+  };
+  session.rollouts.set(frame.id, delivery);
+  const stream = frame.delivery === "stream";
+  const held = new Map<number, EpisodeRecord[]>();
+  const total = request.tags.reduce((n, t) => n + t.groups, 0) * request.groupSize;
+  let finished = 0;
+  let failed = 0;
+  let groupsDone = 0;
+  let lastProgress = 0;
+  ctx.metrics.rollouts.inc({ mode: request.mode, delivery: frame.delivery });
+  ctx.metrics.activeRollouts.inc();
+
+  const progress = (force: boolean) => {
+    const now = Date.now();
+    if (!force && now - lastProgress < 500) return;
+    lastProgress = now;
+    session.sendNow({
+      type: "progress",
+      rollout: frame.id,
+      episodes_done: finished,
+      episodes_total: total,
+      groups_done: groupsDone,
+      failed,
+    } as never);
+  };
+
+  delivery.done = (async () => {
+    try {
+      const batch = await runBatch(ctx.registry, request, ctx.policy, {
+        signal: delivery.abort.signal,
+        maxConcurrentGroups: ctx.groupConcurrency,
+        retainEpisodes: false,
+        admitGroup: stream ? () => session.room(delivery, ctx.maxBufferedGroups) : undefined,
+        onTurn: () => ctx.metrics.turns.inc(),
+        onEpisode: (record) => {
+          finished++;
+          if (record.failure !== null) failed++;
+          ctx.metrics.episodes.inc({
+            outcome: record.failure !== null ? "failed" : record.success ? "success" : "fail",
+          });
+          progress(false);
+        },
+        onGroup: (group, episodes) => {
+          groupsDone++;
+          if (stream) {
+            // Its place in the buffer was reserved when the group was admitted.
+            ctx.metrics.queuedGroups.inc();
+            session.enqueueGroup(frame.id, group, groupFrame(frame.id, group, episodes, null, null) as never);
+          } else {
+            held.set(group, episodes);
+          }
+        },
+      });
+      progress(true);
+      if (!stream) {
+        for (const g of batch.groups) {
+          if (!g.kept) continue;
+          delivery.buffered++;
+          ctx.metrics.queuedGroups.inc();
+          session.enqueueGroup(
+            frame.id,
+            g.group_id,
+            groupFrame(frame.id, g.group_id, held.get(g.group_id) ?? [], true, g.score) as never,
+          );
+        }
+        held.clear();
+      }
+      const verdict = {
+        type: "batch",
+        rollout: frame.id,
+        kept: batch.groups.filter((g) => g.kept).map((g) => g.group_id),
+        dropped: batch.groups.filter((g) => !g.kept && !g.failed).map((g) => g.group_id),
+        failed_groups: batch.groups.filter((g) => g.failed).map((g) => g.group_id),
+        metrics: batch.metrics,
+        episodes: batch.episodes.length,
+        failed: batch.failed,
+      };
+      delivery.batch = verdict as never;
+      session.enqueue(verdict as never);
+    } catch (error) {
+      session.sendNow({
+        type: "error",
+        code: "internal",
+        message: error instanceof Error ? error.message : String(error),
+        rollout: frame.id,
+      } as never);
+      session.rollouts.delete(frame.id);
+    } finally {
+      ctx.metrics.activeRollouts.dec();
+    }
+  })();
+  await delivery.done;
+}

@@ -1,0 +1,85 @@
+// A minimal protocol client for the server tests: raw frames in, decoded messages out.
+import WebSocket from "ws";
+import { decodeFrame, encodeMessage } from "../../protocol/codec.ts";
+
+export type Frame = Record<string, unknown> & { type: string };
+
+export class TestClient {
+  readonly ws: WebSocket;
+  readonly received: Frame[] = [];
+  closeCode: number | null = null;
+  closeReason = "";
+  private waiters: { match: (f: Frame) => boolean; resolve: (f: Frame) => void }[] = [];
+  private closeWaiters: (() => void)[] = [];
+
+  private constructor(ws: WebSocket) {
+    this.ws = ws;
+    ws.on("message", (data: Buffer) => {
+      const frame = decodeFrame(new Uint8Array(data)) as Frame;
+      this.received.push(frame);
+      this.waiters = this.waiters.filter((w) => {
+        if (!w.match(frame)) return true;
+        w.resolve(frame);
+        return false;
+      });
+    });
+    ws.on("close", (code, reason) => {
+      this.closeCode = code;
+      this.closeReason = reason.toString();
+      for (const w of this.closeWaiters.splice(0)) w();
+    });
+  }
+
+  static async connect(
+    url: string,
+    options: { token?: string; queryToken?: string; hello?: Frame | null } = {},
+  ): Promise<TestClient> {
+    const headers = options.token ? { authorization: `Bearer ${options.token}` } : undefined;
+    const query = options.queryToken ? `?token=${encodeURIComponent(options.queryToken)}` : "";
+    const ws = new WebSocket(`${url.replace(/^http/, "ws")}/v1/rollouts${query}`, { headers });
+    await new Promise<void>((resolve, reject) => {
+      ws.once("open", () => resolve());
+      ws.once("error", reject);
+      ws.once("unexpected-response", (_req, res) => reject(new Error(`HTTP ${res.statusCode}`)));
+    });
+    const client = new TestClient(ws);
+    if (options.hello !== null) {
+      client.send(options.hello ?? { type: "hello", protocol: 1, client: "test" });
+      await client.next((f) => f.type === "welcome" || f.type === "error");
+    }
+    return client;
+  }
+
+  send(frame: Record<string, unknown>): void {
+    this.ws.send(encodeMessage(frame));
+  }
+
+  /** The first frame (already received or future) matching `match`. */
+  next(match: (f: Frame) => boolean, timeoutMs = 60_000): Promise<Frame> {
+    const seen = this.received.find(match);
+    if (seen) return Promise.resolve(seen);
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error("timed out waiting for a frame")), timeoutMs);
+      this.waiters.push({
+        match,
+        resolve: (f) => {
+          clearTimeout(timer);
+          resolve(f);
+        },
+      });
+    });
+  }
+
+  closed(): Promise<void> {
+    if (this.closeCode !== null) return Promise.resolve();
+    return new Promise((resolve) => this.closeWaiters.push(resolve));
+  }
+
+  of(type: string): Frame[] {
+    return this.received.filter((f) => f.type === type);
+  }
+
+  close(): void {
+    this.ws.close();
+  }
+}

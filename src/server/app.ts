@@ -143,6 +143,7 @@ export async function buildServer(options: ServerOptions = {}): Promise<RollgymS
       }
       // Cancelled rollouts still send their batch frames before the sockets close.
       await Promise.all(running);
+      for (const session of state.sessions.values()) session.flushVerdicts();
       for (const ws of wss.clients) ws.close(CLOSE_CODES.goingAway, reason);
       for (const session of [...state.sessions.values()]) session.end();
       await app.close();

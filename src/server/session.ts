@@ -140,6 +140,12 @@ export class Session {
     rollout.buffered++;
   }
 
+  /** Shutdown: send the queued non-group frames (the verdicts) even where groups wait for credit. */
+  flushVerdicts(): void {
+    const socket = this.socket;
+    for (const frame of this.outbox.splice(0)) if (!("frame" in frame)) socket?.send(encodeMessage(frame));
+  }
+
   private pump(): void {
     const socket = this.socket;
     if (!socket) return;

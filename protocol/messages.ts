@@ -265,6 +265,8 @@ export const ErrorFrameSchema = map({
   code: Type.Enum(ERROR_CODES),
   message: Type.String(),
   rollout: Type.Optional(Type.String()),
+  /** The env-hosting session an error concerns. */
+  id: Type.Optional(Type.String()),
   field: Type.Optional(Type.String()),
 });
 export type ErrorFrame = Static<typeof ErrorFrameSchema>;

@@ -174,7 +174,21 @@ export function buildRegistry(config: RollgymConfig): EnvRegistry {
   return registry;
 }
 
-export function buildPolicy(config: RollgymConfig): Policy {
+/** The configured policy, with a remote endpoint checked first (one clear line when it fails). */
+export async function readyPolicy(config: RollgymConfig): Promise<Policy> {
+  const policy = buildPolicy(config);
+  if (policy instanceof ChatPolicy) {
+    try {
+      await policy.preflight();
+    } catch (error) {
+      if (error instanceof PolicyError) throw new UsageError(error.message);
+      throw error;
+    }
+  }
+  return policy;
+}
+
+function buildPolicy(config: RollgymConfig): Policy {
   const { llm, policy } = config.rollgym;
   if (llm.base_url) {
     if (!llm.model) throw new UsageError("--llm needs --model (rollgym.llm.model)");
@@ -224,15 +238,7 @@ export async function rolloutCommand(argv: readonly string[]): Promise<void> {
   } catch (error) {
     throw new UsageError(error instanceof Error ? error.message : String(error));
   }
-  const policy = buildPolicy(config);
-  if (policy instanceof ChatPolicy) {
-    try {
-      await policy.preflight();
-    } catch (error) {
-      if (error instanceof PolicyError) throw new UsageError(error.message);
-      throw error;
-    }
-  }
+  const policy = await readyPolicy(config);
 
   const total = request.tags.reduce((n, t) => n + t.groups, 0) * request.groupSize;
   const bar = new ProgressBar(`${request.mode} ${request.tags.map((t) => t.tag).join("+")}`, total);

@@ -1,11 +1,9 @@
 // `rollgym serve`: the rollout server for trainers (WebSocket /v1/rollouts, /healthz,
 // /metrics, /v1/envs). Without --llm it serves with the built-in policy.
 
-import { ChatPolicy } from "../llm/openai-chat.ts";
-import { PolicyError } from "../llm/policy.ts";
 import { buildServer } from "../server/app.ts";
 import { parseArgs, parseInteger, UsageError } from "./args.ts";
-import { buildPolicy, buildRegistry, loadOrExplain } from "./rollout.ts";
+import { buildRegistry, loadOrExplain, readyPolicy } from "./rollout.ts";
 
 const FLAGS = {
   host: { kind: "value", help: "interface to listen on (default 127.0.0.1)" },
@@ -53,15 +51,7 @@ export async function serveCommand(argv: readonly string[]): Promise<void> {
   } catch (error) {
     throw new UsageError(error instanceof Error ? error.message : String(error));
   }
-  const policy = buildPolicy(config);
-  if (policy instanceof ChatPolicy) {
-    try {
-      await policy.preflight();
-    } catch (error) {
-      if (error instanceof PolicyError) throw new UsageError(error.message);
-      throw error;
-    }
-  }
+  const policy = await readyPolicy(config);
   const server = await buildServer({
     config,
     registry,

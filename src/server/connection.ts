@@ -53,7 +53,17 @@ export function handleConnection(state: ServerState, socket: WebSocket): void {
         );
         return;
       }
-      fail(checked.code, checked.message, { field: checked.field });
+      // Name the rollout or env session the bad frame was about, when it says so.
+      const about = value as { type: string; id?: unknown };
+      const owner =
+        typeof about.id !== "string"
+          ? {}
+          : about.type === "rollout"
+            ? { rollout: about.id }
+            : about.type.startsWith("env_")
+              ? { id: about.id }
+              : {};
+      fail(checked.code, checked.message, { field: checked.field, ...owner });
       return;
     }
     const message = checked.message;
@@ -250,7 +260,7 @@ function dispatch(
     }
     case "env_open": {
       if (hosted.has(message.id)) {
-        fail("duplicate_id", `env session ${JSON.stringify(message.id)} is already open`);
+        fail("duplicate_id", `env session ${JSON.stringify(message.id)} is already open`, { id: message.id });
         return;
       }
       if (!state.registry.hasTag(message.tag)) {
@@ -278,13 +288,16 @@ function dispatch(
     case "env_step": {
       const envs = hosted.get(message.id);
       if (!envs) {
-        fail("unknown_env", `no env session ${JSON.stringify(message.id)} is open on this connection`);
+        fail("unknown_env", `no env session ${JSON.stringify(message.id)} is open on this connection`, {
+          id: message.id,
+        });
         return;
       }
       try {
         reply({ type: "env_stepped", id: message.id, results: envs.step(message.responses) });
       } catch (error) {
-        if (error instanceof EnvHostError) fail(error.code, error.message, { field: "responses" });
+        if (error instanceof EnvHostError)
+          fail(error.code, error.message, { field: "responses", id: message.id });
         else throw error;
       }
       return;
@@ -292,7 +305,9 @@ function dispatch(
     case "env_close": {
       const envs = hosted.get(message.id);
       if (!envs) {
-        fail("unknown_env", `no env session ${JSON.stringify(message.id)} is open on this connection`);
+        fail("unknown_env", `no env session ${JSON.stringify(message.id)} is open on this connection`, {
+          id: message.id,
+        });
         return;
       }
       hosted.delete(message.id);

@@ -1,6 +1,7 @@
 // Runs the CLI the way users do: `npx rollgym …` from the repo root (pinned Node 24).
-import { spawn } from "node:child_process";
+import { type ChildProcess, spawn } from "node:child_process";
 import { dirname, join } from "node:path";
+import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 
 export const ROOT = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
@@ -43,4 +44,19 @@ export function expectUsageError(result: CliResult, mentions: readonly string[])
   for (const word of mentions)
     if (!result.stderr.includes(word)) problems.push(`stderr does not mention ${word}`);
   if (problems.length) throw new Error(`${problems.join("; ")}\nstderr: ${result.stderr}`);
+}
+
+/** `rollgym serve` in its own process on a free port; resolves once it prints its URL. */
+export async function spawnServe(
+  args: readonly string[] = [],
+): Promise<{ url: string; child: ChildProcess }> {
+  const child = spawn(process.execPath, ["src/cli/main.ts", "serve", "--port", "0", ...args], {
+    cwd: ROOT,
+    stdio: ["ignore", "pipe", "inherit"],
+  });
+  for await (const line of createInterface({ input: child.stdout! })) {
+    const match = /serving on (http:\/\/\S+)/.exec(line);
+    if (match) return { url: match[1], child };
+  }
+  throw new Error("rollgym serve exited before listening");
 }

@@ -27,7 +27,13 @@ function run(
   return new Promise((resolve, reject) => {
     const child = spawn(command, args, {
       cwd: ROOT,
-      env: { ...process.env, PYTHONPATH: "protocol/python", PYTHONUNBUFFERED: "1", ...env },
+      env: {
+        ...process.env,
+        PYTHONPATH: "protocol/python",
+        PYTHONUNBUFFERED: "1",
+        PYTHONDONTWRITEBYTECODE: "1",
+        ...env,
+      },
       stdio: ["ignore", "pipe", "pipe"],
     });
     let stdout = "";

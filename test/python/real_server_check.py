@@ -130,6 +130,36 @@ def resume_check(client: Client, request: dict, reference: Batch) -> dict:
     return {"groups_seen": seen, "resumes": client.resumes}
 
 
+def openrlhf_check(batch: Batch) -> dict:
+    """examples/openrlhf_agent.py replaying the oracle's answers for validation episode 0:
+    the agent's final reward is the rollout's score for that episode."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "protocol", "python", "examples"))
+    import asyncio
+
+    import openrlhf_agent
+
+    openrlhf_agent.ROLLGYM_URL = URL
+    openrlhf_agent.ROLLGYM_TOKEN = TOKEN
+    record = batch.episodes[0]
+
+    async def play() -> float:
+        agent = openrlhf_agent.AgentInstance()
+        state = await agent.reset({"label": json.dumps({"tag": record["tag"], "seed": record["seed"], "mode": "val"})})
+        check(record["turns"][0]["state"] in state["observation"], "the agent's first prompt lacks the first state")
+        out: dict = {}
+        for turn in record["turns"]:
+            action = turn["raw_response"][len("<think>"):] + openrlhf_agent.END_OF_TURN
+            out = await agent.step({"action_text": action})
+        check(out.get("done") is True, "the agent's episode did not end with the rollout's")
+        for client in openrlhf_agent._clients.values():
+            await client.close()
+        return float(out["rewards"])
+
+    reward = asyncio.run(play())
+    check(abs(reward - record["score"]) < 1e-6, f"agent reward {reward} != rollout score {record['score']}")
+    return {"reward": reward}
+
+
 def main() -> int:
     out: dict = {}
     if TOKEN is not None:
@@ -181,6 +211,7 @@ def main() -> int:
             raise AssertionError("an unknown tag should be refused")
 
         out["env_metrics"] = env_replay(client, val, "CoordSokoban", 16, 1, "val")
+        out["openrlhf"] = openrlhf_check(val)
 
     with Client(URL, token=TOKEN, credit=2, reconnect_backoff=0.05) as client:
         request = dict(tag="SimpleSokoban", groups=12, group_size=2, mode="train", step=1)

@@ -2,15 +2,13 @@
 // and a slow client behind a 1,000-group rollout. Each bad frame gets an error frame or a
 // documented close code; the server stays up and other clients are unaffected; memory stays
 // bounded behind the slow client.
-import { spawn } from "node:child_process";
 import { readFileSync } from "node:fs";
-import { createInterface } from "node:readline";
 import { decode, encode } from "@msgpack/msgpack";
 import seedrandom from "seedrandom";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { validateClientMessage } from "../../protocol/messages.ts";
 import { buildServer, type RollgymServer } from "../../src/server/app.ts";
-import { ROOT } from "../helpers/cli.ts";
+import { spawnServe } from "../helpers/cli.ts";
 import { type Frame, TestClient } from "../helpers/ws-client.ts";
 
 const DOCUMENTED_CLOSES = new Set([1002, 1009, 4000]);
@@ -144,23 +142,8 @@ describe("malformed frames", () => {
 
 describe("a slow client behind a 1,000-group rollout", () => {
   it("keeps one group in flight, at most max_buffered_groups waiting, and RSS within 100 MiB", async () => {
-    const child = spawn(
-      process.execPath,
-      ["src/cli/main.ts", "serve", "--port", "0", "--max-buffered-groups", "8"],
-      {
-        cwd: ROOT,
-        stdio: ["ignore", "pipe", "inherit"],
-      },
-    );
+    const { url, child } = await spawnServe(["--max-buffered-groups", "8"]);
     try {
-      let url = "";
-      for await (const line of createInterface({ input: child.stdout! })) {
-        const m = /serving on (http:\/\/\S+)/.exec(line);
-        if (m) {
-          url = m[1];
-          break;
-        }
-      }
       const rss = () =>
         Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${child.pid}/status`, "utf8"))![1]) * 1024;
       const queued = async () => {

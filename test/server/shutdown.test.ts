@@ -1,29 +1,12 @@
 // SIGTERM on `rollgym serve`: new work is refused, running rollouts finish (or are cancelled
 // at the deadline), clients hear `closing` and their `batch`, then the socket closes with 1001.
-import { spawn } from "node:child_process";
-import { createInterface } from "node:readline";
 import { describe, expect, it } from "vitest";
-import { ROOT } from "../helpers/cli.ts";
+import { spawnServe } from "../helpers/cli.ts";
 import { TestClient } from "../helpers/ws-client.ts";
 
 describe("graceful shutdown", () => {
   it("refuses new work, cancels what is left at the deadline, sends the verdict, and exits", async () => {
-    const child = spawn(
-      process.execPath,
-      ["src/cli/main.ts", "serve", "--port", "0", "--shutdown-deadline", "2"],
-      {
-        cwd: ROOT,
-        stdio: ["ignore", "pipe", "pipe"],
-      },
-    );
-    let url = "";
-    for await (const line of createInterface({ input: child.stdout! })) {
-      const m = /serving on (http:\/\/\S+)/.exec(line);
-      if (m) {
-        url = m[1];
-        break;
-      }
-    }
+    const { url, child } = await spawnServe(["--shutdown-deadline", "2"]);
     const exited = new Promise<number | null>((resolve) => child.on("exit", (code) => resolve(code)));
     const client = await TestClient.connect(url);
     // A stream rollout whose client never acknowledges stalls at the buffer bound: only the

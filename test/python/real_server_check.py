@@ -105,8 +105,8 @@ def env_replay(client: Client, batch: Batch, tag: str, groups: int, group_size: 
 
 
 def resume_check(client: Client, request: dict, reference: Batch) -> dict:
-    """Abort the TCP connection under a stream: the client resumes the session and the user
-    still sees every group exactly once, with the same data."""
+    """Abort the TCP connection under a stream at 50 random points: the client resumes the
+    session each time and the user still sees every group exactly once, with the same data."""
     aborted = threading.Event()
 
     def abort() -> None:
@@ -115,14 +115,25 @@ def resume_check(client: Client, request: dict, reference: Batch) -> dict:
             ws.transport.abort()
         aborted.set()
 
+    # Kill the connection at 50 random points of the rollout (after random groups); a point that
+    # comes while the previous kill is still being recovered is taken at the next group.
+    import random
+    points = set(random.Random(7).sample(range(len(reference.groups) - 20), 50))
     stream = client.stream(**request)
     seen = []
+    pending = kills = 0
     for group in stream:
         seen.append(group.group)
-        if len(seen) == 1:
+        if len(seen) - 1 in points:
+            pending += 1
+        if pending and client.resumes == kills:
+            aborted.clear()
             client.loop.call_soon_threadsafe(abort)
             aborted.wait(5)
-    check(client.resumes == 1, f"expected one resume, got {client.resumes}")
+            pending -= 1
+            kills += 1
+    check(kills == 50, f"expected 50 kills, made {kills}")
+    check(client.resumes == 50, f"expected 50 resumes, got {client.resumes}")
     check(sorted(seen) == list(range(len(reference.groups))), f"groups seen after resume: {seen}")
     check(len(seen) == len(set(seen)), f"a group was handed out twice: {seen}")
     check(same_arrays(stream.batch, reference, "all", "all"), "arrays differ after resume")
@@ -214,7 +225,7 @@ def main() -> int:
         out["openrlhf"] = openrlhf_check(val)
 
     with Client(URL, token=TOKEN, credit=2, reconnect_backoff=0.05) as client:
-        request = dict(tag="SimpleSokoban", groups=12, group_size=2, mode="train", step=1)
+        request = dict(tag="SimpleSokoban", groups=200, group_size=2, mode="train", step=1)
         reference = client.rollout(delivery="stream", **request)
         out["resume"] = resume_check(client, request, reference)
 

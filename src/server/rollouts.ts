@@ -4,7 +4,7 @@
 
 import type { EnvRegistry } from "../../envs/registry.ts";
 import { f32Bin, i32Bin, u8Bin } from "../../protocol/codec.ts";
-import type { RolloutRequest } from "../../protocol/messages.ts";
+import type { BatchFrame, GroupFrame, ProgressFrame, RolloutRequest } from "../../protocol/messages.ts";
 import type { Policy } from "../llm/policy.ts";
 import { type BatchRequest, runBatch } from "../rollout/batch.ts";
 import type { EpisodeRecord } from "../rollout/episode.ts";
@@ -25,7 +25,7 @@ export function groupFrame(
   episodes: readonly EpisodeRecord[],
   kept: boolean | null,
   score: number | null,
-): Record<string, unknown> & { type: "group" } {
+): GroupFrame {
   return {
     type: "group",
     rollout,
@@ -35,7 +35,8 @@ export function groupFrame(
     seed: episodes[0]?.seed ?? 0,
     kept,
     score,
-    episodes,
+    // Episode records travel as plain maps.
+    episodes: episodes as unknown as GroupFrame["episodes"],
     env_ids_i32: i32Bin(episodes.map((e) => e.env_id)),
     scores_f32: f32Bin(episodes.map((e) => e.score)),
     rewards_f32: f32Bin(episodes.map((e) => e.reward)),
@@ -74,14 +75,15 @@ export async function runRollout(
     const now = Date.now();
     if (!force && now - lastProgress < 500) return;
     lastProgress = now;
-    session.sendNow({
+    const update: ProgressFrame = {
       type: "progress",
       rollout: frame.id,
       episodes_done: finished,
       episodes_total: total,
       groups_done: groupsDone,
       failed,
-    } as never);
+    };
+    session.sendNow(update);
   };
 
   delivery.done = (async () => {
@@ -105,7 +107,7 @@ export async function runRollout(
           if (stream) {
             // Its place in the buffer was reserved when the group was admitted.
             ctx.metrics.queuedGroups.inc();
-            session.enqueueGroup(frame.id, group, groupFrame(frame.id, group, episodes, null, null) as never);
+            session.enqueueGroup(frame.id, group, groupFrame(frame.id, group, episodes, null, null));
           } else {
             held.set(group, episodes);
           }
@@ -120,12 +122,12 @@ export async function runRollout(
           session.enqueueGroup(
             frame.id,
             g.group_id,
-            groupFrame(frame.id, g.group_id, held.get(g.group_id) ?? [], true, g.score) as never,
+            groupFrame(frame.id, g.group_id, held.get(g.group_id) ?? [], true, g.score),
           );
         }
         held.clear();
       }
-      const verdict = {
+      const verdict: BatchFrame = {
         type: "batch",
         rollout: frame.id,
         kept: batch.groups.filter((g) => g.kept).map((g) => g.group_id),
@@ -135,15 +137,15 @@ export async function runRollout(
         episodes: batch.episodes.length,
         failed: batch.failed,
       };
-      delivery.batch = verdict as never;
-      session.enqueue(verdict as never);
+      delivery.batch = verdict;
+      session.enqueue(verdict);
     } catch (error) {
       session.sendNow({
         type: "error",
         code: "internal",
         message: error instanceof Error ? error.message : String(error),
         rollout: frame.id,
-      } as never);
+      });
       session.rollouts.delete(frame.id);
     } finally {
       ctx.metrics.activeRollouts.dec();

@@ -134,7 +134,7 @@ const FLAGS: Record<string, FlagSpec & { keys?: (mode: string) => string[] }> = 
 };
 
 /** Translate flags and positional key=value overrides into config overrides, in order. */
-function overridesFrom(args: ReturnType<typeof parseArgs>, mode: string): string[] {
+function overridesFrom(args: ReturnType<typeof parseArgs>, mode: string, configuredGroups: number): string[] {
   const overrides: string[] = [];
   for (const [flag, spec] of Object.entries(FLAGS)) {
     const value = args.values.get(flag);
@@ -147,7 +147,12 @@ function overridesFrom(args: ReturnType<typeof parseArgs>, mode: string): string
   if (tags !== undefined || groups !== undefined) {
     if (tags === undefined) throw new UsageError("--groups needs --tag");
     const tagList = tags.split(",").map((t) => t.trim());
-    const groupList = groups === undefined ? tagList.map(() => "1") : groups.split(",").map((g) => g.trim());
+    if (groups === undefined && tagList.length > 1) {
+      throw new UsageError(`--tag lists ${tagList.length} tags; give --groups with one count per tag`);
+    }
+    // One tag without --groups plays the configured number of groups (RAGEN: 8 train, 512 val).
+    const groupList =
+      groups === undefined ? [String(configuredGroups)] : groups.split(",").map((g) => g.trim());
     if (groupList.length !== tagList.length) {
       throw new UsageError(
         `--groups: ${groupList.length} counts for ${tagList.length} tags; give one count per tag`,
@@ -218,7 +223,10 @@ export async function rolloutCommand(argv: readonly string[]): Promise<void> {
   // The mode decides which es_manager section --tag and friends address.
   const early = loadOrExplain(files, args.positionals);
   const mode = args.values.get("mode") ?? early.config.rollgym.mode;
-  const { config, ignored, notices } = loadOrExplain(files, overridesFrom(args, mode));
+  const { config, ignored, notices } = loadOrExplain(
+    files,
+    overridesFrom(args, mode, early.config.es_manager[mode === "val" ? "val" : "train"].env_groups),
+  );
   for (const key of ignored) process.stderr.write(`rollgym: ignoring trainer-only key ${key}\n`);
   for (const notice of notices) process.stderr.write(`rollgym: ${notice}\n`);
   if (config.rollgym.max_obs_length !== null) {

@@ -6,6 +6,7 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startMockEngine } from "../../bench/mock-engine/server.ts";
 import { expectUsageError, rollgym } from "../helpers/cli.ts";
+import { FIXTURES } from "../helpers/fixtures.ts";
 
 const dir = mkdtempSync(join(tmpdir(), "rollgym-rollout-"));
 
@@ -142,6 +143,17 @@ describe.concurrent("rollgym rollout", () => {
       for (const t of e.turns) expect(t.actions.length).toBeGreaterThan(0);
       expect(e.turns.length === 5 || e.terminated).toBe(true);
     }
+  });
+
+  it("plays a tag added through custom_envs, and names a bad key in its env_config", async () => {
+    const config = join(FIXTURES, "config", "custom_env.yaml");
+    const s = await summary(["--config", config, "--mode", "val"]);
+    expect(s.episodes).toBe(6);
+    expect(Object.keys(s.metrics)).toContain("val-env/TinySokoban/success");
+    expectUsageError(
+      await rollgym(["rollout", "--config", config, "custom_envs.TinySokoban.env_config.num_boxez=2"]),
+      ["num_boxez", "num_boxes"],
+    );
   });
 
   it("rejects bad input with one line and exit status 2", async () => {

@@ -83,7 +83,7 @@ export function handleConnection(state: ServerState, socket: WebSocket): void {
     state.metrics.connectedClients.dec();
     const current = session as Session | null;
     if (current && state.sessions.get(current.id) === current && !state.closing)
-      current.detach(state.options.resumeGraceMs);
+      current.detach(socket, state.options.resumeGraceMs);
   });
   socket.on("error", (error) => state.log.warn({ err: error }, "socket error"));
 }

@@ -57,6 +57,8 @@ export class Session {
   attach(socket: WebSocket, resumed: boolean): void {
     if (this.graceTimer) clearTimeout(this.graceTimer);
     this.graceTimer = null;
+    // A client may resume before the server has noticed its old connection drop.
+    if (this.socket && this.socket !== socket) this.socket.close(1000, "superseded by a resumed connection");
     this.socket = socket;
     this.credit = 0;
     if (resumed) {
@@ -72,8 +74,12 @@ export class Session {
     }
   }
 
-  /** The socket closed; keep everything for `graceMs`, then end. */
-  detach(graceMs: number): void {
+  /**
+   * `socket` closed; keep everything for `graceMs`, then end. A resumed session may already be
+   * on a newer socket when the old one's close arrives; that close changes nothing.
+   */
+  detach(socket: WebSocket, graceMs: number): void {
+    if (this.socket !== socket) return;
     this.socket = null;
     this.graceTimer = setTimeout(() => this.end(), graceMs);
     this.graceTimer.unref();

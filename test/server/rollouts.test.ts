@@ -223,6 +223,26 @@ describe("rollgym server", () => {
     client.close();
   });
 
+  it("resuming while the old connection still looks open moves the session to the new one", async () => {
+    const first = await connect({ type: "hello", protocol: 1, client: "early" });
+    const session = first.of("welcome")[0].session as string;
+    first.send({
+      type: "rollout",
+      id: "moved",
+      tags: [{ tag: "Bandit", groups: 4 }],
+      mode: "val",
+      group_size: 1,
+      delivery: "stream",
+    });
+    const second = await connect({ type: "hello", protocol: 1, client: "early", resume: session });
+    await first.closed();
+    expect(first.closeCode).toBe(1000);
+    const { groups, batch } = await collect(second, "moved");
+    expect(groups.map((g) => g.group).sort()).toEqual([0, 1, 2, 3]);
+    expect(batch).toMatchObject({ episodes: 4 });
+    second.close();
+  });
+
   it("refuses a resume of an unknown session with close 4002", async () => {
     const client = await TestClient.connect(url, {
       token: "s3cret",

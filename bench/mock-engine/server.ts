@@ -467,21 +467,19 @@ export async function startMockEngine(options: MockEngineOptions = {}): Promise<
     const index = generationIndex++;
     stats.generations++;
     const plan = planFor(index);
-    if (plan.fault === "rate-limit") {
-      stats.rateLimited++;
-      sendError(res, httpError(429, "Too Many Requests"), {
+    // Refusals that happen before any work: both tell the client to come back in a second.
+    const refusal =
+      plan.fault === "rate-limit"
+        ? { status: 429, text: "Too Many Requests", count: () => stats.rateLimited++ }
+        : plan.fault === "unavailable"
+          ? { status: 503, text: "Service Unavailable", count: () => stats.unavailable++ }
+          : null;
+    if (refusal) {
+      refusal.count();
+      sendError(res, httpError(refusal.status, refusal.text), {
         ...idHeader,
         "retry-after": "1",
-        "x-mock-fault": "rate-limit",
-      });
-      return;
-    }
-    if (plan.fault === "unavailable") {
-      stats.unavailable++;
-      sendError(res, httpError(503, "Service Unavailable"), {
-        ...idHeader,
-        "retry-after": "1",
-        "x-mock-fault": "unavailable",
+        "x-mock-fault": plan.fault,
       });
       return;
     }

@@ -128,11 +128,6 @@ export class SokobanEnv implements Env {
     return renderRoom(this.room, this.config.observation_format, this.config.grid_lookup);
   }
 
-  /** The live room (read-only view for solvers and the web page). */
-  get currentRoom(): Readonly<Room> {
-    return this.room;
-  }
-
   /** A shortest solution from the current state as action ids, or null. */
   solve(maxDepth = 100): number[] | null {
     const boxes: number[] = [];

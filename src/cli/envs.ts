@@ -5,7 +5,7 @@ import type { ResolvedTag } from "../../envs/registry.ts";
 import { mapActions } from "../rollout/parse.ts";
 import { firstTurnMessages } from "../rollout/prompt.ts";
 import { expectPositionals, parseArgs, parseSeed, parseSeedRange, UsageError } from "./args.ts";
-import { LineWriter, Progress } from "./output.ts";
+import { LineWriter, ProgressBar } from "./output.ts";
 
 const registry = createRegistry();
 
@@ -43,7 +43,7 @@ export async function envsSample(argv: readonly string[]): Promise<void> {
   const solve = args.switches.has("solve");
 
   const out = new LineWriter();
-  const progress = new Progress(`sampling ${tagName}`, last - first + 1);
+  const progress = new ProgressBar(`sampling ${tagName}`, last - first + 1, "seeds");
   const env = tag.make();
   for (let seed = first; seed <= last; seed++) {
     const observation = env.reset(seed);

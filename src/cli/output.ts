@@ -27,62 +27,36 @@ export async function readStdin(): Promise<string> {
   return Buffer.concat(chunks).toString("utf8");
 }
 
-/** A progress line on stderr for long runs, only when stderr is a terminal. */
-export class Progress {
-  private readonly label: string;
-  private readonly total: number;
-  private count = 0;
-  private lastPrint = 0;
-  private readonly enabled: boolean;
-
-  constructor(label: string, total: number) {
-    this.label = label;
-    this.total = total;
-    this.enabled = process.stderr.isTTY === true && total >= 200;
-  }
-
-  tick(): void {
-    this.count++;
-    if (!this.enabled) return;
-    const now = Date.now();
-    if (now - this.lastPrint < 200 && this.count < this.total) return;
-    this.lastPrint = now;
-    process.stderr.write(
-      `\r${this.label}: ${this.count}/${this.total} (${Math.floor((100 * this.count) / this.total)}%)`,
-    );
-  }
-
-  done(): void {
-    if (this.enabled) process.stderr.write("\n");
-  }
-}
-
-/** A progress bar for episodes on stderr: redrawn on a terminal, a line every few seconds otherwise. */
+/** A progress bar on stderr: redrawn on a terminal, a line every few seconds otherwise. */
 export class ProgressBar {
   private readonly label: string;
   private readonly total: number;
+  private readonly unit: string;
   private done_ = 0;
   private failed = 0;
   private readonly tty = process.stderr.isTTY === true;
   private readonly started = Date.now();
   private last = this.started;
 
-  constructor(label: string, total: number) {
+  constructor(label: string, total: number, unit = "episodes") {
     this.label = label;
     this.total = total;
+    this.unit = unit;
   }
 
-  tick(failed: boolean): void {
+  tick(failed = false): void {
     this.done_++;
     if (failed) this.failed++;
     const now = Date.now();
-    if (now - this.last < (this.tty ? 100 : 5000) && this.done_ < this.total) return;
+    // A terminal gets a live bar (and its final state); a log gets a line every 5 s of long runs.
+    const due = this.tty ? now - this.last >= 100 || this.done_ === this.total : now - this.last >= 5000;
+    if (!due) return;
     this.last = now;
     const width = 30;
     const filled = Math.round((width * this.done_) / this.total);
     const rate = this.done_ / Math.max((now - this.started) / 1000, 1e-3);
     const text =
-      `${this.label} [${"#".repeat(filled)}${"-".repeat(width - filled)}] ${this.done_}/${this.total} episodes` +
+      `${this.label} [${"#".repeat(filled)}${"-".repeat(width - filled)}] ${this.done_}/${this.total} ${this.unit}` +
       `${this.failed ? `, ${this.failed} failed` : ""}, ${rate.toFixed(1)}/s`;
     process.stderr.write(this.tty ? `\r${text}` : `${text}\n`);
   }

@@ -10,14 +10,6 @@ export class Limiter {
     this.limit = limit;
   }
 
-  get active(): number {
-    return this.running;
-  }
-
-  get queued(): number {
-    return this.waiting.length;
-  }
-
   async run<T>(task: () => Promise<T>): Promise<T> {
     if (this.running >= this.limit) await new Promise<void>((resolve) => this.waiting.push(resolve));
     this.running++;

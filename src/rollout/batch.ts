@@ -145,13 +145,14 @@ export async function runBatch(
       const group = next++;
       if (!hooks.signal?.aborted) await hooks.admitGroup?.(group);
       const episodes = groupEpisodes(registry, request, group, tags[group]);
-      await Promise.all(
+      const records = await Promise.all(
         episodes.map(async (episode) => {
           await playEpisode(episode, request, policy, hooks);
-          hooks.onEpisode?.(episode.record());
+          const record = episode.record();
+          hooks.onEpisode?.(record);
+          return record;
         }),
       );
-      const records = episodes.map((e) => e.record());
       if (groupLocalScores(request)) scoreEpisodes(records, request);
       hooks.onGroup?.(group, records);
       // Without retention only what metrics and the filter need is kept.

@@ -15,6 +15,7 @@ import type { Policy } from "../llm/policy.ts";
 import { authorized } from "./auth.ts";
 import { handleConnection } from "./connection.ts";
 import { createMetrics, instrumentPolicy } from "./metrics.ts";
+import type { Session } from "./session.ts";
 import { DEFAULT_LIMITS, type ServerLimits, type ServerState } from "./state.ts";
 
 export interface ServerOptions extends Partial<ServerLimits> {
@@ -46,10 +47,19 @@ const VERSION = (
 
 export async function buildServer(options: ServerOptions = {}): Promise<RollgymServer> {
   const app = Fastify({ logger: options.logger ?? false });
-  const metrics = createMetrics();
+  const limits: ServerLimits = { ...DEFAULT_LIMITS, ...pickLimits(options) };
+  const sessions = new Map<string, Session>();
+  const wss = new WebSocketServer({
+    noServer: true,
+    maxPayload: limits.maxFrameBytes,
+    perMessageDeflate: false,
+  });
+  const metrics = createMetrics({
+    queuedGroups: () => [...sessions.values()].reduce((n, s) => n + s.unacknowledgedGroups, 0),
+    connectedClients: () => wss.clients.size,
+  });
   const registry = options.registry ?? createRegistry();
   const policy = instrumentPolicy(options.policy ?? oraclePolicy(), metrics);
-  const limits: ServerLimits = { ...DEFAULT_LIMITS, ...pickLimits(options) };
   const state: ServerState = {
     options: {
       ...limits,
@@ -61,7 +71,7 @@ export async function buildServer(options: ServerOptions = {}): Promise<RollgymS
     registry,
     policy,
     metrics,
-    sessions: new Map(),
+    sessions,
     episodesInFlight: 0,
     closing: false,
     version: VERSION,
@@ -101,11 +111,6 @@ export async function buildServer(options: ServerOptions = {}): Promise<RollgymS
     }),
   }));
 
-  const wss = new WebSocketServer({
-    noServer: true,
-    maxPayload: limits.maxFrameBytes,
-    perMessageDeflate: false,
-  });
   wss.on("connection", (socket) => handleConnection(state, socket));
   app.server.on("upgrade", (request: IncomingMessage, socket: Duplex, head: Buffer) => {
     const path = new URL(request.url ?? "/", "http://localhost").pathname;

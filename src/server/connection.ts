@@ -17,7 +17,6 @@ type ErrorCode = string;
 export function handleConnection(state: ServerState, socket: WebSocket): void {
   let session: Session | null = null;
   const hosted = new Map<string, HostedEnvs>();
-  state.metrics.connectedClients.inc();
 
   const reply = (frame: Record<string, unknown>) => {
     if (socket.readyState === socket.OPEN) socket.send(encodeMessage(frame));
@@ -80,7 +79,6 @@ export function handleConnection(state: ServerState, socket: WebSocket): void {
   });
 
   socket.on("close", () => {
-    state.metrics.connectedClients.dec();
     const current = session as Session | null;
     if (current && state.sessions.get(current.id) === current && !state.closing)
       current.detach(socket, state.options.resumeGraceMs);
@@ -158,7 +156,6 @@ function dispatch(
       return;
     case "ack": {
       const unknown = session.ack(message.rollout, message.groups, message.batch === true);
-      state.metrics.queuedGroups.dec(message.groups.length - unknown.length);
       if (unknown.length > 0) {
         fail(
           "unknown_group",

@@ -2,6 +2,12 @@
 import client from "prom-client";
 import type { Policy, PolicyRequest, PolicyResponse } from "../llm/policy.ts";
 
+/** Gauges read from the server's state when scraped, so they cannot drift from it. */
+export interface GaugeSources {
+  queuedGroups: () => number;
+  connectedClients: () => number;
+}
+
 export interface ServerMetrics {
   registry: client.Registry;
   rollouts: client.Counter<"mode" | "delivery">;
@@ -9,16 +15,30 @@ export interface ServerMetrics {
   turns: client.Counter;
   inference: client.Histogram<"outcome">;
   completionTokens: client.Counter;
-  queuedGroups: client.Gauge;
-  connectedClients: client.Gauge;
   activeRollouts: client.Gauge;
 }
 
-export function createMetrics(): ServerMetrics {
+export function createMetrics(sources: GaugeSources): ServerMetrics {
   const registry = new client.Registry();
   // Process metrics include nodejs_eventloop_lag_seconds.
   client.collectDefaultMetrics({ register: registry, eventLoopMonitoringPrecision: 20 });
   const registers = [registry];
+  new client.Gauge({
+    name: "rollgym_queued_groups",
+    help: "Finished groups not yet acknowledged by their clients (queued or in flight)",
+    registers,
+    collect() {
+      this.set(sources.queuedGroups());
+    },
+  });
+  new client.Gauge({
+    name: "rollgym_connected_clients",
+    help: "Open WebSocket connections",
+    registers,
+    collect() {
+      this.set(sources.connectedClients());
+    },
+  });
   return {
     registry,
     rollouts: new client.Counter({
@@ -44,16 +64,6 @@ export function createMetrics(): ServerMetrics {
     completionTokens: new client.Counter({
       name: "rollgym_completion_tokens_total",
       help: "Tokens generated",
-      registers,
-    }),
-    queuedGroups: new client.Gauge({
-      name: "rollgym_queued_groups",
-      help: "Finished groups waiting for clients",
-      registers,
-    }),
-    connectedClients: new client.Gauge({
-      name: "rollgym_connected_clients",
-      help: "Open WebSocket connections",
       registers,
     }),
     activeRollouts: new client.Gauge({

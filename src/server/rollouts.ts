@@ -106,7 +106,6 @@ export async function runRollout(
           groupsDone++;
           if (stream) {
             // Its place in the buffer was reserved when the group was admitted.
-            ctx.metrics.queuedGroups.inc();
             session.enqueueGroup(frame.id, group, groupFrame(frame.id, group, episodes, null, null));
           } else {
             held.set(group, episodes);
@@ -118,7 +117,6 @@ export async function runRollout(
         for (const g of batch.groups) {
           if (!g.kept) continue;
           delivery.buffered++;
-          ctx.metrics.queuedGroups.inc();
           session.enqueueGroup(
             frame.id,
             g.group_id,

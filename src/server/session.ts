@@ -42,16 +42,9 @@ export class Session {
   /** Called when the session ends for good (grace expired or server shutdown). */
   onEnd: () => void = () => {};
 
-  get connected(): boolean {
-    return this.socket !== null;
-  }
-
-  get inflightCount(): number {
-    return this.inflight.size;
-  }
-
-  get queuedGroups(): number {
-    return this.outbox.filter((f) => "seq" in f && "frame" in f).length;
+  /** Finished groups the client has not acknowledged: queued or in flight. */
+  get unacknowledgedGroups(): number {
+    return this.inflight.size + this.outbox.filter((f) => "frame" in f).length;
   }
 
   attach(socket: WebSocket, resumed: boolean): void {

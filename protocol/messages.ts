@@ -77,6 +77,10 @@ export const SamplingSchema = map({
   top_k: Type.Optional(Type.Integer({ minimum: -1, maximum: MAX_TOP_K })),
   min_p: Type.Optional(Type.Number({ minimum: 0, maximum: 1 })),
   max_tokens: Type.Optional(Type.Integer({ minimum: 1, maximum: MAX_TOKENS })),
+  // vLLM's ranges (SamplingParams._verify_args).
+  repetition_penalty: Type.Optional(Type.Number({ exclusiveMinimum: 0, maximum: 100 })),
+  presence_penalty: Type.Optional(Type.Number({ minimum: -2, maximum: 2 })),
+  frequency_penalty: Type.Optional(Type.Number({ minimum: -2, maximum: 2 })),
 });
 export type Sampling = Static<typeof SamplingSchema>;
 

@@ -1,5 +1,7 @@
 // `rollgym mock-engine`: run the mock vLLM server until SIGINT/SIGTERM.
 // Also runnable on its own: node bench/mock-engine/cli.ts --port 8000 --ttft-ms 50
+import { checkGenerationConfig } from "./generation-config.ts";
+import { REASONING_PARSERS, type ReasoningParserName } from "./reasoning.ts";
 import { DEFAULT_MODEL, type MockEngineOptions, startMockEngine } from "./server.ts";
 
 /** A bad command line: the message names the flag and what it accepts. */
@@ -32,6 +34,16 @@ function number(min: number, max: number, set: (o: MockEngineOptions, v: number)
         `mock-engine: ${flag}: ${JSON.stringify(text)} is not a number from ${min} to ${max}`,
       );
     set(o, v);
+  };
+}
+
+function oneOf<T extends string>(allowed: readonly T[], set: (o: MockEngineOptions, v: T) => void): Apply {
+  return (o, text, flag) => {
+    if (!(allowed as readonly string[]).includes(text))
+      throw new MockEngineUsageError(
+        `mock-engine: ${flag}: ${JSON.stringify(text)} is not one of ${allowed.join(", ")}`,
+      );
+    set(o, text as T);
   };
 }
 
@@ -102,12 +114,46 @@ const FLAGS: Record<string, { apply: Apply; help: string }> = {
     apply: integer(0, 2 ** 32 - 1, (o, v) => (o.seed = v)),
     help: "seed for faults and unseeded answers (default 0)",
   },
+  "generation-config": {
+    apply: (o, text, flag) => {
+      try {
+        o.generationConfig = checkGenerationConfig(JSON.parse(text));
+      } catch (error) {
+        throw new MockEngineUsageError(
+          `mock-engine: ${flag}: ${error instanceof Error ? error.message : String(error)}`,
+        );
+      }
+    },
+    help: `the model's generation_config.json as JSON, e.g. '{"repetition_penalty":1.05}'; fills what a request omits`,
+  },
+  "reasoning-parser": {
+    apply: oneOf<ReasoningParserName>(REASONING_PARSERS, (o, v) => (o.reasoningParser = v)),
+    help: `split non-streaming chat output into reasoning and content (${REASONING_PARSERS.join(", ")})`,
+  },
+  "abort-rate": {
+    apply: number(0, 1, (o, v) => (o.abortRate = v)),
+    help: 'share of 200 answers cut short with finish_reason "abort", 0..1',
+  },
+  "error-shape": {
+    apply: oneOf(["nested", "flat"] as const, (o, v) => (o.errorShape = v)),
+    help: 'error body: "nested" {"error": {...}} (default) or "flat" (vLLM < 0.10.1)',
+  },
+  "retry-after-s": {
+    apply: (o, text, flag) => {
+      if (text === "none") o.retryAfterS = null;
+      else integer(0, 86_400, (opts, v) => (opts.retryAfterS = v))(o, text, flag);
+    },
+    help: 'Retry-After seconds on 429/503 answers, or "none" (default 1)',
+  },
 };
 
 export function mockEngineUsage(): string {
   const width = Math.max(...Object.keys(FLAGS).map((f) => f.length)) + 2;
   return [
     "usage: rollgym mock-engine [options]",
+    "",
+    "A stand-in for a vLLM server. Also serves POST /pause?mode=abort|wait|keep, POST /resume,",
+    "GET /is_paused (vLLM's RL routes).",
     "",
     ...Object.entries(FLAGS).map(([name, spec]) => `  --${name.padEnd(width)} ${spec.help}`),
   ].join("\n");
@@ -143,10 +189,14 @@ export function parseMockEngineArgs(argv: readonly string[]): MockEngineOptions 
     seen.add(name);
     spec.apply(options, value, `--${name}`);
   }
-  const failureShare = (options.errorRate ?? 0) + (options.rateLimitRate ?? 0) + (options.dropRate ?? 0);
+  const failureShare =
+    (options.errorRate ?? 0) +
+    (options.rateLimitRate ?? 0) +
+    (options.dropRate ?? 0) +
+    (options.abortRate ?? 0);
   if (failureShare > 1)
     throw new MockEngineUsageError(
-      `mock-engine: --error-rate + --rate-limit-rate + --drop-rate is ${failureShare}; it must be at most 1`,
+      `mock-engine: --error-rate + --rate-limit-rate + --drop-rate + --abort-rate is ${failureShare}; it must be at most 1`,
     );
   return options;
 }

@@ -1,4 +1,5 @@
-// vLLM's error responses: `{"error": {"message", "type", "param", "code"}}` (since ≈0.10.1).
+// vLLM's error responses: `{"error": {"message", "type", "param", "code"}}` (since ≈0.10.1;
+// before that the flat `{"object": "error", "message", "type", "param": null, "code"}`).
 // Request-model (pydantic) failures have type "Bad Request" and pydantic's error text;
 // checks in the serving code have type "BadRequestError" and usually a `param`.
 import { pyFloatRepr } from "../../envs/pyrepr.ts";
@@ -6,6 +7,17 @@ import { pyFloatRepr } from "../../envs/pyrepr.ts";
 export interface ErrorBody {
   error: { message: string; type: string; param: string | null; code: number };
 }
+
+/** vLLM < 0.10.1 (facts §5.1): no `error` wrapper, and `param` was never filled. */
+export interface FlatErrorBody {
+  object: "error";
+  message: string;
+  type: string;
+  param: null;
+  code: number;
+}
+
+export type ErrorShape = "nested" | "flat";
 
 export class ApiError extends Error {
   readonly status: number;
@@ -20,7 +32,11 @@ export class ApiError extends Error {
     this.param = param;
   }
 
-  body(): ErrorBody {
+  body(): ErrorBody;
+  body(shape: ErrorShape): ErrorBody | FlatErrorBody;
+  body(shape: ErrorShape = "nested"): ErrorBody | FlatErrorBody {
+    if (shape === "flat")
+      return { object: "error", message: this.message, type: this.type, param: null, code: this.status };
     return { error: { message: this.message, type: this.type, param: this.param, code: this.status } };
   }
 }
@@ -28,6 +44,15 @@ export class ApiError extends Error {
 /** A VLLMValidationError (or ValueError) raised while serving: 400 BadRequestError. */
 export function badRequest(message: string, param: string | null = null): ApiError {
   return new ApiError(400, "BadRequestError", message, param);
+}
+
+/**
+ * A VLLMValidationError: its str() appends "(parameter=…, value=…)", and that string is the
+ * message (vllm/exceptions.py:29-36). `value` is Python's str() of the value, already formatted.
+ */
+export function vllmValidation(message: string, param: string, value?: string): ApiError {
+  const extras = [`parameter=${param}`, ...(value === undefined ? [] : [`value=${value}`])];
+  return new ApiError(400, "BadRequestError", `${message} (${extras.join(", ")})`, param);
 }
 
 export function modelNotFound(model: string): ApiError {
@@ -71,9 +96,18 @@ function pyStringRepr(s: string): string {
   return out + quote;
 }
 
+/** Python's bool() of a JSON value (empty lists and dicts are false, unlike in JS). */
+export function pyTruthy(value: unknown): boolean {
+  if (value === null || value === undefined || value === false || value === 0 || value === "") return false;
+  if (Array.isArray(value)) return value.length > 0;
+  if (typeof value === "object") return Object.keys(value).length > 0;
+  return true;
+}
+
 /** Python's repr() of a JSON value (tuples for `loc`), for pydantic-style messages. */
 export function pyRepr(value: unknown, tuple = false): string {
   if (value === null || value === undefined) return "None";
+  if (typeof value === "bigint") return String(value);
   if (value === true) return "True";
   if (value === false) return "False";
   if (typeof value === "number") return Number.isInteger(value) ? String(value) : pyFloatRepr(value);
@@ -111,8 +145,12 @@ export function validationError(issues: readonly Issue[]): ApiError {
 }
 
 /** A failed `mode="before"` model validator raising VLLMValidationError(message, parameter). */
-export function validatorIssue(message: string, input: unknown, param?: string): Issue {
-  const text = param === undefined ? message : `${message} (parameter=${param})`;
+export function validatorIssue(message: string, input: unknown, param?: string, value?: string): Issue {
+  const extras = [
+    ...(param === undefined ? [] : [`parameter=${param}`]),
+    ...(value === undefined ? [] : [`value=${value}`]),
+  ];
+  const text = extras.length === 0 ? message : `${message} (${extras.join(", ")})`;
   return {
     type: "value_error",
     loc: ["body"],

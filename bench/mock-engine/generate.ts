@@ -41,7 +41,7 @@ export interface PromptLogprob {
   alternatives: (Alternative & { rank: number })[];
 }
 
-export type FinishReason = "stop" | "length";
+export type FinishReason = "stop" | "length" | "abort";
 
 export interface Generation {
   /** Every generated id, including the EOS / stop token that ended it. */
@@ -180,4 +180,22 @@ export function generate(input: GenerateInput, rng: Rng, logprobRng: Rng, policy
   }
 
   return { tokenIds, text, deltas, finishReason, stopReason, answer, logprobs, promptLogprobs };
+}
+
+/**
+ * What an aborted request reports (finish_reason "abort", e.g. /pause?mode=abort): the first
+ * `count` tokens of the generation it was on its way to, with their text and logprobs.
+ */
+export function truncateGeneration(gen: Generation, count: number): Generation {
+  const k = Math.max(0, Math.min(count, gen.tokenIds.length));
+  const deltas = gen.deltas.slice(0, k);
+  return {
+    ...gen,
+    tokenIds: gen.tokenIds.slice(0, k),
+    text: deltas.join(""),
+    deltas,
+    finishReason: "abort",
+    stopReason: null,
+    logprobs: gen.logprobs ? gen.logprobs.slice(0, k) : null,
+  };
 }

@@ -2,6 +2,7 @@
 // Non-streaming bodies carry every field, nulls included (pydantic model_dump); stream chunks
 // carry only what vLLM sets on them.
 import type { Alternative, Generation, PromptLogprob, TokenLogprob } from "./generate.ts";
+import type { ReasoningSplit } from "./reasoning.ts";
 import { tokenBytes, tokenText } from "./tokenizer.ts";
 import type { GenerationRequest } from "./validate.ts";
 
@@ -11,7 +12,14 @@ export interface ResponseContext {
   model: string;
   req: GenerationRequest;
   promptIds: readonly number[];
-  gen: Generation;
+  /** One generation per choice (`n`), each as it is reported (complete or aborted). */
+  gens: readonly Generation[];
+  /** Per choice: the reasoning parser's split of the text, or null when no parser runs. */
+  splits: readonly (ReasoningSplit | null)[];
+}
+
+function completionTokensOf(ctx: ResponseContext): number {
+  return ctx.gens.reduce((sum, g) => sum + g.tokenIds.length, 0);
 }
 
 type Json = Record<string, unknown>;
@@ -57,20 +65,21 @@ function promptLogprobsJson(entries: readonly (PromptLogprob | null)[] | null): 
 }
 
 export function chatCompletionBody(ctx: ResponseContext): Json {
-  const { req, gen } = ctx;
+  const { req } = ctx;
   return {
     id: `chatcmpl-${ctx.id}`,
     object: "chat.completion",
     created: ctx.created,
     model: ctx.model,
-    choices: [
-      {
-        index: 0,
+    choices: ctx.gens.map((gen, index) => {
+      // Without a reasoning parser the <think> block stays in content (what RAGEN parses).
+      const split = ctx.splits[index] ?? { reasoning: null, content: gen.text };
+      return {
+        index,
         message: {
           role: "assistant",
-          content: gen.text,
-          // No reasoning parser: the <think> block stays in content, which is what RAGEN parses.
-          reasoning: null,
+          content: split.content,
+          reasoning: split.reasoning,
           tool_calls: [],
           refusal: null,
           annotations: null,
@@ -81,12 +90,12 @@ export function chatCompletionBody(ctx: ResponseContext): Json {
         finish_reason: gen.finishReason,
         stop_reason: gen.stopReason,
         token_ids: req.returnTokenIds ? gen.tokenIds : null,
-      },
-    ],
+      };
+    }),
     service_tier: null,
     system_fingerprint: null,
-    usage: usage(ctx.promptIds.length, gen.tokenIds.length),
-    prompt_logprobs: promptLogprobsJson(gen.promptLogprobs),
+    usage: usage(ctx.promptIds.length, completionTokensOf(ctx)),
+    prompt_logprobs: promptLogprobsJson(ctx.gens[0].promptLogprobs),
     prompt_token_ids: req.returnTokenIds ? ctx.promptIds : null,
     prompt_text: null,
     kv_transfer_params: null,
@@ -104,22 +113,26 @@ function chatChunk(ctx: ResponseContext, choice: Json, extra: Json = {}): Json {
   };
 }
 
-/** The first chunk: the role, and the prompt ids when asked for. */
-export function chatRoleChunk(ctx: ResponseContext): Json {
+/** A choice's first chunk: the role, and the prompt ids when asked for. */
+export function chatRoleChunk(ctx: ResponseContext, index = 0): Json {
   const extra: Json = ctx.req.returnTokenIds ? { prompt_token_ids: ctx.promptIds } : {};
   return chatChunk(
     ctx,
-    { index: 0, delta: { role: "assistant", content: "" }, logprobs: null, finish_reason: null },
+    { index, delta: { role: "assistant", content: "" }, logprobs: null, finish_reason: null },
     extra,
   );
 }
 
-/** The chunk for generated token `i`; the last one carries finish_reason and stop_reason. */
-export function chatTokenChunk(ctx: ResponseContext, i: number): Json {
-  const { req, gen } = ctx;
-  const last = i === gen.tokenIds.length - 1;
+/**
+ * The chunk for generated token `i` of choice `index`; the last one carries finish_reason and
+ * stop_reason, unless the choice was aborted (its end comes in chatAbortChunk).
+ */
+export function chatTokenChunk(ctx: ResponseContext, index: number, i: number): Json {
+  const { req } = ctx;
+  const gen = ctx.gens[index];
+  const last = i === gen.tokenIds.length - 1 && gen.finishReason !== "abort";
   const choice: Json = {
-    index: 0,
+    index,
     delta: { content: gen.deltas[i] },
     logprobs: gen.logprobs ? chatLogprobs([gen.logprobs[i]], req.logprobs ?? 0, req.tokensAsIds) : null,
     finish_reason: last ? gen.finishReason : null,
@@ -127,6 +140,22 @@ export function chatTokenChunk(ctx: ResponseContext, i: number): Json {
   if (last) choice.stop_reason = gen.stopReason;
   if (req.returnTokenIds) choice.token_ids = [gen.tokenIds[i]];
   const extra: Json = req.continuousUsage ? { usage: usage(ctx.promptIds.length, i + 1) } : {};
+  return chatChunk(ctx, choice, extra);
+}
+
+/** An aborted choice's end: no new text, finish_reason "abort" (vLLM skips it at 0 tokens). */
+export function chatAbortChunk(ctx: ResponseContext, index: number): Json {
+  const { req } = ctx;
+  const choice: Json = {
+    index,
+    delta: { content: "" },
+    logprobs: null,
+    finish_reason: "abort",
+    stop_reason: null,
+  };
+  if (req.returnTokenIds) choice.token_ids = [];
+  const sent = ctx.gens[index].tokenIds.length;
+  const extra: Json = req.continuousUsage ? { usage: usage(ctx.promptIds.length, sent) } : {};
   return chatChunk(ctx, choice, extra);
 }
 
@@ -156,47 +185,51 @@ function completionLogprobs(entries: readonly TokenLogprob[], asIds: boolean, fi
 }
 
 export function completionBody(ctx: ResponseContext): Json {
-  const { req, gen } = ctx;
+  const { req } = ctx;
   return {
     id: `cmpl-${ctx.id}`,
     object: "text_completion",
     created: ctx.created,
     model: ctx.model,
-    choices: [
-      {
-        index: 0,
-        text: gen.text,
-        logprobs: gen.logprobs ? completionLogprobs(gen.logprobs, req.tokensAsIds, 0) : null,
-        finish_reason: gen.finishReason,
-        stop_reason: gen.stopReason,
-        token_ids: req.returnTokenIds ? gen.tokenIds : null,
-        prompt_logprobs: promptLogprobsJson(gen.promptLogprobs),
-        prompt_token_ids: req.returnTokenIds ? ctx.promptIds : null,
-      },
-    ],
+    choices: ctx.gens.map((gen, index) => ({
+      index,
+      text: gen.text,
+      logprobs: gen.logprobs ? completionLogprobs(gen.logprobs, req.tokensAsIds, 0) : null,
+      finish_reason: gen.finishReason,
+      stop_reason: gen.stopReason,
+      token_ids: req.returnTokenIds ? gen.tokenIds : null,
+      prompt_logprobs: promptLogprobsJson(gen.promptLogprobs),
+      prompt_token_ids: req.returnTokenIds ? ctx.promptIds : null,
+    })),
     service_tier: null,
     system_fingerprint: null,
-    usage: usage(ctx.promptIds.length, gen.tokenIds.length),
+    usage: usage(ctx.promptIds.length, completionTokensOf(ctx)),
     kv_transfer_params: null,
   };
 }
 
-/** Where text_offset of token i starts: the token strings before it, laid end to end. */
-export function completionOffsets(ctx: ResponseContext): number[] {
+/** Where text_offset of token i of a choice starts: the token strings before it, end to end. */
+export function completionOffsets(ctx: ResponseContext, index = 0): number[] {
   const offsets: number[] = [];
   let offset = 0;
-  for (const id of ctx.gen.tokenIds) {
+  for (const id of ctx.gens[index].tokenIds) {
     offsets.push(offset);
     offset += label(id, ctx.req.tokensAsIds).length;
   }
   return offsets;
 }
 
-export function completionTokenChunk(ctx: ResponseContext, i: number, offsets: readonly number[]): Json {
-  const { req, gen } = ctx;
-  const last = i === gen.tokenIds.length - 1;
+export function completionTokenChunk(
+  ctx: ResponseContext,
+  index: number,
+  i: number,
+  offsets: readonly number[],
+): Json {
+  const { req } = ctx;
+  const gen = ctx.gens[index];
+  const last = i === gen.tokenIds.length - 1 && gen.finishReason !== "abort";
   const choice: Json = {
-    index: 0,
+    index,
     text: gen.deltas[i],
     logprobs: gen.logprobs ? completionLogprobs([gen.logprobs[i]], req.tokensAsIds, offsets[i]) : null,
     finish_reason: last ? gen.finishReason : null,
@@ -207,6 +240,11 @@ export function completionTokenChunk(ctx: ResponseContext, i: number, offsets: r
     choice.prompt_token_ids = i === 0 ? ctx.promptIds : null;
     choice.token_ids = [gen.tokenIds[i]];
   }
+  return completionChunk(ctx, choice, i + 1);
+}
+
+/** One completions stream chunk around `choice`; usage so far when continuous usage is on. */
+function completionChunk(ctx: ResponseContext, choice: Json, generated: number): Json {
   const chunk: Json = {
     id: `cmpl-${ctx.id}`,
     object: "text_completion",
@@ -214,12 +252,23 @@ export function completionTokenChunk(ctx: ResponseContext, i: number, offsets: r
     model: ctx.model,
     choices: [choice],
   };
-  if (req.continuousUsage) chunk.usage = usage(ctx.promptIds.length, i + 1);
+  if (ctx.req.continuousUsage) chunk.usage = usage(ctx.promptIds.length, generated);
   return chunk;
 }
 
+/** An aborted choice's end in a completions stream: no new text, finish_reason "abort". */
+export function completionAbortChunk(ctx: ResponseContext, index: number): Json {
+  const { req } = ctx;
+  const choice: Json = { index, text: "", logprobs: null, finish_reason: "abort", stop_reason: null };
+  if (req.returnTokenIds) {
+    choice.prompt_token_ids = null;
+    choice.token_ids = [];
+  }
+  return completionChunk(ctx, choice, ctx.gens[index].tokenIds.length);
+}
+
 /** The final `choices: []` chunk with usage (stream_options.include_usage). */
-export function usageChunk(ctx: ResponseContext, completionTokens: number): Json {
+export function usageChunk(ctx: ResponseContext, completionTokens = completionTokensOf(ctx)): Json {
   return {
     id: `${ctx.req.kind === "chat" ? "chatcmpl" : "cmpl"}-${ctx.id}`,
     object: ctx.req.kind === "chat" ? "chat.completion.chunk" : "text_completion",

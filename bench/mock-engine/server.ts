@@ -10,12 +10,21 @@ import { setTimeout as delay } from "node:timers/promises";
 import { pyFloatRepr } from "../../envs/pyrepr.ts";
 import type { PolicyOptions } from "./answer.ts";
 import { renderChat } from "./chat-template.ts";
-import { ApiError, badRequest, httpError, modelNotFound } from "./errors.ts";
-import { type Generation, generate } from "./generate.ts";
+import { ApiError, type ErrorShape, httpError, modelNotFound, validationError } from "./errors.ts";
+import { type Generation, generate, truncateGeneration } from "./generate.ts";
 import {
+  checkGenerationConfig,
+  DEFAULTED_FIELDS,
+  type DefaultedField,
+  type GenerationConfig,
+} from "./generation-config.ts";
+import { REASONING_PARSERS, type ReasoningParserName, splitReasoning } from "./reasoning.ts";
+import {
+  chatAbortChunk,
   chatCompletionBody,
   chatRoleChunk,
   chatTokenChunk,
+  completionAbortChunk,
   completionBody,
   completionOffsets,
   completionTokenChunk,
@@ -34,6 +43,15 @@ import {
   parseJsonBody,
   parseTokenizeRequest,
 } from "./validate.ts";
+
+export type { GenerationConfig } from "./generation-config.ts";
+export type { ReasoningParserName } from "./reasoning.ts";
+
+/** vLLM's /pause modes (facts §4.3). */
+export type PauseMode = "abort" | "wait" | "keep";
+
+/** A whole-server outage for tests: sockets reset without an answer, or 503 to everything. */
+export type Outage = "reset" | "503" | null;
 
 export interface MockEngineOptions {
   /** Port on 127.0.0.1; 0 (default) picks a free one. */
@@ -73,6 +91,22 @@ export interface MockEngineOptions {
   version?: string;
   /** How long close() lets in-flight requests finish before cutting connections. Default 2000. */
   closeGraceMs?: number;
+  /**
+   * The model's generation_config.json under `--generation-config auto`: fills the sampling
+   * fields a request leaves out or sends as null (see generation-config.ts). Default none.
+   */
+  generationConfig?: GenerationConfig;
+  /** `--reasoning-parser`: split non-streaming chat output into reasoning and content. */
+  reasoningParser?: ReasoningParserName | null;
+  /**
+   * Share of valid generation requests answered 200 with finish_reason "abort" and a prefix of
+   * their text (as after /pause?mode=abort). Exclusive with the error, rate-limit and drop shares.
+   */
+  abortRate?: number;
+  /** "flat": the error body of vLLM < 0.10.1 (facts §5.1). Default "nested". */
+  errorShape?: ErrorShape;
+  /** Retry-After (seconds) on the mock's 429 and 503 answers; null: no header. Default 1. */
+  retryAfterS?: number | null;
 }
 
 export interface MockEngineStats {
@@ -98,10 +132,23 @@ export interface MockEngineStats {
   slow: number;
   /** The client went away first (vLLM aborts such requests). */
   aborted: number;
-  /** Malformed answers among the completed. */
+  /** Malformed answers among the completed (per choice). */
   formatErrors: number;
+  /** Answered 200 with finish_reason "abort" by the abortRate draw. */
+  injectedAborts: number;
+  /** Requests ended with finish_reason "abort" by /pause?mode=abort. */
+  pauseAborts: number;
+  /** Generation requests in which at least one field took a generation-config default. */
+  defaultsApplied: number;
+  /** Per request field: how many generation requests took its generation-config default. */
+  defaultsAppliedByField: Record<DefaultedField, number>;
+  /** Connections reset by setOutage("reset"). */
+  outageResets: number;
+  /** Requests answered 503 by setOutage("503"). */
+  outageUnavailable: number;
   promptTokens: number;
   generationTokens: number;
+  /** Per choice. */
   finishReasons: { stop: number; length: number; abort: number };
   running: number;
   waiting: number;
@@ -114,6 +161,17 @@ export interface MockEngine {
   port: number;
   close(): Promise<void>;
   stats(): MockEngineStats;
+  /**
+   * Start (or end, with null) an outage. "reset" destroys every new connection and every request
+   * on a kept-alive one without an answer; "503" answers every request 503 (Retry-After from
+   * `retryAfterS`, else the engine's option).
+   */
+  setOutage(kind: Outage, options?: { retryAfterS?: number | null }): void;
+  /** As POST /pause?mode=…: resolves when vLLM's route would answer. */
+  pause(mode?: PauseMode): Promise<void>;
+  /** As POST /resume. */
+  resume(): void;
+  isPaused(): boolean;
 }
 
 interface Config {
@@ -135,6 +193,11 @@ interface Config {
   policy: PolicyOptions;
   version: string;
   closeGraceMs: number;
+  generationConfig: GenerationConfig;
+  reasoningParser: ReasoningParserName | null;
+  abortRate: number;
+  errorShape: ErrorShape;
+  retryAfterS: number | null;
 }
 
 export const DEFAULT_MODEL = "mock/qwen-toy";
@@ -177,22 +240,40 @@ function resolveConfig(o: MockEngineOptions): Config {
     policy: { formatErrorRate: rate("formatErrorRate", o.formatErrorRate), answerActions: o.answerActions },
     version: o.version ?? "0.22.0",
     closeGraceMs: checkRange("closeGraceMs", o.closeGraceMs ?? 2000, 0, 3_600_000),
+    generationConfig: checkGenerationConfig(o.generationConfig ?? {}),
+    reasoningParser: o.reasoningParser ?? null,
+    abortRate: rate("abortRate", o.abortRate),
+    errorShape: o.errorShape ?? "nested",
+    retryAfterS:
+      o.retryAfterS === undefined
+        ? 1
+        : o.retryAfterS === null
+          ? null
+          : checkRange("retryAfterS", o.retryAfterS, 0, 86_400, true),
   };
+  if (config.reasoningParser !== null && !REASONING_PARSERS.includes(config.reasoningParser))
+    throw new RangeError(
+      `reasoningParser must be one of ${REASONING_PARSERS.join(", ")}, got ${String(config.reasoningParser)}`,
+    );
+  if (config.errorShape !== "nested" && config.errorShape !== "flat")
+    throw new RangeError(`errorShape must be "nested" or "flat", got ${String(config.errorShape)}`);
   if (o.answerActions !== undefined && o.answerActions !== 1 && o.answerActions !== 2)
     throw new RangeError(`answerActions must be 1 or 2, got ${String(o.answerActions)}`);
   // The failure outcomes are exclusive, so their rates must fit in one request's chances.
-  if (config.errorRate + config.rateLimitRate + config.dropRate > 1 + 1e-12)
-    throw new RangeError("errorRate + rateLimitRate + dropRate must be at most 1");
+  if (config.errorRate + config.rateLimitRate + config.dropRate + config.abortRate > 1 + 1e-12)
+    throw new RangeError("errorRate + rateLimitRate + dropRate + abortRate must be at most 1");
   return config;
 }
 
-type Fault = "none" | "internal-error" | "unavailable" | "rate-limit" | "drop";
+type Fault = "none" | "internal-error" | "unavailable" | "rate-limit" | "drop" | "abort";
 
 interface Plan {
   fault: Fault;
   slow: boolean;
   /** Jitter draws for this request. */
   rng: Rng;
+  /** For "abort": where in the generation it stops, as a share of its length, in [0, 1). */
+  abortAt: number;
 }
 
 /** Engine slots: a counting semaphore with a FIFO queue whose waiters can give up. */
@@ -246,6 +327,15 @@ function emptyStats(): MockEngineStats {
     slow: 0,
     aborted: 0,
     formatErrors: 0,
+    injectedAborts: 0,
+    pauseAborts: 0,
+    defaultsApplied: 0,
+    defaultsAppliedByField: Object.fromEntries(DEFAULTED_FIELDS.map((f) => [f, 0])) as Record<
+      DefaultedField,
+      number
+    >,
+    outageResets: 0,
+    outageUnavailable: 0,
     promptTokens: 0,
     generationTokens: 0,
     finishReasons: { stop: 0, length: 0, abort: 0 },
@@ -296,7 +386,35 @@ const ROUTES: Record<string, readonly string[]> = {
   "/detokenize": ["POST"],
   "/v1/chat/completions": ["POST"],
   "/v1/completions": ["POST"],
+  "/pause": ["POST"],
+  "/resume": ["POST"],
+  "/is_paused": ["GET"],
 };
+
+/** A promise with its resolver, for the pause gate. */
+function deferred(): { promise: Promise<void>; resolve: () => void } {
+  let resolve!: () => void;
+  const promise = new Promise<void>((r) => {
+    resolve = r;
+  });
+  return { promise, resolve };
+}
+
+function untilAborted(signal: AbortSignal): Promise<never> {
+  return new Promise((_, reject) => {
+    if (signal.aborted) reject(signal.reason);
+    else signal.addEventListener("abort", () => reject(signal.reason), { once: true });
+  });
+}
+
+/** A generation request from acceptance to its last byte, as /pause sees it. */
+interface Inflight {
+  /** Set once it holds an engine slot and has passed the pause gate. */
+  running: boolean;
+  /** /pause?mode=abort ends it with what it generated so far. */
+  engineAbort: AbortController;
+  done: Promise<void>;
+}
 
 export async function startMockEngine(options: MockEngineOptions = {}): Promise<MockEngine> {
   const config = resolveConfig(options);
@@ -305,6 +423,13 @@ export async function startMockEngine(options: MockEngineOptions = {}): Promise<
   const startedAt = Math.floor(Date.now() / 1000);
   let generationIndex = 0;
   let closing: Promise<void> | null = null;
+  let outage: Outage = null;
+  let outageRetryAfterS: number | null = config.retryAfterS;
+  // vLLM's scheduler pause (facts §4.3): new requests queue until resume, whatever the mode.
+  let pauseMode: PauseMode | null = null;
+  // Settles at every pause or resume, so waiters re-check the mode (keep → wait unfreezes).
+  let pauseChanged = deferred();
+  const inflight = new Set<Inflight>();
 
   function planFor(index: number): Plan {
     const rng = new Rng(mixSeed(config.seed, "faults", index));
@@ -316,7 +441,11 @@ export async function startMockEngine(options: MockEngineOptions = {}): Promise<
     else if (u < config.dropRate + config.errorRate)
       fault = split < config.unavailableShare ? "unavailable" : "internal-error";
     else if (u < config.dropRate + config.errorRate + config.rateLimitRate) fault = "rate-limit";
-    return { fault, slow, rng };
+    else if (u < config.dropRate + config.errorRate + config.rateLimitRate + config.abortRate)
+      fault = "abort";
+    // Its own stream, so adding abortRate leaves every other draw (and jitter) as it was.
+    const abortAt = new Rng(mixSeed(config.seed, "abort-at", index)).next();
+    return { fault, slow, rng, abortAt };
   }
 
   function jittered(ms: number, rng: Rng): number {
@@ -328,6 +457,10 @@ export async function startMockEngine(options: MockEngineOptions = {}): Promise<
     if (requested === null) return config.models[0];
     if (!config.models.includes(requested)) throw modelNotFound(requested);
     return requested;
+  }
+
+  function retryAfter(seconds: number | null): Record<string, string> {
+    return seconds === null ? {} : { "retry-after": String(seconds) };
   }
 
   function sendJson(
@@ -346,13 +479,58 @@ export async function startMockEngine(options: MockEngineOptions = {}): Promise<
   }
 
   function sendError(res: ServerResponse, error: ApiError, headers: Record<string, string> = {}): void {
-    sendJson(res, error.status, error.body(), headers);
+    sendJson(res, error.status, error.body(config.errorShape), headers);
+  }
+
+  /** The SSE error event; before 0.10.1 it wrapped the flat body in "error" (approx.). */
+  function errorEvent(error: ApiError): unknown {
+    return config.errorShape === "flat" ? { error: error.body("flat") } : error.body();
   }
 
   async function write(res: ServerResponse, text: string, signal: AbortSignal): Promise<void> {
     signal.throwIfAborted();
     // Respect backpressure: a slow reader must not make the mock buffer without bound.
     if (!res.write(text)) await once(res, "drain", { signal });
+  }
+
+  /** Blocks while the engine is paused (a "keep" pause freezes running requests here too). */
+  async function pauseGate(signal: AbortSignal): Promise<void> {
+    while (pauseMode !== null) {
+      signal.throwIfAborted();
+      await Promise.race([pauseChanged.promise, untilAborted(signal)]);
+    }
+  }
+
+  function setPauseMode(mode: PauseMode | null): void {
+    pauseMode = mode;
+    const changed = pauseChanged;
+    pauseChanged = deferred();
+    changed.resolve();
+  }
+
+  /** Running requests wait here (between tokens) while a "keep" pause lasts. */
+  async function keepGate(signal: AbortSignal): Promise<void> {
+    while (pauseMode === "keep") {
+      signal.throwIfAborted();
+      await Promise.race([pauseChanged.promise, untilAborted(signal)]);
+    }
+  }
+
+  async function pause(mode: PauseMode): Promise<void> {
+    setPauseMode(mode);
+    if (mode === "abort") {
+      // Every request the engine holds, running or queued, ends now with what it has.
+      const ending = [...inflight];
+      for (const r of ending) r.engineAbort.abort();
+      await Promise.race([Promise.all(ending.map((r) => r.done)), delay(1000, undefined, { ref: false })]);
+    } else if (mode === "wait") {
+      // Running requests finish; queued ones stay queued until /resume.
+      await Promise.all([...inflight].filter((r) => r.running).map((r) => r.done));
+    }
+  }
+
+  function resume(): void {
+    setPauseMode(null);
   }
 
   function modelCards(): unknown {
@@ -423,9 +601,25 @@ export async function startMockEngine(options: MockEngineOptions = {}): Promise<
       ['kind="rate_limit",', stats.rateLimited],
       ['kind="drop",', stats.dropped],
       ['kind="slow",', stats.slow],
+      ['kind="abort",', stats.injectedAborts],
     ]);
     metric("mock_engine:format_errors_total", "counter", "Malformed answers served on purpose.", [
       ["", stats.formatErrors],
+    ]);
+    metric(
+      "mock_engine:generation_config_defaults_requests_total",
+      "counter",
+      "Generation requests in which a field took the server's generation-config default.",
+      [["", stats.defaultsApplied]],
+    );
+    metric(
+      "mock_engine:generation_config_defaults_total",
+      "counter",
+      "Generation requests in which this field took the server's generation-config default.",
+      DEFAULTED_FIELDS.map((f) => [`field="${f}",`, stats.defaultsAppliedByField[f]]),
+    );
+    metric("mock_engine:paused", "gauge", "1 while the engine is paused (/pause).", [
+      ["", pauseMode === null ? 0 : 1],
     ]);
     return `${lines.join("\n")}\n`;
   }
@@ -439,15 +633,10 @@ export async function startMockEngine(options: MockEngineOptions = {}): Promise<
       });
       return { text, ids: encode(text) };
     }
-    if ("text" in parsed.prompt) {
-      if (parsed.prompt.text === "") throw badRequest("The decoder prompt cannot be empty");
-      return { text: parsed.prompt.text, ids: encode(parsed.prompt.text) };
-    }
+    if ("text" in parsed.prompt) return { text: parsed.prompt.text, ids: encode(parsed.prompt.text) };
     const ids = parsed.prompt.ids;
-    const bad = ids.find((id) => !isValidId(id));
-    if (bad !== undefined) throw badRequest(`Token id ${bad} is out of vocabulary`, "prompt");
-    // Token prompts are not re-tokenized; the policy reads their text.
-    return { text: decode(ids), ids: [...ids] };
+    // Token prompts are not re-tokenized; the policy reads their text (bad ids fail later).
+    return { text: decode(ids.filter(isValidId)), ids: [...ids] };
   }
 
   async function handleGeneration(
@@ -459,15 +648,20 @@ export async function startMockEngine(options: MockEngineOptions = {}): Promise<
     const parsed = kind === "chat" ? parseChatRequest(body) : parseCompletionRequest(body);
     const model = resolveModel(parsed.model);
     const prompt = renderPrompt(parsed);
-    const maxTokens = checkLimits(parsed, prompt.ids.length, config);
+    const sampling = checkLimits(parsed, prompt.ids, config);
     const requestId =
       headerValue(req, "x-request-id") || parsed.requestId || randomUUID().replaceAll("-", "");
-    const idHeader = { "x-request-id": requestId };
+    const headers: Record<string, string> = { "x-request-id": requestId };
+    if (sampling.applied.length > 0) headers["x-mock-defaults-applied"] = sampling.applied.join(",");
 
     const index = generationIndex++;
     stats.generations++;
+    if (sampling.applied.length > 0) {
+      stats.defaultsApplied++;
+      for (const field of sampling.applied) stats.defaultsAppliedByField[field]++;
+    }
     const plan = planFor(index);
-    // Refusals that happen before any work: both tell the client to come back in a second.
+    // Refusals that happen before any work: both tell the client to come back later.
     const refusal =
       plan.fault === "rate-limit"
         ? { status: 429, text: "Too Many Requests", count: () => stats.rateLimited++ }
@@ -477,48 +671,98 @@ export async function startMockEngine(options: MockEngineOptions = {}): Promise<
     if (refusal) {
       refusal.count();
       sendError(res, httpError(refusal.status, refusal.text), {
-        ...idHeader,
-        "retry-after": "1",
+        ...headers,
+        ...retryAfter(config.retryAfterS),
         "x-mock-fault": plan.fault,
       });
       return;
     }
 
-    // Same request + same seed ⇒ same answer; temperature 0 is greedy; otherwise a fresh draw.
-    const answerSeed =
+    // Same request + same seed ⇒ same answer (child i of n gets seed + i, as vLLM's
+    // ParentRequest does); greedy depends on the prompt only; otherwise a fresh draw.
+    const answerSeed = (choice: number): number =>
       parsed.seed !== null
-        ? mixSeed("seed", parsed.seed, prompt.text)
-        : parsed.temperature === 0
+        ? mixSeed("seed", parsed.seed + choice, prompt.text)
+        : sampling.temperature < 1e-5
           ? mixSeed("greedy", prompt.text)
-          : mixSeed(config.seed, "sample", index);
+          : choice === 0
+            ? mixSeed(config.seed, "sample", index)
+            : mixSeed(config.seed, "sample", index, choice);
 
-    const controller = new AbortController();
-    const signal = controller.signal;
+    const client = new AbortController();
+    const engineAbort = new AbortController();
+    const signal = AbortSignal.any([client.signal, engineAbort.signal]);
     let droppedOnPurpose = false;
     res.on("close", () => {
-      if (!res.writableFinished) controller.abort();
+      if (!res.writableFinished) client.abort();
     });
+    let finish!: () => void;
+    const entry: Inflight = {
+      running: false,
+      engineAbort,
+      done: new Promise<void>((r) => {
+        finish = r;
+      }),
+    };
+    inflight.add(entry);
 
-    stats.waiting++;
-    try {
-      await slots.acquire(signal);
-    } catch {
-      stats.waiting--;
-      stats.aborted++;
-      stats.finishReasons.abort++;
-      return;
-    }
-    stats.waiting--;
-    stats.running++;
-    stats.peakRunning = Math.max(stats.peakRunning, stats.running);
+    const gens: Generation[] = [];
     let sentTokens = 0;
-    try {
-      stats.promptTokens += prompt.ids.length;
-      const gen: Generation = generate(
+    let produced = 0;
+    let streamStarted = false;
+    const offsets: number[][] = [];
+    const event = (data: unknown): string => `data: ${JSON.stringify(data)}\n\n`;
+
+    function context(reported: readonly Generation[]): ResponseContext {
+      const splits = reported.map((g) =>
+        kind === "chat" && config.reasoningParser !== null && parsed.kind === "chat"
+          ? splitReasoning(config.reasoningParser, g.text, parsed.templateKwargs, parsed.includeReasoning)
+          : null,
+      );
+      return {
+        id: requestId,
+        created: Math.floor(Date.now() / 1000),
+        model,
+        req: parsed,
+        promptIds: prompt.ids,
+        gens: reported,
+        splits,
+      };
+    }
+
+    /** The choices as they stand after `count` decode steps (finished ones are whole). */
+    function partial(count: number): Generation[] {
+      return gens.map((g) => (g.tokenIds.length <= count ? g : truncateGeneration(g, count)));
+    }
+
+    function tally(reported: readonly Generation[]): void {
+      for (const g of reported) {
+        stats.finishReasons[g.finishReason]++;
+        if (g.finishReason !== "abort" && g.answer.formatError) stats.formatErrors++;
+      }
+    }
+
+    /** A 200 whose choices stopped after `count` steps (finish_reason "abort" where cut). */
+    function respondAborted(count: number): void {
+      const reported = partial(count);
+      sendJson(
+        res,
+        200,
+        kind === "chat" ? chatCompletionBody(context(reported)) : completionBody(context(reported)),
+        headers,
+      );
+      sentTokens = reported.reduce((s, g) => s + g.tokenIds.length, 0);
+      stats.completed++;
+      tally(reported);
+    }
+
+    function generateChoice(choice: number): Generation {
+      const seed = answerSeed(choice);
+      return generate(
         {
           promptText: prompt.text,
           promptIds: prompt.ids,
-          maxTokens,
+          maxTokens: sampling.maxTokens,
           minTokens: parsed.minTokens,
           stop: parsed.stop,
           stopTokenIds: parsed.stopTokenIds,
@@ -528,72 +772,138 @@ export async function startMockEngine(options: MockEngineOptions = {}): Promise<
           logprobs: parsed.logprobs,
           promptLogprobs: parsed.promptLogprobs,
         },
-        new Rng(answerSeed),
-        new Rng(mixSeed(answerSeed, "logprobs")),
+        new Rng(seed),
+        new Rng(mixSeed(seed, "logprobs")),
         config.policy,
       );
-      const ctx: ResponseContext = {
-        id: requestId,
-        created: Math.floor(Date.now() / 1000),
-        model,
-        req: parsed,
-        promptIds: prompt.ids,
-        gen,
-      };
-      const n = gen.tokenIds.length;
+    }
+
+    /** Stream chunks for decode step `t` (one token of every choice still going). */
+    async function streamStep(ctx: ResponseContext, t: number): Promise<void> {
+      for (let c = 0; c < gens.length; c++) {
+        if (t >= gens[c].tokenIds.length) continue;
+        await write(
+          res,
+          event(kind === "chat" ? chatTokenChunk(ctx, c, t) : completionTokenChunk(ctx, c, t, offsets[c])),
+          signal,
+        );
+        sentTokens++;
+      }
+    }
+
+    /** End a stream whose choices stopped after `count` steps: abort chunks, usage, [DONE]. */
+    function endAbortedStream(count: number): void {
+      const reported = partial(count);
+      const ctx = context(reported);
+      let text = "";
+      reported.forEach((g, c) => {
+        // vLLM sends no final chunk for a choice that produced nothing.
+        if (g.finishReason === "abort" && g.tokenIds.length > 0)
+          text += event(kind === "chat" ? chatAbortChunk(ctx, c) : completionAbortChunk(ctx, c));
+      });
+      if (parsed.includeUsage) text += event(usageChunk(ctx));
+      res.end(`${text}data: [DONE]\n\n`);
+      stats.completed++;
+      stats.streamed++;
+      tally(reported);
+    }
+
+    /** End the request now, as /pause?mode=abort does, after `count` decode steps. */
+    function abortNow(count: number): void {
+      if (!parsed.stream) {
+        respondAborted(count);
+        return;
+      }
+      if (!streamStarted) {
+        res.writeHead(200, {
+          "content-type": "text/event-stream; charset=utf-8",
+          "cache-control": "no-cache",
+          ...headers,
+        });
+        if (kind === "chat") {
+          const ctx = context(gens);
+          for (let c = 0; c < gens.length; c++) res.write(event(chatRoleChunk(ctx, c)));
+        }
+      }
+      endAbortedStream(count);
+    }
+
+    stats.waiting++;
+    let holdsSlot = false;
+    try {
+      // Queued until a slot is free and the engine is not paused (a slot taken while a pause
+      // began is given back, so the FIFO order holds).
+      for (;;) {
+        await pauseGate(signal);
+        await slots.acquire(signal);
+        if (pauseMode === null) break;
+        slots.release();
+      }
+      holdsSlot = true;
+    } catch {
+      stats.waiting--;
+      inflight.delete(entry);
+      finish();
+      if (client.signal.aborted) {
+        stats.aborted++;
+        stats.finishReasons.abort++;
+        return;
+      }
+      // Aborted by /pause while queued: vLLM answers with nothing generated.
+      stats.pauseAborts++;
+      for (let c = 0; c < parsed.n; c++) gens.push(generateChoice(c));
+      abortNow(0);
+      return;
+    }
+    stats.waiting--;
+    stats.running++;
+    entry.running = true;
+    stats.peakRunning = Math.max(stats.peakRunning, stats.running);
+
+    try {
+      stats.promptTokens += prompt.ids.length;
+      for (let c = 0; c < parsed.n; c++) gens.push(generateChoice(c));
+      if (plan.fault === "abort") headers["x-mock-fault"] = "abort";
+      const ctx0 = context(gens);
+      if (kind === "completion")
+        for (let c = 0; c < gens.length; c++) offsets.push(completionOffsets(ctx0, c));
+      const steps = Math.max(...gens.map((g) => g.tokenIds.length));
       if (plan.slow) stats.slow++;
       await sleep(jittered(config.ttftMs, plan.rng) + (plan.slow ? config.slowMs : 0), signal);
 
       const fails = plan.fault === "drop" || plan.fault === "internal-error";
-      if (!parsed.stream) {
-        // Failures strike halfway through decoding; success waits for the last token.
-        const decodeTokens = fails ? Math.floor((n - 1) / 2) : n - 1;
-        await sleep(jittered(config.tpotMs * decodeTokens, plan.rng), signal);
-        if (plan.fault === "drop") {
-          droppedOnPurpose = true;
-          stats.dropped++;
-          req.socket.destroy();
-          return;
-        }
-        if (plan.fault === "internal-error") {
-          stats.internalErrors++;
-          sendError(res, new ApiError(500, "InternalServerError", "Internal server error"), {
-            ...idHeader,
-            "x-mock-fault": "internal-error",
-          });
-          return;
-        }
-        sendJson(res, 200, kind === "chat" ? chatCompletionBody(ctx) : completionBody(ctx), idHeader);
-        sentTokens = n;
-        stats.completed++;
-        stats.finishReasons[gen.finishReason]++;
-        if (gen.answer.formatError) stats.formatErrors++;
-        return;
-      }
+      // Failures strike about halfway; an injected abort after a seeded share of the steps.
+      let upTo = steps;
+      if (fails) upTo = parsed.stream ? Math.floor(steps / 2) : Math.floor((steps - 1) / 2) + 1;
+      if (plan.fault === "abort") upTo = Math.floor(plan.abortAt * steps);
+      // Completions with `max_tokens: null` pass validation, then trip `assert request.max_tokens
+      // is not None` (completion/serving.py:333, :504): a stream fails at its first output.
+      const assertFails = parsed.kind === "completion" && parsed.maxTokensNull;
+      if (assertFails && parsed.stream) upTo = 0;
 
-      res.writeHead(200, {
-        "content-type": "text/event-stream; charset=utf-8",
-        "cache-control": "no-cache",
-        ...idHeader,
-      });
-      const event = (data: unknown): string => `data: ${JSON.stringify(data)}\n\n`;
-      const offsets = kind === "completion" ? completionOffsets(ctx) : [];
-      if (kind === "chat") await write(res, event(chatRoleChunk(ctx)), signal);
-      // A failing stream breaks after about half of its tokens.
-      const upTo = fails ? Math.floor(n / 2) : n;
+      if (parsed.stream) {
+        res.writeHead(200, {
+          "content-type": "text/event-stream; charset=utf-8",
+          "cache-control": "no-cache",
+          ...headers,
+        });
+        streamStarted = true;
+        if (kind === "chat")
+          for (let c = 0; c < gens.length; c++) await write(res, event(chatRoleChunk(ctx0, c)), signal);
+      }
       let due = performance.now();
-      for (let i = 0; i < upTo; i++) {
-        if (i > 0 && config.tpotMs > 0) {
+      for (let t = 0; t < upTo; t++) {
+        if (t > 0 && config.tpotMs > 0) {
           due += jittered(config.tpotMs, plan.rng);
           await sleep(due - performance.now(), signal);
         }
-        await write(
-          res,
-          event(kind === "chat" ? chatTokenChunk(ctx, i) : completionTokenChunk(ctx, i, offsets)),
-          signal,
-        );
-        sentTokens = i + 1;
+        // A "keep" pause freezes running requests between tokens.
+        await keepGate(signal);
+        if (parsed.stream) await streamStep(ctx0, t);
+        produced = t + 1;
       }
+      await keepGate(signal);
+
       if (plan.fault === "drop") {
         droppedOnPurpose = true;
         stats.dropped++;
@@ -601,29 +911,63 @@ export async function startMockEngine(options: MockEngineOptions = {}): Promise<
         return;
       }
       if (plan.fault === "internal-error") {
-        // The status is already 200: vLLM reports the failure as an error event, then [DONE].
         stats.internalErrors++;
         const error = new ApiError(500, "InternalServerError", "Internal server error");
-        await write(res, event(error.body()), signal);
+        if (!parsed.stream) {
+          sendError(res, error, { ...headers, "x-mock-fault": "internal-error" });
+          return;
+        }
+        // The status is already 200: vLLM reports the failure as an error event, then [DONE].
+        await write(res, event(errorEvent(error)), signal);
         res.end("data: [DONE]\n\n");
         return;
       }
-      if (parsed.includeUsage) await write(res, event(usageChunk(ctx, n)), signal);
+      if (plan.fault === "abort") {
+        stats.injectedAborts++;
+        abortNow(upTo);
+        return;
+      }
+      if (assertFails) {
+        const error = new ApiError(500, "InternalServerError", "");
+        if (!parsed.stream) {
+          sentTokens = gens.reduce((s, g) => s + g.tokenIds.length, 0);
+          sendError(res, error, headers);
+          return;
+        }
+        await write(res, event(errorEvent(error)), signal);
+        res.end("data: [DONE]\n\n");
+        return;
+      }
+      const ctx = context(gens);
+      if (!parsed.stream) {
+        sendJson(res, 200, kind === "chat" ? chatCompletionBody(ctx) : completionBody(ctx), headers);
+        sentTokens = gens.reduce((s, g) => s + g.tokenIds.length, 0);
+        stats.completed++;
+        tally(gens);
+        return;
+      }
+      if (parsed.includeUsage) await write(res, event(usageChunk(ctx)), signal);
       res.end("data: [DONE]\n\n");
       stats.completed++;
       stats.streamed++;
-      stats.finishReasons[gen.finishReason]++;
-      if (gen.answer.formatError) stats.formatErrors++;
+      tally(gens);
     } catch (error) {
       if (!signal.aborted) throw error;
-      if (!droppedOnPurpose) {
+      if (droppedOnPurpose) return;
+      if (client.signal.aborted) {
         stats.aborted++;
         stats.finishReasons.abort++;
+        return;
       }
+      // /pause?mode=abort: the request ends at once, 200, with what it generated so far.
+      stats.pauseAborts++;
+      abortNow(produced);
     } finally {
       stats.generationTokens += sentTokens;
       stats.running--;
-      slots.release();
+      if (holdsSlot) slots.release();
+      inflight.delete(entry);
+      finish();
     }
   }
 
@@ -651,17 +995,48 @@ export async function startMockEngine(options: MockEngineOptions = {}): Promise<
     const parsed = parseDetokenizeRequest(body);
     resolveModel(parsed.model);
     const bad = parsed.tokens.find((id) => !isValidId(id));
-    if (bad !== undefined) throw badRequest(`Token id ${bad} is out of vocabulary`, "tokens");
+    if (bad !== undefined) throw new ApiError(400, "BadRequestError", `Token id ${bad} is out of vocabulary`);
     sendJson(res, 200, { prompt: decode(parsed.tokens) });
+  }
+
+  /** POST /pause: `mode` (Literal, validated by FastAPI) and the deprecated flag. */
+  async function handlePause(url: URL, res: ServerResponse): Promise<void> {
+    const raw = url.searchParams.get("mode") ?? "abort";
+    if (raw !== "abort" && raw !== "wait" && raw !== "keep")
+      throw validationError([
+        {
+          type: "literal_error",
+          loc: ["query", "mode"],
+          msg: "Input should be 'abort', 'wait' or 'keep'",
+          input: raw,
+          ctx: { expected: "'abort', 'wait' or 'keep'" },
+        },
+      ]);
+    const legacyWait = ["1", "true", "t", "y", "yes", "on"].includes(
+      (url.searchParams.get("wait_for_inflight_requests") ?? "").toLowerCase(),
+    );
+    await pause(legacyWait ? "wait" : raw);
+    sendJson(res, 200, { status: "paused" });
   }
 
   async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     stats.requests++;
     res.on("error", () => {}); // a client that vanished mid-write is handled via "close"
-    const path = new URL(req.url ?? "/", "http://mock").pathname;
+    if (outage === "reset") {
+      stats.outageResets++;
+      req.socket.destroy();
+      return;
+    }
+    const url = new URL(req.url ?? "/", "http://mock");
+    const path = url.pathname;
     const methods = ROUTES[path];
     const echoId = headerValue(req, "x-request-id");
     try {
+      if (outage === "503") {
+        stats.outageUnavailable++;
+        sendError(res, httpError(503, "Service Unavailable"), retryAfter(outageRetryAfterS));
+        return;
+      }
       if (!methods) throw httpError(404, "Not Found");
       if (!methods.includes(req.method ?? "")) throw httpError(405, "Method Not Allowed");
       if (req.method === "GET" || path === "/ping") {
@@ -677,6 +1052,8 @@ export async function startMockEngine(options: MockEngineOptions = {}): Promise<
             return sendJson(res, 200, { server_load: stats.running + stats.waiting }, headers);
           case "/v1/models":
             return sendJson(res, 200, modelCards(), headers);
+          case "/is_paused":
+            return sendJson(res, 200, { is_paused: pauseMode !== null }, headers);
           case "/metrics": {
             const text = metricsText();
             res.writeHead(200, { "content-type": "text/plain; version=0.0.4; charset=utf-8", ...headers });
@@ -684,6 +1061,11 @@ export async function startMockEngine(options: MockEngineOptions = {}): Promise<
             return;
           }
         }
+      }
+      if (path === "/pause") return await handlePause(url, res);
+      if (path === "/resume") {
+        resume();
+        return sendJson(res, 200, { status: "resumed" });
       }
       const raw = await readBody(req);
       const contentType = headerValue(req, "content-type") ?? "";
@@ -710,6 +1092,11 @@ export async function startMockEngine(options: MockEngineOptions = {}): Promise<
   });
   // uvicorn's default under vLLM is 5 s; say it explicitly, since clients pool connections.
   server.keepAliveTimeout = 5000;
+  server.on("connection", (socket) => {
+    if (outage !== "reset") return;
+    stats.outageResets++;
+    socket.destroy();
+  });
 
   await new Promise<void>((resolve, reject) => {
     server.once("error", reject);
@@ -724,6 +1111,17 @@ export async function startMockEngine(options: MockEngineOptions = {}): Promise<
     url: `http://127.0.0.1:${port}/v1`,
     port,
     stats: (): MockEngineStats => structuredClone(stats),
+    setOutage(kind: Outage, opts: { retryAfterS?: number | null } = {}): void {
+      if (kind !== null && kind !== "reset" && kind !== "503")
+        throw new RangeError(`outage must be "reset", "503" or null, got ${String(kind)}`);
+      outage = kind;
+      outageRetryAfterS = opts.retryAfterS === undefined ? config.retryAfterS : opts.retryAfterS;
+      // Kept-alive sockets would otherwise carry on: the next request on them is reset too.
+      if (kind === "reset") server.closeIdleConnections();
+    },
+    pause: (mode: PauseMode = "abort"): Promise<void> => pause(mode),
+    resume,
+    isPaused: (): boolean => pauseMode !== null,
     close(): Promise<void> {
       closing ??= new Promise<void>((resolve) => {
         const force = setTimeout(() => server.closeAllConnections(), config.closeGraceMs);

@@ -8,6 +8,14 @@ export class UsageError extends Error {
   }
 }
 
+/** The command ran (or could not start) and failed: one line on stderr, exit status 1. */
+export class CommandFailure extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "CommandFailure";
+  }
+}
+
 export interface FlagSpec {
   /** Takes a value (`--seed 3`) or is a switch (`--solve`). */
   kind: "value" | "switch";

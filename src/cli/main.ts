@@ -3,7 +3,7 @@
 import { readFileSync } from "node:fs";
 import { MockEngineUsageError, mockEngineCommand } from "../../bench/mock-engine/cli.ts";
 import { EnvConfigError } from "../../envs/types.ts";
-import { UsageError } from "./args.ts";
+import { CommandFailure, UsageError } from "./args.ts";
 import { demoCommand } from "./demo.ts";
 import { envsCheck, envsList, envsPlay, envsPrompt, envsSample } from "./envs.ts";
 import { filterCommand } from "./filter.ts";
@@ -99,6 +99,9 @@ try {
   ) {
     process.stderr.write(`rollgym: ${error.message}\n`);
     process.exitCode = 2;
+  } else if (error instanceof CommandFailure) {
+    process.stderr.write(`rollgym: ${error.message}\n`);
+    process.exitCode = 1;
   } else {
     throw error;
   }

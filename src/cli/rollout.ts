@@ -1,5 +1,6 @@
 // `rollgym rollout`: play a batch of env groups against a model (or a built-in policy) and
 // print RAGEN-named metrics; optionally write every turn to an episode file.
+import { readFileSync } from "node:fs";
 import { createRegistry } from "../../envs/catalog.ts";
 import type { EnvRegistry } from "../../envs/registry.ts";
 import { ConfigError, loadConfig, type RollgymConfig } from "../config/index.ts";
@@ -9,7 +10,7 @@ import { type Policy, PolicyError } from "../llm/policy.ts";
 import { writeEpisodeFile } from "../record/episode-file.ts";
 import { type BatchRequest, runBatch, validateBatchRequest } from "../rollout/batch.ts";
 import { batchRequest } from "../rollout/request.ts";
-import { type FlagSpec, parseArgs, UsageError } from "./args.ts";
+import { CommandFailure, type FlagSpec, parseArgs, UsageError } from "./args.ts";
 import { LineWriter, ProgressBar } from "./output.ts";
 
 // Each flag is sugar for one or more config overrides, so the config stays the one source of truth.
@@ -27,7 +28,7 @@ const FLAGS: Record<string, FlagSpec & { keys?: (mode: string) => string[] }> = 
   seed: { kind: "value", help: "explicit seed of group 0", keys: () => ["rollgym.seed"] },
   llm: {
     kind: "value",
-    help: "OpenAI-compatible base URL, e.g. http://gpu:8000/v1",
+    help: "OpenAI-compatible base URL, e.g. http://gpu:8000/v1; comma-separated for replicas",
     keys: () => ["rollgym.llm.base_url"],
   },
   model: { kind: "value", help: "model name served at --llm", keys: () => ["rollgym.llm.model"] },
@@ -44,8 +45,13 @@ const FLAGS: Record<string, FlagSpec & { keys?: (mode: string) => string[] }> = 
   timeout: { kind: "value", help: "request timeout in seconds", keys: () => ["rollgym.llm.timeout_s"] },
   retries: {
     kind: "value",
-    help: "retries on 429/5xx/connection errors",
+    help: "cap on retries per turn (default: none, the time budget decides)",
     keys: () => ["rollgym.llm.max_retries"],
+  },
+  "retry-budget": {
+    kind: "value",
+    help: "seconds one turn may spend retrying, e.g. through an engine restart (300)",
+    keys: () => ["rollgym.llm.retry_budget_s"],
   },
   policy: {
     kind: "value",
@@ -179,18 +185,42 @@ export function buildRegistry(config: RollgymConfig): EnvRegistry {
   return registry;
 }
 
-/** The configured policy, with a remote endpoint checked first (one clear line when it fails). */
+/**
+ * The configured policy, with remote endpoints checked first: a model they do not serve is a
+ * usage error (exit 2), endpoints that do not answer a failure (exit 1), each one line.
+ */
 export async function readyPolicy(config: RollgymConfig): Promise<Policy> {
   const policy = buildPolicy(config);
   if (policy instanceof ChatPolicy) {
     try {
-      await policy.preflight();
+      const info = await policy.preflight();
+      const limit =
+        info.contextLength === null
+          ? "unknown context length: prompts are sent whole"
+          : `context ${info.contextLength} tokens`;
+      process.stderr.write(
+        `rollgym: ${info.dialect} engine at ${config.rollgym.llm.base_url?.join(", ")}, ${limit}\n`,
+      );
     } catch (error) {
-      if (error instanceof PolicyError) throw new UsageError(error.message);
+      await policy.close();
+      if (error instanceof PolicyError) {
+        if (error.message.startsWith("cannot reach")) throw new CommandFailure(error.message);
+        throw new UsageError(error.message);
+      }
       throw error;
     }
   }
   return policy;
+}
+
+function readGrammar(file: string): string {
+  try {
+    return readFileSync(file, "utf8");
+  } catch (error) {
+    throw new UsageError(
+      `rollgym.llm.grammar: cannot read ${file}: ${error instanceof Error ? error.message : String(error)}`,
+    );
+  }
 }
 
 function buildPolicy(config: RollgymConfig): Policy {
@@ -203,8 +233,13 @@ function buildPolicy(config: RollgymConfig): Policy {
       apiKey: llm.api_key,
       concurrency: llm.concurrency,
       timeoutMs: llm.timeout_s * 1000,
+      retryBudgetMs: llm.retry_budget_s * 1000,
       maxRetries: llm.max_retries,
       prefill: llm.prefill,
+      dialect: llm.dialect,
+      extraBody: llm.extra_body ?? undefined,
+      grammar: llm.grammar === null ? null : readGrammar(llm.grammar),
+      maxModelLen: config.actor_rollout_ref.rollout.max_model_len,
     });
   }
   const options = { noise: policy.noise, malformed: policy.malformed };
@@ -300,6 +335,12 @@ export async function rolloutCommand(argv: readonly string[]): Promise<void> {
     );
   }
   await writer.flush();
+  await policy.close?.();
+  // Filtering does not count: a group the filter dropped still played.
+  if (batch.groups.length > 0 && batch.groups.every((g) => g.failed)) {
+    const first = batch.episodes.find((e) => e.failure !== null)?.failure ?? "unknown";
+    throw new CommandFailure(`every group failed (first failure: ${first})`);
+  }
 }
 
 function formatMetric(value: number): string {

@@ -401,8 +401,17 @@ const startsWithKey = (key: string, prefix: string): boolean =>
 /** A rollgym leaf: a schema key or a field of a custom_envs entry. */
 function isField(path: readonly string[]): boolean {
   if (dotted(path) in FIELD_SPECS) return true;
+  // Inside a free-form mapping (rollgym.llm.extra_body.chat_template_kwargs.enable_thinking=false).
+  for (let i = path.length - 1; i > 0; i--) if (DATA_FIELDS.has(dotted(path.slice(0, i)))) return true;
   return path[0] === "custom_envs" && path.length === 3 && path[2] in CUSTOM_ENV_SPECS;
 }
+
+/** Schema keys that hold a free-form mapping, merged key by key like the rest. */
+const DATA_FIELDS: ReadonlySet<string> = new Set(
+  Object.entries(FIELD_SPECS)
+    .filter(([, spec]) => spec.kind === "data")
+    .map(([key]) => key),
+);
 
 /** Mapping positions of the schema: a leaf there must be an empty mapping. */
 const GROUPS: ReadonlySet<string> = new Set(

@@ -87,7 +87,8 @@ export interface RollgymConfig {
       /** Max new tokens per turn. */
       response_length: number;
       /** Prompt budget in tokens; older turns are dropped beyond it. */
-      max_model_len: number;
+      /** Prompt + max_tokens limit in tokens; "auto" = the engine's own. */
+      max_model_len: number | "auto";
       val_kwargs: { do_sample: boolean; temperature: number; top_p: number; top_k: number };
       rollout_filter_strategy: RolloutFilterStrategy;
       /** null = absent: the legacy rollout_filter_ratio is used (see effectiveFilterValue). */
@@ -106,19 +107,40 @@ export interface RollgymConfig {
   rollgym: {
     mode: RollgymMode;
     llm: {
-      /** OpenAI-compatible endpoint; null = use the built-in policy. */
-      base_url: string | null;
+      /** OpenAI-compatible endpoints (one per engine replica); null = use the built-in policy. */
+      base_url: string[] | null;
       /** null = read OPENAI_API_KEY when the client is made. */
       api_key: string | null;
       model: string | null;
+      /** Requests in flight per replica. */
       concurrency: number;
+      /** Timeout of one request. */
       timeout_s: number;
-      max_retries: number;
+      /** Wall time one turn may spend retrying (outages, restarts, aborts) before its episode fails. */
+      retry_budget_s: number;
+      /** Optional cap on attempts per turn on top of the time budget; null = no cap. */
+      max_retries: number | null;
+      /** Sampling fields a server's generation config would otherwise fill (RAGEN samples with 1, 0, 0). */
+      repetition_penalty: number;
+      presence_penalty: number;
+      frequency_penalty: number;
+      /** Merged into every request body (e.g. chat_template_kwargs). */
+      extra_body: Record<string, unknown> | null;
+      /** A GBNF grammar file, sent in the engine's dialect. */
+      grammar: string | null;
+      /** The engine's request dialect; auto = detected once at start-up from its routes. */
+      dialect: "auto" | "vllm" | "llamacpp";
+      /** max_tokens is lowered to fit the context window, never below this. */
+      min_response_tokens: number;
       /**
        * "continue": send the generation prompt's "<think>" as an assistant prefill the server
        * continues (vLLM's continue_final_message); "none": send no prefill.
        */
       prefill: "continue" | "none";
+    };
+    context: {
+      /** "turns": drop the oldest complete turns; "ragen": RAGEN's _apply_max_length. */
+      truncation: "turns" | "ragen";
     };
     policy: {
       name: PolicyName;
@@ -164,7 +186,7 @@ export function defaultConfig(): RollgymConfig {
         top_k: -1,
         min_p: 0,
         response_length: 400,
-        max_model_len: 3600,
+        max_model_len: "auto",
         val_kwargs: { do_sample: true, temperature: 0.5, top_p: 1.0, top_k: -1 },
         rollout_filter_strategy: "top_p",
         rollout_filter_value: 1.0,
@@ -186,11 +208,20 @@ export function defaultConfig(): RollgymConfig {
         base_url: null,
         api_key: null,
         model: null,
-        concurrency: 64,
-        timeout_s: 300,
-        max_retries: 4,
+        concurrency: 256,
+        timeout_s: 120,
+        retry_budget_s: 300,
+        max_retries: null,
+        repetition_penalty: 1,
+        presence_penalty: 0,
+        frequency_penalty: 0,
+        extra_body: null,
+        grammar: null,
+        dialect: "auto",
+        min_response_tokens: 32,
         prefill: "continue",
       },
+      context: { truncation: "turns" },
       policy: { name: "oracle", noise: 0, malformed: 0 },
       step: 0,
       seed: null,
@@ -221,17 +252,29 @@ export class ConfigError extends Error {
 }
 
 export type FieldSpec =
-  | { kind: "int"; min?: number; max?: number; except?: readonly number[]; nullable?: boolean }
+  | {
+      kind: "int";
+      min?: number;
+      max?: number;
+      except?: readonly number[];
+      nullable?: boolean;
+      auto?: boolean;
+    }
   | { kind: "number"; min?: number; max?: number; minExclusive?: boolean; nullable?: boolean }
   | { kind: "bool" }
   | { kind: "string"; nonEmpty?: boolean; nullable?: boolean; url?: boolean }
   | { kind: "enum"; values: readonly string[]; aliases?: Readonly<Record<string, string>> }
   | { kind: "tags" }
   | { kind: "counts" }
-  | { kind: "data" };
+  | { kind: "data" }
+  /** One http(s) URL, a comma-separated list, or a YAML list; normalized to a list. */
+  | { kind: "urls" };
 
 const SEED_MAX = 2 ** 32 - 1; // NumPy's legacy seeding (Sokoban) takes [0, 2^32).
-const int = (min: number, extra: Partial<{ max: number; nullable: boolean }> = {}): FieldSpec => ({
+const int = (
+  min: number,
+  extra: Partial<{ max: number; nullable: boolean; auto: boolean }> = {},
+): FieldSpec => ({
   kind: "int",
   min,
   ...extra,
@@ -270,7 +313,7 @@ export const FIELD_SPECS: Readonly<Record<string, FieldSpec>> = {
   "actor_rollout_ref.rollout.top_k": topK,
   "actor_rollout_ref.rollout.min_p": prob,
   "actor_rollout_ref.rollout.response_length": int(1),
-  "actor_rollout_ref.rollout.max_model_len": int(1),
+  "actor_rollout_ref.rollout.max_model_len": int(1, { auto: true }),
   "actor_rollout_ref.rollout.val_kwargs.do_sample": bool,
   "actor_rollout_ref.rollout.val_kwargs.temperature": nonNegative,
   "actor_rollout_ref.rollout.val_kwargs.top_p": topP,
@@ -291,13 +334,22 @@ export const FIELD_SPECS: Readonly<Record<string, FieldSpec>> = {
   "actor_rollout_ref.rollout.gradient_analysis_num_buckets": int(1),
   "actor_rollout_ref.rollout.gradient_analysis_bucket_mode": { kind: "enum", values: BUCKET_MODES },
   "rollgym.mode": { kind: "enum", values: MODES },
-  "rollgym.llm.base_url": { kind: "string", nullable: true, url: true },
+  "rollgym.llm.base_url": { kind: "urls" },
   "rollgym.llm.api_key": { kind: "string", nonEmpty: true, nullable: true },
   "rollgym.llm.model": { kind: "string", nonEmpty: true, nullable: true },
   "rollgym.llm.concurrency": int(1),
   "rollgym.llm.timeout_s": { kind: "number", min: 0, minExclusive: true },
-  "rollgym.llm.max_retries": int(0),
+  "rollgym.llm.retry_budget_s": { kind: "number", min: 0, minExclusive: true },
+  "rollgym.llm.max_retries": int(0, { nullable: true }),
+  "rollgym.llm.repetition_penalty": { kind: "number", min: 0, minExclusive: true },
+  "rollgym.llm.presence_penalty": { kind: "number", min: -2, max: 2 },
+  "rollgym.llm.frequency_penalty": { kind: "number", min: -2, max: 2 },
+  "rollgym.llm.extra_body": { kind: "data" },
+  "rollgym.llm.grammar": { kind: "string", nonEmpty: true, nullable: true },
+  "rollgym.llm.dialect": { kind: "enum", values: ["auto", "vllm", "llamacpp"] },
+  "rollgym.llm.min_response_tokens": int(1),
   "rollgym.llm.prefill": { kind: "enum", values: ["continue", "none"] },
+  "rollgym.context.truncation": { kind: "enum", values: ["turns", "ragen"] },
   "rollgym.policy.name": { kind: "enum", values: POLICY_NAMES },
   "rollgym.policy.noise": prob,
   "rollgym.policy.malformed": prob,
@@ -328,6 +380,7 @@ export function describeAllowed(spec: FieldSpec): string {
       if (spec.min !== undefined && spec.max !== undefined) text += ` from ${spec.min} to ${spec.max}`;
       else if (spec.min !== undefined) text += ` >= ${spec.min}`;
       if (spec.except) text += ` except ${spec.except.join(", ")}`;
+      if (spec.auto) text += ", or auto";
       return orNull(text, spec.nullable);
     }
     case "number": {
@@ -355,6 +408,8 @@ export function describeAllowed(spec: FieldSpec): string {
       return "a non-empty list of integers >= 0";
     case "data":
       return "a mapping, or null";
+    case "urls":
+      return "an http(s) URL, a comma-separated list or a list of them, or null";
   }
 }
 
@@ -382,11 +437,12 @@ export function checkField(key: string, spec: FieldSpec, value: unknown): unknow
     );
   };
   if (value === null) {
-    if (("nullable" in spec && spec.nullable) || spec.kind === "data") return null;
+    if (("nullable" in spec && spec.nullable) || spec.kind === "data" || spec.kind === "urls") return null;
     return fail();
   }
   switch (spec.kind) {
     case "int":
+      if (spec.auto && value === "auto") return value;
       if (!Number.isSafeInteger(value)) return fail();
       if (spec.min !== undefined && (value as number) < spec.min) return fail();
       if (spec.max !== undefined && (value as number) > spec.max) return fail();
@@ -422,6 +478,15 @@ export function checkField(key: string, spec: FieldSpec, value: unknown): unknow
       return [...value];
     case "data":
       return isPlainObject(value) ? structuredClone(value) : fail();
+    case "urls": {
+      const list = typeof value === "string" ? value.split(",").map((u) => u.trim()) : value;
+      if (!Array.isArray(list) || list.length === 0) return fail();
+      const isUrl = (u: unknown) =>
+        typeof u === "string" && /^https?:$/.test(URL.parse(u)?.protocol ?? "") && u.trim() === u;
+      if (!list.every(isUrl)) return fail();
+      if (new Set(list).size !== list.length) return fail();
+      return [...list];
+    }
   }
 }
 

@@ -1,22 +1,37 @@
-// The OpenAI-compatible chat policy (vLLM in production), through the `openai` package.
-// Every sampling field is sent explicitly; the generation prompt's "<think>" is sent as an
-// assistant prefill that the server continues (vLLM's continue_final_message). Requests are
-// limited per endpoint, time out, and are retried with exponential backoff on 429, 5xx and
-// connection errors; when retries run out the error says why, and the episode is failed.
-import OpenAI from "openai";
-import { Limiter } from "./limiter.ts";
-import { type Policy, PolicyError, type PolicyRequest, type PolicyResponse } from "./policy.ts";
+// The OpenAI-compatible chat policy (vLLM in production, llama.cpp in tests). Every sampling
+// field a server default could change is sent explicitly; the generation prompt's "<think>"
+// is sent as an assistant prefill the server continues (vLLM's continue_final_message).
+// Requests go to the least-loaded healthy replica, an episode's turns stay on one replica,
+// and a turn is retried (connection errors, 408/409/429/5xx, `abort` answers) within a time
+// budget that rides out an engine restart; when every replica is down, turns wait on the
+// pool's probe instead of hammering it.
+import { setTimeout as sleep } from "node:timers/promises";
+import type { ChatMessage } from "../rollout/prompt.ts";
+import { type Dialect, describeEngine, type EngineInfo, EngineTokenCounter } from "./engine.ts";
+import { EngineError, requestJson } from "./http.ts";
+import {
+  type Policy,
+  PolicyError,
+  type PolicyRequest,
+  type PolicyResponse,
+  type PromptMeter,
+} from "./policy.ts";
+import { ReplicaPool } from "./replicas.ts";
 
 export interface ChatPolicyOptions {
-  baseURL: string;
+  /** One base URL per engine replica (…/v1). */
+  baseURL: string | readonly string[];
   model: string;
   apiKey?: string | null;
-  /** Requests in flight to this endpoint at most. */
+  /** Requests in flight per replica at most. */
   concurrency?: number;
+  /** Timeout of one request. */
   timeoutMs?: number;
-  /** Retries after the first attempt, for retryable failures only. */
-  maxRetries?: number;
-  /** First backoff; doubles per retry up to maxBackoffMs. */
+  /** Wall time a turn may spend on retries and waiting for a replica before it fails. */
+  retryBudgetMs?: number;
+  /** Optional cap on attempts per turn (retries + 1 ≤ maxRetries + 1); null = the time budget alone. */
+  maxRetries?: number | null;
+  /** First backoff; doubles per retry up to maxBackoffMs (a Retry-After answer overrides it). */
   backoffMs?: number;
   maxBackoffMs?: number;
   /**
@@ -24,144 +39,343 @@ export interface ChatPolicyOptions {
    * continue_final_message). "none": send no prefill; the model writes its own tags.
    */
   prefill?: "continue" | "none";
-  /** Extra body fields for engine dialects (e.g. llama.cpp's `grammar`). */
+  /** The engine's request dialect; "auto" asks the first replica at preflight. */
+  dialect?: Dialect | "auto";
+  /** Merged into every request body last (e.g. chat_template_kwargs, vLLM's structured_outputs). */
   extraBody?: Record<string, unknown>;
+  /** A GBNF grammar, sent as llama.cpp's `grammar` or vLLM's `structured_outputs.grammar`. */
+  grammar?: string | null;
+  /** Configured context length; "auto" (default) takes the engine's. The smaller one wins. */
+  maxModelLen?: number | "auto";
+  /** Consecutive failures that take a replica out of rotation until a probe brings it back. */
+  failureThreshold?: number;
+  /** Called for every answered turn with the replica that served it (routing audits, tests). */
+  onServed?: (affinity: string | null, url: string) => void;
 }
 
-const RETRYABLE_STATUS = new Set([408, 409, 429]);
+/** vLLM ≥ 0.10.1 nests errors; older versions and llama.cpp differ, http.ts reads all of them. */
+interface ChatCompletion {
+  choices?: { message?: Record<string, unknown> | null; finish_reason?: string | null }[];
+  usage?: { prompt_tokens?: number; completion_tokens?: number } | null;
+}
 
-function isRetryable(error: unknown): boolean {
-  if (error instanceof OpenAI.APIConnectionError) return true;
-  if (error instanceof OpenAI.APIError && typeof error.status === "number") {
-    return RETRYABLE_STATUS.has(error.status) || error.status >= 500;
+/** The raw text from a message a server-side reasoning parser may have split (see docs/rollouts.md). */
+export function rebuildText(message: Record<string, unknown>): { text: string; ambiguous: boolean } {
+  const content = typeof message.content === "string" ? message.content : null;
+  const field = message.reasoning ?? message.reasoning_content;
+  const reasoning = typeof field === "string" ? field : null;
+  if (reasoning === null) {
+    // No parser, or qwen3 with thinking off: content is the whole text. Both null: nothing to read.
+    return { text: content ?? "", ambiguous: content === null };
   }
-  return false;
-}
-
-function describe(error: unknown): string {
-  if (error instanceof OpenAI.APIConnectionTimeoutError) return "request timed out";
-  if (error instanceof OpenAI.APIConnectionError)
-    return `connection error (${error.cause instanceof Error ? error.cause.message : error.message})`;
-  if (error instanceof OpenAI.APIError) return `HTTP ${error.status ?? "?"}: ${error.message}`;
-  return error instanceof Error ? error.message : String(error);
+  if (content === null) {
+    // "R</think>" and "R" (cut by length) both arrive as (R, null): never invent the tag.
+    return { text: reasoning, ambiguous: true };
+  }
+  // qwen3 splits at "<tool_call>" too when no </think> was written; that split looks the same.
+  return { text: `${reasoning}</think>${content}`, ambiguous: content.startsWith("<tool_call>") };
 }
 
 export class ChatPolicy implements Policy {
   readonly name = "openai-chat";
-  private readonly client: OpenAI;
-  private readonly options: Required<Omit<ChatPolicyOptions, "apiKey" | "extraBody">> &
-    Pick<ChatPolicyOptions, "extraBody">;
-  private readonly limiter: Limiter;
+  private readonly urls: readonly string[];
+  private readonly options: Required<
+    Omit<ChatPolicyOptions, "apiKey" | "extraBody" | "grammar" | "baseURL" | "maxRetries" | "onServed">
+  > &
+    Pick<ChatPolicyOptions, "extraBody" | "grammar" | "maxRetries" | "onServed">;
+  private readonly headers: Record<string, string>;
+  private readonly pool: ReplicaPool;
+  private dialect: Dialect;
+  private counter: EngineTokenCounter | null = null;
+  /** Set by preflight when the context length is known. */
+  meter: PromptMeter | null = null;
   /** Request outcomes, for reports and metrics. */
-  readonly stats = { requests: 0, retries: 0, failures: 0 };
+  readonly stats = { requests: 0, retries: 0, failures: 0, aborts: 0, ambiguousSplits: 0 };
+  /** Per replica: requests answered, for reports (never written into episode files). */
+  readonly served = new Map<string, number>();
 
   constructor(options: ChatPolicyOptions) {
+    const { baseURL, apiKey, ...rest } = options;
+    this.urls = (typeof baseURL === "string" ? [baseURL] : [...baseURL]).map((u) => u.replace(/\/+$/, ""));
+    if (this.urls.length === 0) throw new RangeError("ChatPolicy needs at least one base URL");
     this.options = {
-      concurrency: 64,
-      timeoutMs: 300_000,
-      maxRetries: 4,
-      backoffMs: 500,
+      concurrency: 256,
+      timeoutMs: 120_000,
+      retryBudgetMs: 300_000,
+      backoffMs: 250,
       maxBackoffMs: 10_000,
       prefill: "continue",
-      ...options,
+      dialect: "auto",
+      maxModelLen: "auto",
+      failureThreshold: 3,
+      ...rest,
     };
-    this.client = new OpenAI({
-      baseURL: options.baseURL,
-      apiKey: options.apiKey ?? process.env.OPENAI_API_KEY ?? "EMPTY",
-      timeout: this.options.timeoutMs,
-      maxRetries: 0, // retries are ours, so each failure reason is known
+    const key = apiKey ?? process.env.OPENAI_API_KEY;
+    this.headers = key ? { authorization: `Bearer ${key}` } : {};
+    this.dialect = this.options.dialect === "auto" ? "vllm" : this.options.dialect;
+    this.pool = new ReplicaPool(this.urls, {
+      concurrency: this.options.concurrency,
+      failureThreshold: this.options.failureThreshold,
+      probe: async (url, signal) => {
+        await requestJson("GET", `${url}/models`, undefined, {
+          signal,
+          timeoutMs: 5_000,
+          headers: this.headers,
+        });
+      },
     });
-    this.limiter = new Limiter(this.options.concurrency);
   }
 
-  /** Check the endpoint answers and serves the model; throws PolicyError naming the problem. */
-  async preflight(signal?: AbortSignal): Promise<void> {
-    let served: string[];
-    try {
-      const page = await this.client.models.list({
-        signal,
-        timeout: Math.min(this.options.timeoutMs, 10_000),
-      });
-      served = page.data.map((m) => m.id);
-    } catch (error) {
-      throw new PolicyError(`cannot reach ${this.options.baseURL}: ${describe(error)}`);
-    }
-    if (!served.includes(this.options.model)) {
-      throw new PolicyError(
-        `model ${JSON.stringify(this.options.model)} is not served by ${this.options.baseURL} (it serves: ${served.join(", ") || "nothing"})`,
+  /** The replicas and their state, for metrics and reports. */
+  replicas(): ReturnType<ReplicaPool["snapshot"]> {
+    return this.pool.snapshot();
+  }
+
+  /**
+   * Checks that the endpoints answer and serve the model, detects the dialect and context
+   * length, and sets up token counting. Throws PolicyError naming the problem; replicas
+   * that do not answer are left to the pool's probes when at least one does.
+   */
+  async preflight(signal?: AbortSignal): Promise<EngineInfo> {
+    const results = await Promise.allSettled(
+      this.urls.map((url) => describeEngine(url, this.options.dialect, this.headers, signal)),
+    );
+    const answered = results.flatMap((r, i) =>
+      r.status === "fulfilled" ? [{ url: this.urls[i], info: r.value }] : [],
+    );
+    if (answered.length === 0) {
+      const reasons = results.map((r, i) =>
+        r.status === "rejected"
+          ? `${this.urls[i]}: ${r.reason instanceof Error ? r.reason.message : r.reason}`
+          : "",
       );
+      throw new PolicyError(`cannot reach ${reasons.join("; ")}`);
     }
+    for (const { url, info } of answered) {
+      if (!info.models.includes(this.options.model)) {
+        throw new PolicyError(
+          `model ${JSON.stringify(this.options.model)} is not served by ${url} (it serves: ${info.models.join(", ") || "nothing"})`,
+        );
+      }
+    }
+    const first = answered[0].info;
+    this.dialect = first.dialect;
+    const lengths = answered.map((a) => a.info.contextLength).filter((n): n is number => n !== null);
+    const engineLimit = lengths.length > 0 ? Math.min(...lengths) : null;
+    const configured = this.options.maxModelLen === "auto" ? null : this.options.maxModelLen;
+    const limit =
+      configured !== null && engineLimit !== null
+        ? Math.min(configured, engineLimit)
+        : (configured ?? engineLimit);
+    const templateKwargs = this.options.extraBody?.chat_template_kwargs;
+    this.counter = new EngineTokenCounter({
+      baseURL: this.urls[0],
+      model: this.options.model,
+      dialect: this.dialect,
+      headers: this.headers,
+      timeoutMs: this.options.timeoutMs,
+      prefill: this.options.prefill,
+      templateKwargs:
+        typeof templateKwargs === "object" && templateKwargs !== null
+          ? (templateKwargs as Record<string, unknown>)
+          : undefined,
+    });
+    if (limit !== null) {
+      const counter = this.counter;
+      this.meter = {
+        limit,
+        count: (messages, prefill, countSignal) =>
+          this.countWithRetries(counter, messages, prefill, countSignal),
+      };
+    }
+    return { ...first, contextLength: limit };
+  }
+
+  /** The dialect requests are sent in (detected by preflight when "auto"). */
+  get engineDialect(): Dialect {
+    return this.dialect;
+  }
+
+  /** Token-count requests sent for context fitting. */
+  get countRequests(): number {
+    return this.counter?.requests ?? 0;
+  }
+
+  forget(affinity: string): void {
+    this.pool.forget(affinity);
+  }
+
+  async close(): Promise<void> {
+    this.pool.close();
   }
 
   async generate(request: PolicyRequest): Promise<PolicyResponse> {
-    return this.limiter.run(() => this.generateWithRetries(request));
-  }
-
-  private async generateWithRetries(request: PolicyRequest): Promise<PolicyResponse> {
-    const { maxRetries, backoffMs, maxBackoffMs } = this.options;
-    for (let attempt = 0; ; attempt++) {
+    return this.withRetries(request.signal, async (attempt, deadline) => {
+      const lease = await this.pool.acquire(request.affinity ?? null, AbortSignal.any(deadline));
       this.stats.requests++;
       try {
-        return { ...(await this.once(request)), attempts: attempt + 1 };
+        const response = await this.once(lease.url, request);
+        lease.release("ok");
+        this.served.set(lease.url, (this.served.get(lease.url) ?? 0) + 1);
+        this.options.onServed?.(request.affinity ?? null, lease.url);
+        return { ...response, attempts: attempt + 1 };
       } catch (error) {
-        if (request.signal?.aborted) throw new PolicyError("cancelled");
-        if (!isRetryable(error)) {
+        lease.release(error instanceof EngineError && error.replicaFault ? "failed" : "refused");
+        throw error;
+      }
+    });
+  }
+
+  private async countWithRetries(
+    counter: EngineTokenCounter,
+    messages: readonly ChatMessage[],
+    prefill: string,
+    signal?: AbortSignal,
+  ): Promise<number> {
+    return this.withRetries(signal, () => counter.count(messages, prefill, signal));
+  }
+
+  /**
+   * Runs `attempt` until it succeeds, a non-retryable error, the time budget or the attempt
+   * cap. Aborts by the caller end it with "cancelled".
+   */
+  private async withRetries<T>(
+    signal: AbortSignal | undefined,
+    attempt: (index: number, deadline: AbortSignal[]) => Promise<T>,
+  ): Promise<T> {
+    const { retryBudgetMs, backoffMs, maxBackoffMs, maxRetries } = this.options;
+    const started = Date.now();
+    const budget = AbortSignal.timeout(retryBudgetMs);
+    const deadline = signal ? [signal, budget] : [budget];
+    let last: unknown = null;
+    for (let index = 0; ; index++) {
+      try {
+        return await attempt(index, deadline);
+      } catch (error) {
+        if (signal?.aborted) throw new PolicyError("cancelled");
+        if (budget.aborted && !(error instanceof EngineError)) {
+          // Waited for a healthy replica until the budget ran out.
           this.stats.failures++;
-          throw new PolicyError(describe(error));
+          throw new PolicyError(
+            `no replica answered within the retry budget of ${retryBudgetMs / 1000} s` +
+              (last ? ` (last error: ${describe(last)})` : ""),
+            true,
+          );
         }
-        if (attempt >= maxRetries) {
+        if (!(error instanceof EngineError)) throw error;
+        last = error;
+        if (!error.retryable) {
           this.stats.failures++;
-          throw new PolicyError(`${describe(error)} (gave up after ${attempt + 1} attempts)`, true);
+          throw new PolicyError(error.message);
+        }
+        const elapsed = Date.now() - started;
+        const capped = maxRetries !== null && maxRetries !== undefined && index >= maxRetries;
+        if (capped || elapsed >= retryBudgetMs) {
+          this.stats.failures++;
+          throw new PolicyError(
+            `${error.message} (gave up after ${index + 1} attempts in ${(elapsed / 1000).toFixed(1)} s)`,
+            true,
+          );
         }
         this.stats.retries++;
-        const delay = Math.min(maxBackoffMs, backoffMs * 2 ** attempt) * (0.5 + Math.random() / 2);
-        await new Promise((resolve) => setTimeout(resolve, delay));
+        const backoff =
+          Math.min(maxBackoffMs, backoffMs * 2 ** Math.min(index, 20)) * (0.5 + Math.random() / 2);
+        const wait = Math.min(
+          error.retryAfterS !== null ? error.retryAfterS * 1000 : backoff,
+          retryBudgetMs - elapsed,
+        );
+        try {
+          await sleep(wait, undefined, { signal });
+        } catch {
+          throw new PolicyError("cancelled");
+        }
       }
     }
   }
 
-  private async once(request: PolicyRequest): Promise<PolicyResponse> {
+  private body(request: PolicyRequest): Record<string, unknown> {
     const { sampling } = request;
     const prefill = this.options.prefill === "continue";
-    const messages = prefill
-      ? [...request.messages, { role: "assistant" as const, content: request.prefill }]
+    const messages: ChatMessage[] = prefill
+      ? [...request.messages, { role: "assistant", content: request.prefill }]
       : [...request.messages];
-    const body = {
+    const grammar = this.options.grammar
+      ? this.dialect === "llamacpp"
+        ? { grammar: this.options.grammar }
+        : { structured_outputs: { grammar: this.options.grammar } }
+      : {};
+    // llama.cpp names the repetition penalty differently and has samplers of its own that its
+    // server flags can turn on; all are pinned to "off" unless the config says otherwise.
+    const dialectSampling =
+      this.dialect === "llamacpp"
+        ? {
+            repeat_penalty: sampling.repetition_penalty,
+            typical_p: 1,
+            dry_multiplier: 0,
+            xtc_probability: 0,
+            mirostat: 0,
+            top_n_sigma: -1,
+          }
+        : { repetition_penalty: sampling.repetition_penalty };
+    return {
       model: this.options.model,
       messages,
       temperature: sampling.temperature,
       top_p: sampling.top_p,
+      top_k: sampling.top_k,
+      min_p: sampling.min_p,
+      presence_penalty: sampling.presence_penalty,
+      frequency_penalty: sampling.frequency_penalty,
+      ...dialectSampling,
       max_tokens: sampling.max_tokens,
       seed: sampling.seed,
       stop: sampling.stop ?? null,
       n: 1,
-      // vLLM's sampling extras and prefill switches, sent explicitly.
-      top_k: sampling.top_k,
-      min_p: sampling.min_p,
       ...(prefill ? { continue_final_message: true, add_generation_prompt: false } : {}),
+      ...grammar,
       ...this.options.extraBody,
     };
-    const completion = await this.client.chat.completions.create(
-      body as OpenAI.Chat.ChatCompletionCreateParamsNonStreaming,
-      { signal: request.signal },
-    );
-    const choice = completion.choices[0];
-    if (!choice) throw new PolicyError("the response has no choices");
-    const message = choice.message as {
-      content: string | null;
-      reasoning?: string | null;
-      reasoning_content?: string | null;
-    };
-    // A server-side reasoning parser splits "<think>" text off; put it back where RAGEN expects it.
-    const reasoning = message.reasoning ?? message.reasoning_content;
-    let text = reasoning ? `${reasoning}</think>${message.content ?? ""}` : (message.content ?? "");
+  }
+
+  private async once(url: string, request: PolicyRequest): Promise<PolicyResponse> {
+    const completion = (await requestJson("POST", `${url}/chat/completions`, this.body(request), {
+      signal: request.signal,
+      timeoutMs: this.options.timeoutMs,
+      headers: this.headers,
+    })) as ChatCompletion;
+    const choice = completion?.choices?.[0];
+    if (!choice?.message) throw new EngineError("the response has no choices", 502);
+    const finishReason = choice.finish_reason ?? null;
+    switch (finishReason) {
+      case "stop":
+      case "length":
+        break;
+      case "abort":
+        // vLLM /pause or an aborting shutdown: partial text that must never be scored.
+        this.stats.aborts++;
+        throw new EngineError("the engine aborted the request (finish_reason abort)", 503);
+      case "error":
+        throw new EngineError("the engine failed the request (finish_reason error)", 500);
+      default:
+        // tool_calls, content_filter, none: not a turn of the RAGEN format; never scored silently.
+        throw new EngineError(`unexpected finish_reason ${JSON.stringify(finishReason)}`, 422);
+    }
+    const rebuilt = rebuildText(choice.message);
+    if (rebuilt.ambiguous) this.stats.ambiguousSplits++;
+    let text = rebuilt.text;
     // Without a prefill the model writes the opening tag itself; the episode adds it back.
-    if (!prefill && text.startsWith(request.prefill)) text = text.slice(request.prefill.length);
+    if (this.options.prefill === "none" && text.startsWith(request.prefill))
+      text = text.slice(request.prefill.length);
     return {
       text,
-      finishReason: choice.finish_reason ?? "unknown",
+      finishReason,
       promptTokens: completion.usage?.prompt_tokens,
       completionTokens: completion.usage?.completion_tokens,
+      ...(rebuilt.ambiguous ? { ambiguousSplit: true } : {}),
     };
   }
+}
+
+function describe(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
 }

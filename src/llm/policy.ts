@@ -2,6 +2,7 @@
 // next assistant turn. Built-in policies also receive the episode's solver; remote ones
 // ignore it.
 import type { ChatMessage } from "../rollout/prompt.ts";
+import type { ReplicaSnapshot } from "./replicas.ts";
 
 export interface SamplingParams {
   temperature: number;
@@ -9,6 +10,10 @@ export interface SamplingParams {
   /** -1 disables (vLLM). */
   top_k: number;
   min_p: number;
+  /** Sent explicitly, so a server's generation-config defaults never change the policy (RAGEN: 1, 0, 0). */
+  repetition_penalty: number;
+  presence_penalty: number;
+  frequency_penalty: number;
   max_tokens: number;
   /** Per-request seed derived from (batch seed, env id, turn), so deterministic engines reproduce. */
   seed: number;
@@ -35,6 +40,8 @@ export interface PolicyRequest {
   prefill: string;
   sampling: SamplingParams;
   episode: EpisodeView;
+  /** Keeps an episode's turns on one engine replica (its prefix cache); unique per live episode. */
+  affinity?: string;
   signal?: AbortSignal;
 }
 
@@ -46,11 +53,30 @@ export interface PolicyResponse {
   completionTokens?: number;
   /** Attempts it took (retries + 1), for reports. */
   attempts?: number;
+  /**
+   * The engine split the text into reasoning and content in a way that cannot be undone exactly
+   * (e.g. `content: null`); `text` is the best reading and the turn is flagged.
+   */
+  ambiguousSplit?: boolean;
+}
+
+/** Counts prompt tokens exactly as the engine will, so prompts can be fitted to its context. */
+export interface PromptMeter {
+  /** Context length in tokens: prompt + max_tokens must not exceed it. */
+  readonly limit: number;
+  /** Tokens of the prompt the request for `messages` (plus the prefill) would render. */
+  count(messages: readonly ChatMessage[], prefill: string, signal?: AbortSignal): Promise<number>;
 }
 
 export interface Policy {
   readonly name: string;
   generate(request: PolicyRequest): Promise<PolicyResponse>;
+  /** Present when the policy knows its context window and can count tokens (remote engines). */
+  readonly meter?: PromptMeter | null;
+  /** Engine replicas and their load, for metrics (remote policies). */
+  replicas?(): ReplicaSnapshot[];
+  /** The episode behind `affinity` is over (frees routing state). */
+  forget?(affinity: string): void;
   close?(): Promise<void>;
 }
 

@@ -3,9 +3,11 @@
 // the group filter and RAGEN-named metrics. Episodes run concurrently; each one only waits
 // for its own model turns, so a slow episode never holds up the others.
 import type { EnvRegistry } from "../../envs/registry.ts";
-import { type Policy, requestSeed, type SamplingParams } from "../llm/policy.ts";
+import { type Policy, type PromptMeter, requestSeed, type SamplingParams } from "../llm/policy.ts";
 import { Episode, type EpisodeRecord, type EpisodeSettings } from "./episode.ts";
 import { type FilterConfig, runGroupFilter } from "./filter.ts";
+import type { ChatMessage } from "./prompt.ts";
+import { ragenTruncate } from "./ragen-truncation.ts";
 import { episodeScores, type NormalizationGrouping, type NormalizationMethod } from "./scores.ts";
 
 export type RolloutMode = "train" | "val";
@@ -24,6 +26,8 @@ export interface BatchRequest {
   /** Score an episode 1 if solved, else 0, instead of its summed reward (old RAGEN's binary_reward). */
   binaryReward?: boolean;
   filter: FilterConfig;
+  /** When the context window is managed, max_tokens is lowered to fit but never below this. Default 32. */
+  minResponseTokens?: number;
 }
 
 export interface GroupResult {
@@ -86,12 +90,16 @@ export function groupEpisodes(
   );
 }
 
+let batchCounter = 0;
+
 async function playEpisode(
   episode: Episode,
   request: BatchRequest,
   policy: Policy,
   hooks: BatchHooks,
+  affinity: string,
 ): Promise<void> {
+  let dropped = 0;
   while (episode.active) {
     if (hooks.signal?.aborted) {
       episode.fail("cancelled");
@@ -99,10 +107,26 @@ async function playEpisode(
     }
     const turn = episode.turnIndex;
     try {
+      let messages: ChatMessage[];
+      let maxTokens = request.sampling.max_tokens;
+      if (policy.meter) {
+        const fitted = await fitContext(episode, request, policy.meter, dropped, hooks.signal);
+        if (fitted === null) {
+          episode.endContextFull();
+          break;
+        }
+        ({ messages, maxTokens, dropped } = fitted);
+      } else {
+        messages = episode.promptMessages();
+      }
       const response = await policy.generate({
-        messages: episode.promptMessages(),
+        messages,
         prefill: episode.prefill,
-        sampling: { ...request.sampling, seed: requestSeed(request.seed, episode.envId, turn) },
+        sampling: {
+          ...request.sampling,
+          max_tokens: maxTokens,
+          seed: requestSeed(request.seed, episode.envId, turn),
+        },
         episode: {
           tag: episode.tag.spec.tag,
           envId: episode.envId,
@@ -112,11 +136,14 @@ async function playEpisode(
           think: request.episode.think,
           solve: () => episode.solve(),
         },
+        affinity,
         signal: hooks.signal,
       });
       episode.applyResponse(episode.prefill + response.text, response.finishReason, {
         prompt: response.promptTokens,
         completion: response.completionTokens,
+        dropped,
+        ambiguousSplit: response.ambiguousSplit,
       });
     } catch (error) {
       episode.fail(
@@ -126,6 +153,42 @@ async function playEpisode(
       );
     }
     hooks.onTurn?.();
+  }
+  policy.forget?.(affinity);
+}
+
+/**
+ * The prompt for the episode's next turn, shortened until prompt + max_tokens fits the engine's
+ * context. "turns" drops the oldest complete turns (never an observation without its
+ * response); when only the current turn is left, max_tokens is lowered, but not below
+ * minResponseTokens. "ragen" applies RAGEN's rule. Null: not even the current turn fits.
+ * `dropped` starts at the previous turn's count, since a history only grows.
+ */
+async function fitContext(
+  episode: Episode,
+  request: BatchRequest,
+  meter: PromptMeter,
+  dropped: number,
+  signal?: AbortSignal,
+): Promise<{ messages: ChatMessage[]; maxTokens: number; dropped: number } | null> {
+  const count = (messages: readonly ChatMessage[]) => meter.count(messages, episode.prefill, signal);
+  const wanted = request.sampling.max_tokens;
+  const floor = Math.min(wanted, request.minResponseTokens ?? 32);
+  const fits = (tokens: number) => (tokens + wanted <= meter.limit ? wanted : meter.limit - tokens);
+  if (request.episode.truncation === "ragen") {
+    const full = episode.promptMessages();
+    // RAGEN counts the template with its generation prompt but without the "<think>" prefill.
+    const cut = await ragenTruncate(full, (m) => meter.count(m, "", signal), meter.limit);
+    const room = fits(await count(cut.messages));
+    return room >= floor ? { messages: cut.messages, maxTokens: room, dropped: cut.droppedTurns } : null;
+  }
+  for (let drop = dropped; ; drop++) {
+    const messages = episode.promptMessages(drop);
+    const room = fits(await count(messages));
+    if (room === wanted) return { messages, maxTokens: wanted, dropped: drop };
+    if (drop >= episode.turnIndex) {
+      return room >= floor ? { messages, maxTokens: room, dropped: drop } : null;
+    }
   }
 }
 
@@ -138,6 +201,8 @@ export async function runBatch(
   validateBatchRequest(request);
   const tags = groupTags(request);
   const retain = hooks.retainEpisodes ?? true;
+  const batchId = ++batchCounter;
+  const context = { "rollgym/context_shortened_turns": 0, "rollgym/context_full_episodes": 0 };
   const byGroup: EpisodeRecord[][] = [];
   let next = 0;
   const playGroups = async (): Promise<void> => {
@@ -147,8 +212,9 @@ export async function runBatch(
       const episodes = groupEpisodes(registry, request, group, tags[group]);
       const records = await Promise.all(
         episodes.map(async (episode) => {
-          await playEpisode(episode, request, policy, hooks);
+          await playEpisode(episode, request, policy, hooks, `${batchId}:${episode.envId}`);
           const record = episode.record();
+          tallyContext(context, record);
           hooks.onEpisode?.(record);
           return record;
         }),
@@ -184,7 +250,17 @@ export async function runBatch(
   }
   const failed = records.filter((r) => r.failure !== null).length;
   metrics["rollgym/failed_episodes"] = failed;
+  Object.assign(metrics, context);
   return { mode: request.mode, seed: request.seed, episodes: records, groups, metrics, failed };
+}
+
+/** Counts how often the context window shortened a prompt or ended an episode. */
+function tallyContext(
+  tally: { "rollgym/context_shortened_turns": number; "rollgym/context_full_episodes": number },
+  record: EpisodeRecord,
+): void {
+  for (const t of record.turns) if (t.context_dropped) tally["rollgym/context_shortened_turns"]++;
+  if (record.end_reason === "context_full") tally["rollgym/context_full_episodes"]++;
 }
 
 /** RAGEN's shortcut: top_p 1.0 with include_zero returns the batch unchanged (base.yaml's default). */

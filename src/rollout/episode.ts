@@ -25,7 +25,15 @@ export interface EpisodeSettings {
   maxContextWindow: number;
   formatPenalty: number;
   ragenDefaultVocabulary?: boolean;
+  /**
+   * How a prompt too long for the engine's context is shortened: "turns" drops the oldest
+   * complete turns; "ragen" applies RAGEN's _apply_max_length. Default "turns".
+   */
+  truncation?: "turns" | "ragen";
 }
+
+/** Why an episode stopped taking turns. */
+export type EndReason = "done" | "action_budget" | "max_turn" | "context_full" | "failed";
 
 /** One model turn, as recorded in episode files and sent to trainers. */
 export interface TurnRecord {
@@ -50,6 +58,10 @@ export interface TurnRecord {
   finish_reason: string;
   prompt_tokens?: number;
   completion_tokens?: number;
+  /** Earlier turns left out of this turn's prompt to fit the engine's context (only when > 0). */
+  context_dropped?: number;
+  /** The engine's reasoning/content split could not be undone exactly (see docs/rollouts.md). */
+  ambiguous_split?: true;
 }
 
 export interface EpisodeRecord {
@@ -74,6 +86,8 @@ export interface EpisodeRecord {
   metrics: Record<string, number>;
   /** Set when the episode could not be played to its end (e.g. inference failed for good). */
   failure: string | null;
+  /** Why it stopped: the env ended it, the action budget, max_turn, the context window, or a failure. */
+  end_reason: EndReason;
 }
 
 export class Episode {
@@ -93,6 +107,8 @@ export class Episode {
   private penalty = 0;
   private warnNext = false;
   private failure: string | null = null;
+  private contextFull = false;
+  private budgetSpent = false;
 
   constructor(tag: ResolvedTag, envId: number, groupId: number, seed: number, settings: EpisodeSettings) {
     this.tag = tag;
@@ -112,7 +128,12 @@ export class Episode {
 
   /** Still needs model turns: not done, within max_turn, not failed. */
   get active(): boolean {
-    return !this.terminated && this.failure === null && this.turns.length < this.settings.maxTurn;
+    return (
+      !this.terminated &&
+      this.failure === null &&
+      !this.contextFull &&
+      this.turns.length < this.settings.maxTurn
+    );
   }
 
   get turnIndex(): number {
@@ -136,8 +157,11 @@ export class Episode {
     return this.tag.solve(this.env)?.actions ?? null;
   }
 
-  /** The inference prompt for the next turn, in the configured context-window mode. */
-  promptMessages(): ChatMessage[] {
+  /**
+   * The inference prompt for the next turn, in the configured context-window mode, leaving out
+   * at least the `drop` oldest finished turns (each with its state, response and reward).
+   */
+  promptMessages(drop = 0): ChatMessage[] {
     const { contextWindowMode, maxContextWindow } = this.settings;
     // History entries: one per finished turn plus the current state (RAGEN's history list).
     const entries = this.turns.length + 1;
@@ -145,7 +169,7 @@ export class Episode {
       contextWindowMode !== "full" && maxContextWindow > 0 && entries > maxContextWindow
         ? maxContextWindow
         : entries;
-    const offset = entries - window;
+    const offset = Math.min(Math.max(entries - window, drop), this.turns.length);
     if (contextWindowMode === "single_turn") return this.singleTurnMessages(offset);
     const messages: ChatMessage[] = [
       { role: "system", content: this.system },
@@ -165,7 +189,7 @@ export class Episode {
   applyResponse(
     raw: string,
     finishReason: string,
-    usage: { prompt?: number; completion?: number } = {},
+    usage: { prompt?: number; completion?: number; dropped?: number; ambiguousSplit?: boolean } = {},
   ): TurnRecord {
     if (!this.active) throw new Error(`episode ${this.envId} is not active`);
     const { maxActionsPerTurn, actionSep, think, formatPenalty } = this.settings;
@@ -212,6 +236,8 @@ export class Episode {
     };
     if (usage.prompt !== undefined) turn.prompt_tokens = usage.prompt;
     if (usage.completion !== undefined) turn.completion_tokens = usage.completion;
+    if (usage.dropped) turn.context_dropped = usage.dropped;
+    if (usage.ambiguousSplit) turn.ambiguous_split = true;
     this.turns.push(turn);
 
     this.numActions += executed.length;
@@ -223,8 +249,16 @@ export class Episode {
     } else if (this.numActions >= this.tag.spec.max_actions_per_traj) {
       this.terminated = true;
       this.truncated = true;
+      this.budgetSpent = true;
     }
     return turn;
+  }
+
+  /** Not even the current turn fits the engine's context: end like max_turn, scored, truncated. */
+  endContextFull(): void {
+    if (!this.active) throw new Error(`episode ${this.envId} is not active`);
+    this.contextFull = true;
+    this.truncated = true;
   }
 
   /** Stop the episode with a reason; it is reported as failed, never as a silent zero. */
@@ -251,7 +285,16 @@ export class Episode {
       score: Math.fround(Math.fround(reward) + Math.fround(this.penalty)),
       metrics: this.metrics(success),
       failure: this.failure,
+      end_reason: this.endReason(),
     };
+  }
+
+  private endReason(): EndReason {
+    if (this.failure !== null) return "failed";
+    if (this.contextFull) return "context_full";
+    if (this.budgetSpent) return "action_budget";
+    if (this.terminated) return "done";
+    return "max_turn";
   }
 
   /** RAGEN's get_rollout_states metrics for this episode (pass@k is added per group). */

@@ -23,6 +23,8 @@ export function batchRequest(config: RollgymConfig, mode: RolloutMode = config.r
   const agent = config.agent_proxy;
   const rollout = config.actor_rollout_ref.rollout;
   const val = rollout.val_kwargs;
+  const { repetition_penalty, presence_penalty, frequency_penalty } = config.rollgym.llm;
+  const penalties = { repetition_penalty, presence_penalty, frequency_penalty };
   const filter: FilterConfig = {
     metric: rollout.rollout_filter_metric,
     strategy: rollout.rollout_filter_strategy,
@@ -45,7 +47,9 @@ export function batchRequest(config: RollgymConfig, mode: RolloutMode = config.r
       contextWindowMode: agent.context_window_mode,
       maxContextWindow: agent.max_context_window,
       formatPenalty: config.es_manager.format_penalty,
+      truncation: config.rollgym.context.truncation,
     },
+    minResponseTokens: config.rollgym.llm.min_response_tokens,
     // Validation samples with val_kwargs (RAGEN: temperature 0.5); do_sample false is greedy.
     sampling:
       mode === "val"
@@ -55,6 +59,7 @@ export function batchRequest(config: RollgymConfig, mode: RolloutMode = config.r
             top_k: val.top_k,
             min_p: rollout.min_p,
             max_tokens: rollout.response_length,
+            ...penalties,
           }
         : {
             temperature: rollout.temperature,
@@ -62,6 +67,7 @@ export function batchRequest(config: RollgymConfig, mode: RolloutMode = config.r
             top_k: rollout.top_k,
             min_p: rollout.min_p,
             max_tokens: rollout.response_length,
+            ...penalties,
           },
     normalization: agent.reward_normalization,
     useTurnScores: agent.use_turn_scores,

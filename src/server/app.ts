@@ -57,6 +57,7 @@ export async function buildServer(options: ServerOptions = {}): Promise<RollgymS
   const metrics = createMetrics({
     queuedGroups: () => [...sessions.values()].reduce((n, s) => n + s.unacknowledgedGroups, 0),
     connectedClients: () => wss.clients.size,
+    replicas: () => options.policy?.replicas?.() ?? [],
   });
   const registry = options.registry ?? createRegistry();
   const policy = instrumentPolicy(options.policy ?? oraclePolicy(), metrics);

@@ -1,11 +1,13 @@
 // Prometheus metrics of the server (GET /metrics), and a policy wrapper that times inference.
 import client from "prom-client";
 import type { Policy, PolicyRequest, PolicyResponse } from "../llm/policy.ts";
+import type { ReplicaSnapshot } from "../llm/replicas.ts";
 
 /** Gauges read from the server's state when scraped, so they cannot drift from it. */
 export interface GaugeSources {
   queuedGroups: () => number;
   connectedClients: () => number;
+  replicas: () => ReplicaSnapshot[];
 }
 
 export interface ServerMetrics {
@@ -39,6 +41,27 @@ export function createMetrics(sources: GaugeSources): ServerMetrics {
       this.set(sources.connectedClients());
     },
   });
+  // One series per engine replica: in flight, healthy (1/0), requests served.
+  const perReplica = (name: string, help: string, value: (r: ReplicaSnapshot) => number) =>
+    new client.Gauge({
+      name,
+      help,
+      labelNames: ["replica"],
+      registers,
+      collect() {
+        for (const r of sources.replicas()) this.set({ replica: r.url }, value(r));
+      },
+    });
+  perReplica(
+    "rollgym_replica_in_flight",
+    "Inference requests in flight per engine replica",
+    (r) => r.inFlight,
+  );
+  perReplica("rollgym_replica_healthy", "1 while the replica is in rotation, 0 while it is probed", (r) =>
+    r.healthy ? 1 : 0,
+  );
+  perReplica("rollgym_replica_requests", "Inference requests sent to the replica", (r) => r.requests);
+  perReplica("rollgym_replica_failures", "Inference requests to the replica that failed", (r) => r.failures);
   return {
     registry,
     rollouts: new client.Counter({
@@ -90,6 +113,9 @@ export function instrumentPolicy(policy: Policy, metrics: ServerMetrics): Policy
         throw error;
       }
     },
+    meter: policy.meter,
+    replicas: policy.replicas?.bind(policy),
+    forget: policy.forget?.bind(policy),
     close: policy.close?.bind(policy),
   };
 }

@@ -48,6 +48,9 @@ export function rolloutBatchRequest(config: RollgymConfig, frame: RolloutRequest
       top_k: s.top_k ?? request.sampling.top_k,
       min_p: s.min_p ?? request.sampling.min_p,
       max_tokens: s.max_tokens ?? request.sampling.max_tokens,
+      repetition_penalty: s.repetition_penalty ?? request.sampling.repetition_penalty,
+      presence_penalty: s.presence_penalty ?? request.sampling.presence_penalty,
+      frequency_penalty: s.frequency_penalty ?? request.sampling.frequency_penalty,
     },
     filter: {
       ...request.filter,

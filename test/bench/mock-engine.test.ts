@@ -504,10 +504,12 @@ describe("mock engine over HTTP", () => {
     expect(form.status).toBe(400);
   });
 
-  it("refuses n=2 naming the field", async () => {
-    const err = await openai.chat.completions.create({ ...chatParams(sokoban), n: 2 }).catch((e) => e);
+  it("answers n=2 with two choices and refuses n=0 as SamplingParams does", async () => {
+    const two = await openai.chat.completions.create({ ...chatParams(sokoban), n: 2 });
+    expect(two.choices.map((c) => c.index)).toEqual([0, 1]);
+    const err = await openai.chat.completions.create({ ...chatParams(sokoban), n: 0 }).catch((e) => e);
     expect(err).toBeInstanceOf(BadRequestError);
-    expect(err.param).toBe("n");
+    expect(err.message).toContain("n must be at least 1, got 0.");
     expect(err.type).toBe("BadRequestError");
   });
 
@@ -539,7 +541,7 @@ describe("mock engine over HTTP", () => {
     });
     expect(over.status).toBe(400);
     expect(errorOf(over.json)).toEqual({
-      message: `This model's maximum context length is 4096 tokens. However, you requested 200 output tokens and your prompt contains ${promptLen} input tokens, for a total of ${promptLen + 200} tokens. Please reduce the length of the input prompt or the number of requested output tokens.`,
+      message: `This model's maximum context length is 4096 tokens. However, you requested 200 output tokens and your prompt contains ${promptLen} input tokens, for a total of ${promptLen + 200} tokens. Please reduce the length of the input prompt or the number of requested output tokens. (parameter=input_tokens, value=${promptLen})`,
       type: "BadRequestError",
       param: "input_tokens",
       code: 400,
@@ -548,7 +550,10 @@ describe("mock engine over HTTP", () => {
       .create({ ...chatParams(sokoban), max_completion_tokens: 5000 })
       .catch((e) => e);
     expect(err).toBeInstanceOf(BadRequestError);
-    expect(err.message).toContain("max_tokens=5000 cannot be greater than max_model_len=4096");
+    // vLLM's f-string prints `{max_total_tokens=}` (renderers/params.py:213-220).
+    expect(err.message).toContain(
+      "max_completion_tokens=5000 cannot be greater than max_model_len=max_total_tokens=4096. Please request fewer output tokens. (parameter=max_completion_tokens, value=5000)",
+    );
   });
 
   it("streams SSE chunks whose text adds up to the non-streamed answer", async () => {

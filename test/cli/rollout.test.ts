@@ -156,11 +156,15 @@ describe.concurrent("rollgym rollout", () => {
     );
   });
 
+  it("fails with one line and exit status 1 against a dead endpoint", async () => {
+    expectUsageError(
+      await rollgym(["rollout", "--llm", "http://127.0.0.1:9/v1", "--model", "m"]),
+      ["cannot reach", "127.0.0.1:9"],
+      1,
+    );
+  });
+
   it("rejects bad input with one line and exit status 2", async () => {
-    expectUsageError(await rollgym(["rollout", "--llm", "http://127.0.0.1:9/v1", "--model", "m"]), [
-      "cannot reach",
-      "127.0.0.1:9",
-    ]);
     expectUsageError(await rollgym(["rollout", "--llm", engine.url, "--model", "gpt-9"]), [
       "gpt-9",
       "not served",

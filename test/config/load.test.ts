@@ -271,7 +271,7 @@ describe("overrides", () => {
     });
     expect(config.agent_proxy.enable_think).toBe(false);
     expect(config.seed.train).toBeNull();
-    expect(config.rollgym.llm.base_url).toBe("http://localhost:8000/v1");
+    expect(config.rollgym.llm.base_url).toEqual(["http://localhost:8000/v1"]);
     expect(config.rollgym.llm.model).toBe("Qwen/Qwen2.5-3B-Instruct");
     expect(config.agent_proxy.action_sep).toBe("||");
     expect(config.actor_rollout_ref.rollout.temperature).toBe(0.1);

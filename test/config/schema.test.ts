@@ -57,7 +57,8 @@ describe("defaults", () => {
       top_k: -1,
       min_p: 0,
       response_length: 400,
-      max_model_len: 3600,
+      // RAGEN's base.yaml says 3600; rollgym asks the engine unless a config sets it.
+      max_model_len: "auto",
       val_kwargs: { do_sample: true, temperature: 0.5, top_p: 1.0, top_k: -1 },
       rollout_filter_strategy: "top_p",
       rollout_filter_value: 1.0,
@@ -80,11 +81,20 @@ describe("defaults", () => {
         base_url: null,
         api_key: null,
         model: null,
-        concurrency: 64,
-        timeout_s: 300,
-        max_retries: 4,
+        concurrency: 256,
+        timeout_s: 120,
+        retry_budget_s: 300,
+        max_retries: null,
+        repetition_penalty: 1,
+        presence_penalty: 0,
+        frequency_penalty: 0,
+        extra_body: null,
+        grammar: null,
+        dialect: "auto",
+        min_response_tokens: 32,
         prefill: "continue",
       },
+      context: { truncation: "turns" },
       policy: { name: "oracle", noise: 0, malformed: 0 },
       step: 0,
       seed: null,
@@ -167,8 +177,18 @@ describe("checkField", () => {
 
   it("checks URLs and tag lists", () => {
     const url = FIELD_SPECS["rollgym.llm.base_url"];
-    expect(checkField("k", url, "http://localhost:8000/v1")).toBe("http://localhost:8000/v1");
+    expect(checkField("k", url, "http://localhost:8000/v1")).toEqual(["http://localhost:8000/v1"]);
+    expect(checkField("k", url, "http://a:1/v1,http://b:2/v1")).toEqual(["http://a:1/v1", "http://b:2/v1"]);
+    expect(checkField("k", url, ["http://a:1/v1", "http://b:2/v1"])).toEqual([
+      "http://a:1/v1",
+      "http://b:2/v1",
+    ]);
     expect(() => checkField("k", url, "localhost:8000")).toThrow(/http\(s\) URL/);
+    expect(() => checkField("k", url, "http://a:1/v1,http://a:1/v1")).toThrow(/comma-separated/);
+    expect(() => checkField("k", url, [])).toThrow(ConfigError);
+    const len = FIELD_SPECS["actor_rollout_ref.rollout.max_model_len"];
+    expect(checkField("k", len, "auto")).toBe("auto");
+    expect(() => checkField("k", len, "big")).toThrow(/an integer >= 1, or auto/);
     const tags = FIELD_SPECS["es_manager.train.env_configs.tags"];
     expect(() => checkField("k", tags, [])).toThrow(ConfigError);
     expect(() => checkField("k", tags, "CoordSokoban")).toThrow(ConfigError);

@@ -33,9 +33,9 @@ export function jsonLines(text: string): Record<string, unknown>[] {
 }
 
 /** The shape every usage error must have: one line on stderr, exit 2, nothing on stdout. */
-export function expectUsageError(result: CliResult, mentions: readonly string[]): void {
+export function expectUsageError(result: CliResult, mentions: readonly string[], code = 2): void {
   const problems: string[] = [];
-  if (result.code !== 2) problems.push(`exit code ${result.code}, want 2`);
+  if (result.code !== code) problems.push(`exit code ${result.code}, want ${code}`);
   if (result.stdout !== "") problems.push(`stdout not empty: ${JSON.stringify(result.stdout)}`);
   const lines = result.stderr.split("\n").filter((l) => l !== "");
   if (lines.length !== 1)

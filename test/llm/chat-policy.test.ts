@@ -89,7 +89,7 @@ describe("chat policy against the mock engine", () => {
       const batch = await runBatch(registry, request(1, 2), policy);
       expect(batch.failed).toBe(2);
       for (const e of batch.episodes)
-        expect(e.failure).toMatch(/^turn 1: HTTP 5\d\d: .*\(gave up after 3 attempts\)$/);
+        expect(e.failure).toMatch(/^turn 1: HTTP 5\d\d: .*\(gave up after 3 attempts in [\d.]+ s\)$/);
     } finally {
       await broken.close();
     }

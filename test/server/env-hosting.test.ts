@@ -76,7 +76,13 @@ describe("env hosting", () => {
     expect((closed.episodes as Record<string, unknown>[]).map(strip)).toEqual(
       batch.episodes.map((e) => strip(e as unknown as Record<string, unknown>)),
     );
-    const { ["rollgym/failed_episodes"]: _failed, ...expectedMetrics } = batch.metrics;
+    // Rollout-only counters: env hosting has no inference to fail and no context window to manage.
+    const {
+      ["rollgym/failed_episodes"]: _failed,
+      ["rollgym/context_shortened_turns"]: _shortened,
+      ["rollgym/context_full_episodes"]: _full,
+      ...expectedMetrics
+    } = batch.metrics;
     expect(closed.metrics).toEqual(expectedMetrics);
     expect(episodes[0].messages).toEqual([
       { role: "system", content: expect.stringContaining("You are solving the Sokoban puzzle.") },

@@ -1,0 +1,154 @@
+// What rollgym needs to know about an inference engine before the first turn: which dialect it
+// speaks (vLLM or llama.cpp, told apart by their routes), its context length, and how to count
+// a chat prompt's tokens exactly as its chat route will render them.
+import type { ChatMessage } from "../rollout/prompt.ts";
+import { EngineError, requestJson } from "./http.ts";
+
+export type Dialect = "vllm" | "llamacpp";
+
+export interface EngineInfo {
+  dialect: Dialect;
+  /** Served model names. */
+  models: string[];
+  /** Context length per sequence (vLLM max_model_len; llama.cpp's per-slot n_ctx), when reported. */
+  contextLength: number | null;
+}
+
+/** The server root: the base URL without its OpenAI `/v1` suffix (vLLM's /tokenize, llama.cpp's /props live there). */
+export function serverRoot(baseURL: string): string {
+  return baseURL.replace(/\/+$/, "").replace(/\/v1$/, "");
+}
+
+const PROBE_TIMEOUT_MS = 10_000;
+
+function record(value: unknown): Record<string, unknown> {
+  return typeof value === "object" && value !== null && !Array.isArray(value)
+    ? (value as Record<string, unknown>)
+    : {};
+}
+
+function positiveInt(value: unknown): number | null {
+  return typeof value === "number" && Number.isSafeInteger(value) && value > 0 ? value : null;
+}
+
+/** Reads the served models, the dialect (unless given) and the context length of one endpoint. */
+export async function describeEngine(
+  baseURL: string,
+  dialect: Dialect | "auto",
+  headers: Record<string, string>,
+  signal?: AbortSignal,
+): Promise<EngineInfo> {
+  const options = { signal, timeoutMs: PROBE_TIMEOUT_MS, headers };
+  const list = record(await requestJson("GET", `${baseURL.replace(/\/+$/, "")}/models`, undefined, options));
+  const cards = Array.isArray(list.data) ? list.data.map(record) : [];
+  const models = cards.map((c) => c.id).filter((id): id is string => typeof id === "string");
+
+  // llama.cpp answers GET /props with its slot settings; vLLM has no such route (404).
+  let props: Record<string, unknown> | null = null;
+  if (dialect !== "vllm") {
+    try {
+      props = record(await requestJson("GET", `${serverRoot(baseURL)}/props`, undefined, options));
+    } catch (error) {
+      if (!(error instanceof EngineError) || error.status === null || error.status >= 500) throw error;
+    }
+  }
+  const detected: Dialect =
+    dialect !== "auto" ? dialect : props && "default_generation_settings" in props ? "llamacpp" : "vllm";
+  const contextLength =
+    detected === "llamacpp"
+      ? positiveInt(record(props?.default_generation_settings).n_ctx)
+      : (cards.map((c) => positiveInt(c.max_model_len)).find((n) => n !== null) ?? null);
+  return { dialect: detected, models, contextLength };
+}
+
+export interface TokenCounterOptions {
+  baseURL: string;
+  model: string;
+  dialect: Dialect;
+  headers: Record<string, string>;
+  timeoutMs: number;
+  /** "continue": the prefill is rendered as an open assistant message, as the chat request sends it. */
+  prefill: "continue" | "none";
+  /** chat_template_kwargs the chat requests carry (they change the rendering). */
+  templateKwargs?: Record<string, unknown>;
+  /** Entries kept; a turn's prompt is counted once even when its request is retried. */
+  cacheSize?: number;
+}
+
+/**
+ * Exact prompt token counts from the engine itself, one request each: vLLM's /tokenize with
+ * `messages`, llama.cpp's /v1/chat/completions/input_tokens. Counts are cached by prompt.
+ */
+export class EngineTokenCounter {
+  private readonly options: TokenCounterOptions;
+  private readonly cache = new Map<string, number>();
+  /** Count requests sent. */
+  requests = 0;
+
+  constructor(options: TokenCounterOptions) {
+    this.options = options;
+  }
+
+  async count(messages: readonly ChatMessage[], prefill: string, signal?: AbortSignal): Promise<number> {
+    const key = JSON.stringify([messages, prefill]);
+    const cached = this.cache.get(key);
+    if (cached !== undefined) return cached;
+    this.requests++;
+    const count = await this.fetchCount(messages, prefill, signal);
+    const limit = this.options.cacheSize ?? 4096;
+    if (this.cache.size >= limit) this.cache.delete(this.cache.keys().next().value as string);
+    this.cache.set(key, count);
+    return count;
+  }
+
+  private async fetchCount(
+    messages: readonly ChatMessage[],
+    prefill: string,
+    signal?: AbortSignal,
+  ): Promise<number> {
+    const { baseURL, model, dialect, headers, timeoutMs, templateKwargs } = this.options;
+    const continued = this.options.prefill === "continue";
+    const chat = continued ? [...messages, { role: "assistant", content: prefill }] : [...messages];
+    const switches = continued
+      ? { add_generation_prompt: false, continue_final_message: true }
+      : { add_generation_prompt: true };
+    const options = { signal, timeoutMs, headers };
+    const root = serverRoot(baseURL);
+    if (dialect === "vllm") {
+      const body = record(
+        await requestJson(
+          "POST",
+          `${root}/tokenize`,
+          {
+            model,
+            messages: chat,
+            ...switches,
+            ...(templateKwargs ? { chat_template_kwargs: templateKwargs } : {}),
+          },
+          options,
+        ),
+      );
+      const count = positiveInt(body.count) ?? (Array.isArray(body.tokens) ? body.tokens.length : null);
+      if (count === null) throw new EngineError("/tokenize answered without a token count", 502);
+      return count;
+    }
+    // llama.cpp counts a chat body exactly as its chat route renders and tokenizes it.
+    const body = record(
+      await requestJson(
+        "POST",
+        `${baseURL.replace(/\/+$/, "")}/chat/completions/input_tokens`,
+        {
+          model,
+          messages: chat,
+          ...switches,
+          ...(templateKwargs ? { chat_template_kwargs: templateKwargs } : {}),
+        },
+        options,
+      ),
+    );
+    const count = positiveInt(body.input_tokens);
+    if (count === null)
+      throw new EngineError("/v1/chat/completions/input_tokens answered without a count", 502);
+    return count;
+  }
+}

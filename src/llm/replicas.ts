@@ -1,0 +1,497 @@
+// A pool of inference replicas (base URLs) that routes requests: sticky per affinity key (an
+// episode keeps hitting the replica that holds its prefix cache), otherwise least-loaded. The
+// pool does no HTTP itself: callers report each request's outcome through its lease, and a probe
+// function is injected, so the routing can be tested without a network.
+
+export interface ReplicaSnapshot {
+  url: string;
+  healthy: boolean;
+  inFlight: number;
+  /** Leases granted, over the pool's life. */
+  requests: number;
+  /** "failed" releases, over the pool's life. */
+  failures: number;
+  limit: number;
+  /** "failed" releases since the last "ok" (or since it came back). */
+  consecutiveFailures: number;
+  /** Affinity keys stuck to this replica. */
+  keys: number;
+  /** Acquires waiting for a slot on this replica because their key sticks to it. */
+  waiting: number;
+}
+
+export interface ReplicaPoolOptions {
+  /** Requests in flight per replica at most. */
+  concurrency: number;
+  /** Checks one replica; resolves when it answers, rejects when not. */
+  probe: (url: string, signal: AbortSignal) => Promise<void>;
+  /** Consecutive failures that take a replica out. Default 3. */
+  failureThreshold?: number;
+  /** Delay between probes of a replica that is out; doubles up to probeMaxMs. Defaults 500 / 5000. */
+  probeIntervalMs?: number;
+  probeMaxMs?: number;
+  /** A probe that has not settled by then counts as failed (its signal aborts). Default 5000. */
+  probeTimeoutMs?: number;
+  /** Called when a replica goes out or comes back (for logs/metrics). */
+  onChange?: (snapshot: ReplicaSnapshot) => void;
+}
+
+export type LeaseOutcome = "ok" | "failed" | "refused";
+
+export interface Lease {
+  readonly url: string;
+  /**
+   * Ends the lease. "ok": answered; "failed": connection error/5xx/timeout (counts toward taking
+   * it out); "refused": answered with a client error, not the replica's fault. Calls after the
+   * first are ignored.
+   */
+  release(outcome: LeaseOutcome): void;
+}
+
+/** The rejection of acquires pending at close(), and of acquires after it. */
+export class PoolClosedError extends Error {
+  constructor() {
+    super("replica pool closed");
+    this.name = "PoolClosedError";
+  }
+}
+
+interface Waiter {
+  /** Arrival order: the oldest waiter that can use a free slot gets it. */
+  readonly seq: number;
+  /** Null when the acquire had no key, or when its key was forgotten while it waited. */
+  key: string | null;
+  queue: WaitQueue | null;
+  readonly resolve: (lease: Lease) => void;
+  readonly reject: (reason: unknown) => void;
+  signal?: AbortSignal;
+  onAbort?: () => void;
+}
+
+// Waiters in arrival order, with O(1) removal (abort) through the Set's insertion order.
+class WaitQueue {
+  private items = new Set<Waiter>();
+  private lastSeq = -1;
+
+  get size(): number {
+    return this.items.size;
+  }
+
+  peek(): Waiter | undefined {
+    for (const waiter of this.items) return waiter;
+    return undefined;
+  }
+
+  push(waiter: Waiter): void {
+    waiter.queue = this;
+    if (waiter.seq > this.lastSeq) {
+      this.items.add(waiter);
+      this.lastSeq = waiter.seq;
+      return;
+    }
+    // An older waiter moved in from another queue: keep arrival order.
+    const all = [...this.items, waiter].sort((a, b) => a.seq - b.seq);
+    this.items = new Set(all);
+  }
+
+  delete(waiter: Waiter): void {
+    this.items.delete(waiter);
+    waiter.queue = null;
+  }
+
+  drain(): Waiter[] {
+    const all = [...this.items];
+    this.items.clear();
+    for (const waiter of all) waiter.queue = null;
+    return all;
+  }
+}
+
+interface Replica {
+  readonly index: number;
+  readonly url: string;
+  readonly limit: number;
+  healthy: boolean;
+  inFlight: number;
+  requests: number;
+  failures: number;
+  consecutiveFailures: number;
+  /** Bumped when it comes back, so outcomes of leases taken before it went out are not held against it. */
+  epoch: number;
+  probing: boolean;
+  readonly keys: Set<string>;
+  /** Waiters whose key sticks here. */
+  readonly sticky: WaitQueue;
+}
+
+function positiveInteger(value: number, name: string): number {
+  if (!Number.isInteger(value) || value < 1)
+    throw new RangeError(`${name} ${value} is not a positive integer`);
+  return value;
+}
+
+function positiveNumber(value: number, name: string): number {
+  if (!(value > 0) || !Number.isFinite(value))
+    throw new RangeError(`${name} ${value} is not a positive number`);
+  return value;
+}
+
+/** Resolves true after `ms`, or false as soon as `signal` aborts; leaves no timer or listener behind. */
+function delay(ms: number, signal: AbortSignal): Promise<boolean> {
+  return new Promise((resolve) => {
+    if (signal.aborted) return resolve(false);
+    const onAbort = (): void => {
+      clearTimeout(timer);
+      resolve(false);
+    };
+    const timer = setTimeout(() => {
+      signal.removeEventListener("abort", onAbort);
+      resolve(true);
+    }, ms);
+    signal.addEventListener("abort", onAbort, { once: true });
+  });
+}
+
+export class ReplicaPool {
+  private readonly replicas: Replica[];
+  private readonly probe: ReplicaPoolOptions["probe"];
+  private readonly onChange: ReplicaPoolOptions["onChange"];
+  private readonly failureThreshold: number;
+  private readonly probeIntervalMs: number;
+  private readonly probeMaxMs: number;
+  private readonly probeTimeoutMs: number;
+  private readonly affinity = new Map<string, Replica>();
+  /** Waiters whose key is not stuck to a replica (or who have no key): any replica will do. */
+  private readonly free = new WaitQueue();
+  /** Queued waiters by key, to move them together when their key gets a replica or is forgotten. */
+  private readonly waitersByKey = new Map<string, Set<Waiter>>();
+  private readonly closing = new AbortController();
+  private seq = 0;
+  /** Round-robin start for ties, so equal replicas take turns. */
+  private cursor = 0;
+
+  constructor(urls: readonly string[], options: ReplicaPoolOptions) {
+    if (urls.length === 0) throw new RangeError("a replica pool needs at least one URL");
+    if (new Set(urls).size !== urls.length)
+      throw new RangeError(`duplicate replica URLs in ${urls.join(", ")}`);
+    const limit = positiveInteger(options.concurrency, "concurrency");
+    this.failureThreshold = positiveInteger(options.failureThreshold ?? 3, "failureThreshold");
+    this.probeIntervalMs = positiveNumber(options.probeIntervalMs ?? 500, "probeIntervalMs");
+    this.probeMaxMs = Math.max(
+      this.probeIntervalMs,
+      positiveNumber(options.probeMaxMs ?? 5000, "probeMaxMs"),
+    );
+    this.probeTimeoutMs = positiveNumber(options.probeTimeoutMs ?? 5000, "probeTimeoutMs");
+    this.probe = options.probe;
+    this.onChange = options.onChange;
+    this.replicas = urls.map((url, index) => ({
+      index,
+      url,
+      limit,
+      healthy: true,
+      inFlight: 0,
+      requests: 0,
+      failures: 0,
+      consecutiveFailures: 0,
+      epoch: 0,
+      probing: false,
+      keys: new Set(),
+      sticky: new WaitQueue(),
+    }));
+  }
+
+  /**
+   * Waits for a slot. `affinity` (e.g. an episode key) sticks all requests with that key to the
+   * replica that served its first one, while that replica is healthy; otherwise the least-loaded
+   * healthy replica is chosen and becomes the key's replica. When no replica is healthy it waits
+   * until a probe brings one back. Rejects with the signal's reason when `signal` aborts, and with
+   * PoolClosedError on close().
+   */
+  acquire(affinity: string | null, signal?: AbortSignal): Promise<Lease> {
+    if (this.closing.signal.aborted) return Promise.reject(new PoolClosedError());
+    if (signal?.aborted) return Promise.reject(signal.reason);
+    return new Promise<Lease>((resolve, reject) => {
+      const waiter: Waiter = { seq: this.seq++, key: affinity, queue: null, resolve, reject };
+      // One path for all: queue, then serve whoever can be served; FIFO holds by construction.
+      this.enqueue(waiter);
+      this.pump();
+      if (waiter.queue === null || !signal) return;
+      waiter.signal = signal;
+      waiter.onAbort = () => {
+        this.dequeue(waiter);
+        reject(signal.reason);
+      };
+      signal.addEventListener("abort", waiter.onAbort, { once: true });
+    });
+  }
+
+  /** Forgets an affinity key (episode finished). Its queued acquires, if any, lose their stickiness. */
+  forget(affinity: string): void {
+    const replica = this.affinity.get(affinity);
+    if (replica) {
+      this.affinity.delete(affinity);
+      replica.keys.delete(affinity);
+    }
+    const waiters = this.waitersByKey.get(affinity);
+    if (!waiters) return;
+    this.waitersByKey.delete(affinity);
+    for (const waiter of waiters) {
+      waiter.key = null;
+      if (waiter.queue !== this.free) {
+        waiter.queue?.delete(waiter);
+        this.free.push(waiter);
+      }
+    }
+    this.pump();
+  }
+
+  /** True while at least one replica is healthy. */
+  get anyHealthy(): boolean {
+    return this.replicas.some((replica) => replica.healthy);
+  }
+
+  /** Acquires waiting for a slot, over all replicas. */
+  get waiting(): number {
+    let waiting = this.free.size;
+    for (const replica of this.replicas) waiting += replica.sticky.size;
+    return waiting;
+  }
+
+  snapshot(): ReplicaSnapshot[] {
+    return this.replicas.map((replica) => this.snapshotOf(replica));
+  }
+
+  /** Stops probes; pending acquires reject with PoolClosedError. Leases out may still be released. */
+  close(): void {
+    if (this.closing.signal.aborted) return;
+    this.closing.abort(new PoolClosedError());
+    const pending = this.free.drain();
+    for (const replica of this.replicas) pending.push(...replica.sticky.drain());
+    this.waitersByKey.clear();
+    for (const waiter of pending) {
+      this.settle(waiter);
+      waiter.reject(new PoolClosedError());
+    }
+  }
+
+  private snapshotOf(replica: Replica): ReplicaSnapshot {
+    return {
+      url: replica.url,
+      healthy: replica.healthy,
+      inFlight: replica.inFlight,
+      requests: replica.requests,
+      failures: replica.failures,
+      limit: replica.limit,
+      consecutiveFailures: replica.consecutiveFailures,
+      keys: replica.keys.size,
+      waiting: replica.sticky.size,
+    };
+  }
+
+  private enqueue(waiter: Waiter): void {
+    const key = waiter.key;
+    // Keys of a replica that went out were unbound then, so a bound key's replica is healthy.
+    const replica = key === null ? undefined : this.affinity.get(key);
+    (replica ? replica.sticky : this.free).push(waiter);
+    if (key === null) return;
+    const waiters = this.waitersByKey.get(key);
+    if (waiters) waiters.add(waiter);
+    else this.waitersByKey.set(key, new Set([waiter]));
+  }
+
+  private dequeue(waiter: Waiter): void {
+    waiter.queue?.delete(waiter);
+    if (waiter.key !== null) {
+      const waiters = this.waitersByKey.get(waiter.key);
+      waiters?.delete(waiter);
+      if (waiters?.size === 0) this.waitersByKey.delete(waiter.key);
+    }
+    this.settle(waiter);
+  }
+
+  /** Removes the abort listener: no listener outlives its acquire. */
+  private settle(waiter: Waiter): void {
+    if (waiter.signal && waiter.onAbort) waiter.signal.removeEventListener("abort", waiter.onAbort);
+    waiter.signal = undefined;
+    waiter.onAbort = undefined;
+  }
+
+  /**
+   * Serves waiters while slots are free, oldest first among those that can use a free slot: the
+   * head of each healthy, non-full replica's sticky queue, and the head of the free queue.
+   */
+  private pump(): void {
+    if (this.closing.signal.aborted) return;
+    for (;;) {
+      let best: Waiter | undefined;
+      let target: Replica | undefined;
+      let anySlot = false;
+      for (const replica of this.replicas) {
+        if (!replica.healthy || replica.inFlight >= replica.limit) continue;
+        anySlot = true;
+        const head = replica.sticky.peek();
+        if (head && (!best || head.seq < best.seq)) {
+          best = head;
+          target = replica;
+        }
+      }
+      if (!anySlot) return;
+      const head = this.free.peek();
+      if (head && (!best || head.seq < best.seq)) {
+        best = head;
+        target = this.leastLoaded();
+      }
+      if (!best || !target) return;
+      this.grant(best, target);
+    }
+  }
+
+  /** The healthy replica with a free slot and the lowest load; ties spread by total requests, then in turn. */
+  private leastLoaded(): Replica | undefined {
+    const n = this.replicas.length;
+    let best: Replica | undefined;
+    for (let step = 0; step < n; step++) {
+      const replica = this.replicas[(this.cursor + step) % n];
+      if (!replica.healthy || replica.inFlight >= replica.limit) continue;
+      if (!best) {
+        best = replica;
+        continue;
+      }
+      // inFlight/limit compared without division.
+      const load = replica.inFlight * best.limit - best.inFlight * replica.limit;
+      if (load < 0 || (load === 0 && replica.requests < best.requests)) best = replica;
+    }
+    if (best) this.cursor = (best.index + 1) % n;
+    return best;
+  }
+
+  private grant(waiter: Waiter, replica: Replica): void {
+    this.dequeue(waiter);
+    const key = waiter.key;
+    if (key !== null && !this.affinity.has(key)) {
+      this.affinity.set(key, replica);
+      replica.keys.add(key);
+      // Its siblings waiting for any replica now stick here too.
+      for (const sibling of this.waitersByKey.get(key) ?? []) {
+        if (sibling.queue !== this.free) continue;
+        this.free.delete(sibling);
+        replica.sticky.push(sibling);
+      }
+    }
+    replica.inFlight++;
+    replica.requests++;
+    waiter.resolve(this.lease(replica));
+  }
+
+  private lease(replica: Replica): Lease {
+    const epoch = replica.epoch;
+    let released = false;
+    return {
+      url: replica.url,
+      release: (outcome: LeaseOutcome): void => {
+        if (released) return;
+        released = true;
+        replica.inFlight--;
+        if (outcome === "failed") replica.failures++;
+        // Outcomes from before it went out and came back say nothing about it now.
+        if (epoch === replica.epoch && replica.healthy) {
+          if (outcome === "ok") replica.consecutiveFailures = 0;
+          else if (outcome === "failed" && ++replica.consecutiveFailures >= this.failureThreshold) {
+            this.takeOut(replica);
+            return;
+          }
+        }
+        this.pump();
+      },
+    };
+  }
+
+  private takeOut(replica: Replica): void {
+    replica.healthy = false;
+    for (const key of replica.keys) this.affinity.delete(key);
+    replica.keys.clear();
+    // Its sticky waiters may go anywhere now, keeping their place in line.
+    for (const waiter of replica.sticky.drain()) this.free.push(waiter);
+    this.pump();
+    if (!this.closing.signal.aborted && !replica.probing) {
+      replica.probing = true;
+      void this.probeLoop(replica);
+    }
+    this.notify(replica);
+  }
+
+  private bringBack(replica: Replica): void {
+    replica.healthy = true;
+    replica.consecutiveFailures = 0;
+    replica.epoch++;
+    this.pump();
+    this.notify(replica);
+  }
+
+  /** The one probe loop of a replica that is out: probe after a delay that doubles, until it answers or close(). */
+  private async probeLoop(replica: Replica): Promise<void> {
+    let wait = this.probeIntervalMs;
+    try {
+      for (;;) {
+        if (!(await delay(wait, this.closing.signal))) return;
+        if (await this.probeOnce(replica.url)) {
+          if (!this.closing.signal.aborted) this.bringBack(replica);
+          return;
+        }
+        wait = Math.min(wait * 2, this.probeMaxMs);
+      }
+    } finally {
+      replica.probing = false;
+    }
+  }
+
+  /** True when the probe resolved within probeTimeoutMs and before close(). */
+  private probeOnce(url: string): Promise<boolean> {
+    const controller = new AbortController();
+    const closing = this.closing.signal;
+    if (closing.aborted) return Promise.resolve(false);
+    return new Promise<boolean>((resolve) => {
+      // Settles on the probe or on abort, whichever comes first: a probe ignoring its signal cannot stall the loop.
+      const finish = (answered: boolean): void => {
+        clearTimeout(timer);
+        closing.removeEventListener("abort", onClose);
+        controller.signal.removeEventListener("abort", onAbort);
+        resolve(answered);
+      };
+      const onClose = (): void => controller.abort(closing.reason);
+      const onAbort = (): void => finish(false);
+      const timer = setTimeout(
+        () => controller.abort(new Error(`probe of ${url} timed out after ${this.probeTimeoutMs} ms`)),
+        this.probeTimeoutMs,
+      );
+      closing.addEventListener("abort", onClose, { once: true });
+      controller.signal.addEventListener("abort", onAbort, { once: true });
+      let probing: Promise<void>;
+      try {
+        probing = this.probe(url, controller.signal);
+      } catch (error) {
+        probing = Promise.reject(error);
+      }
+      probing.then(
+        () => {
+          if (!controller.signal.aborted) finish(true);
+        },
+        () => {
+          if (!controller.signal.aborted) finish(false);
+        },
+      );
+    });
+  }
+
+  private notify(replica: Replica): void {
+    if (!this.onChange) return;
+    try {
+      this.onChange(this.snapshotOf(replica));
+    } catch (error) {
+      // A logging hook must not break routing or the caller's release(); surface it unhandled.
+      queueMicrotask(() => {
+        throw error;
+      });
+    }
+  }
+}

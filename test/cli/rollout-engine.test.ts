@@ -1,0 +1,64 @@
+// `rollgym rollout` against engines that fail, several replicas and engine-side config keys,
+// through npx as a user runs it.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { type MockEngine, startMockEngine } from "../../bench/mock-engine/server.ts";
+import { rollgym } from "../helpers/cli.ts";
+
+describe.concurrent("rollgym rollout against engines", () => {
+  let broken: MockEngine;
+  let replicas: MockEngine[];
+  beforeAll(async () => {
+    broken = await startMockEngine({ model: "mock", errorRate: 1 });
+    replicas = await Promise.all([1, 2].map((seed) => startMockEngine({ model: "mock", seed })));
+  });
+  afterAll(async () => {
+    await broken?.close();
+    for (const r of replicas ?? []) await r.close();
+  });
+
+  it("prints the result, then one line saying why, and exits 1 when every group failed", async () => {
+    const r = await rollgym([
+      "rollout",
+      "--llm",
+      broken.url,
+      "--model",
+      "mock",
+      "--tag",
+      "SimpleSokoban",
+      "--groups",
+      "2",
+      "--group-size",
+      "2",
+      "rollgym.llm.retry_budget_s=0.5",
+      "--json",
+    ]);
+    expect(r.code).toBe(1);
+    const result = JSON.parse(r.stdout) as { episodes: number; failed: number };
+    expect(result).toMatchObject({ episodes: 4, failed: 4 });
+    const last = r.stderr.trimEnd().split("\n").at(-1)!;
+    expect(last).toMatch(/^rollgym: every group failed \(first failure: turn 1: .*HTTP 500: .*\)$/);
+    expect(r.stderr).not.toMatch(/\bat .*:\d+:\d+/);
+  });
+
+  it("spreads over replicas given as --llm URL1,URL2 and accepts extra_body keys", async () => {
+    const r = await rollgym([
+      "rollout",
+      "--llm",
+      replicas.map((e) => e.url).join(","),
+      "--model",
+      "mock",
+      "--tag",
+      "SimpleSokoban",
+      "--groups",
+      "4",
+      "--group-size",
+      "4",
+      "rollgym.llm.extra_body.chat_template_kwargs.enable_thinking=true",
+      "--json",
+    ]);
+    expect(r.code, r.stderr).toBe(0);
+    expect(JSON.parse(r.stdout)).toMatchObject({ episodes: 16, failed: 0 });
+    for (const engine of replicas) expect(engine.stats().completed).toBeGreaterThan(0);
+    expect(r.stderr).toMatch(/vllm engine at .*, context 32768 tokens/);
+  });
+});

@@ -112,6 +112,8 @@ export const RolloutRequestSchema = map({
   sampling: Type.Optional(SamplingSchema),
   filter: Type.Optional(FilterSchema),
   delivery: DeliverySchema,
+  /** Token in, token out: group frames carry each episode's exact token log. */
+  tokens: Type.Optional(Type.Boolean()),
 });
 export type RolloutRequest = Static<typeof RolloutRequestSchema>;
 
@@ -239,6 +241,16 @@ export const GroupFrameSchema = map({
   rewards_f32: Bin,
   penalties_f32: Bin,
   success_u8: Bin,
+  // Token mode only (PROTOCOL.md "Token logs"): the episodes' logs concatenated.
+  token_offsets_i32: Type.Optional(Bin),
+  token_ids_i32: Type.Optional(Bin),
+  loss_mask_u8: Type.Optional(Bin),
+  logprobs_f32: Type.Optional(Bin),
+  token_rewards_f32: Type.Optional(Bin),
+  prompt_lengths_i32: Type.Optional(Bin),
+  turn_counts_i32: Type.Optional(Bin),
+  turn_starts_i32: Type.Optional(Bin),
+  turn_ends_i32: Type.Optional(Bin),
 });
 export type GroupFrame = Static<typeof GroupFrameSchema>;
 

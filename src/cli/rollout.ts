@@ -75,6 +75,10 @@ const FLAGS: Record<string, FlagSpec & { keys?: (mode: string) => string[] }> = 
     keys: () => ["agent_proxy.max_actions_per_turn"],
   },
   "no-think": { kind: "switch", help: "answer-only format (enable_think false)" },
+  tokens: {
+    kind: "switch",
+    help: "token in, token out: keep each episode's exact token ids, loss mask and logprobs (needs --llm)",
+  },
   temperature: {
     kind: "value",
     help: "sampling temperature",
@@ -148,6 +152,7 @@ function overridesFrom(args: ReturnType<typeof parseArgs>, mode: string, configu
       for (const key of spec.keys(mode)) overrides.push(`${key}=${value}`);
   }
   if (args.switches.has("no-think")) overrides.push("agent_proxy.enable_think=false");
+  if (args.switches.has("tokens")) overrides.push("rollgym.tokens=true");
   const tags = args.values.get("tag");
   const groups = args.values.get("groups");
   if (tags !== undefined || groups !== undefined) {
@@ -278,6 +283,8 @@ export async function rolloutCommand(argv: readonly string[]): Promise<void> {
     request = batchRequest(config);
     for (const { tag } of request.tags) registry.tag(tag);
     validateBatchRequest(request);
+    if (request.tokens && !config.rollgym.llm.base_url)
+      throw new RangeError("--tokens (rollgym.tokens) needs a remote engine: give --llm URL --model M");
   } catch (error) {
     throw new UsageError(error instanceof Error ? error.message : String(error));
   }

@@ -153,6 +153,8 @@ export interface RollgymConfig {
     step: number;
     /** Explicit batch seed; overrides the schedule. */
     seed: number | null;
+    /** Token in, token out: episodes keep their exact token logs (remote engines only). */
+    tokens: boolean;
     /** Episode reward = 1 if solved else 0 (old RAGEN's training.binary_reward). */
     binary_reward: boolean;
     /** Observation cap in tokens (old RAGEN's training.max_obs_length); null = none. */
@@ -225,6 +227,7 @@ export function defaultConfig(): RollgymConfig {
       policy: { name: "oracle", noise: 0, malformed: 0 },
       step: 0,
       seed: null,
+      tokens: false,
       binary_reward: false,
       max_obs_length: null,
     },
@@ -356,6 +359,7 @@ export const FIELD_SPECS: Readonly<Record<string, FieldSpec>> = {
   "rollgym.step": int(0),
   "rollgym.seed": int(0, { max: SEED_MAX, nullable: true }),
   "rollgym.binary_reward": bool,
+  "rollgym.tokens": bool,
   "rollgym.max_obs_length": int(1, { nullable: true }),
 };
 

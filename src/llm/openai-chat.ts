@@ -15,8 +15,10 @@ import {
   type PolicyRequest,
   type PolicyResponse,
   type PromptMeter,
+  type SamplingParams,
 } from "./policy.ts";
 import { ReplicaPool } from "./replicas.ts";
+import { TokenEngine } from "./token-engine.ts";
 
 export interface ChatPolicyOptions {
   /** One base URL per engine replica (…/v1). */
@@ -59,6 +61,38 @@ interface ChatCompletion {
   usage?: { prompt_tokens?: number; completion_tokens?: number } | null;
 }
 
+/**
+ * Every sampling field a server default could change, in the engine's dialect: llama.cpp names
+ * the repetition penalty differently and has samplers of its own that its server flags can
+ * turn on; all are pinned to "off".
+ */
+export function samplingFields(sampling: SamplingParams, dialect: Dialect): Record<string, unknown> {
+  const own =
+    dialect === "llamacpp"
+      ? {
+          repeat_penalty: sampling.repetition_penalty,
+          typical_p: 1,
+          dry_multiplier: 0,
+          xtc_probability: 0,
+          mirostat: 0,
+          top_n_sigma: -1,
+        }
+      : { repetition_penalty: sampling.repetition_penalty };
+  return {
+    temperature: sampling.temperature,
+    top_p: sampling.top_p,
+    top_k: sampling.top_k,
+    min_p: sampling.min_p,
+    presence_penalty: sampling.presence_penalty,
+    frequency_penalty: sampling.frequency_penalty,
+    ...own,
+    max_tokens: sampling.max_tokens,
+    seed: sampling.seed,
+    stop: sampling.stop ?? null,
+    n: 1,
+  };
+}
+
 /** The raw text from a message a server-side reasoning parser may have split (see docs/rollouts.md). */
 export function rebuildText(message: Record<string, unknown>): { text: string; ambiguous: boolean } {
   const content = typeof message.content === "string" ? message.content : null;
@@ -87,6 +121,7 @@ export class ChatPolicy implements Policy {
   private readonly pool: ReplicaPool;
   private dialect: Dialect;
   private counter: EngineTokenCounter | null = null;
+  private tokens: TokenEngine | null = null;
   /** Set by preflight when the context length is known. */
   meter: PromptMeter | null = null;
   /** Request outcomes, for reports and metrics. */
@@ -201,6 +236,17 @@ export class ChatPolicy implements Policy {
     return this.counter?.requests ?? 0;
   }
 
+  /** Token in, token out on the same replicas; null before preflight (the dialect is not known). */
+  tokenEngine(): TokenEngine | null {
+    if (!this.counter) return null;
+    const kwargs = this.options.extraBody?.chat_template_kwargs;
+    this.tokens ??= new TokenEngine(
+      this,
+      typeof kwargs === "object" && kwargs !== null ? (kwargs as Record<string, unknown>) : undefined,
+    );
+    return this.tokens;
+  }
+
   forget(affinity: string): void {
     this.pool.forget(affinity);
   }
@@ -210,20 +256,50 @@ export class ChatPolicy implements Policy {
   }
 
   async generate(request: PolicyRequest): Promise<PolicyResponse> {
-    return this.withRetries(request.signal, async (attempt, deadline) => {
-      const lease = await this.pool.acquire(request.affinity ?? null, AbortSignal.any(deadline));
+    return this.routed(request.affinity ?? null, request.signal, async (url, attempt) => ({
+      ...(await this.once(url, request)),
+      attempts: attempt + 1,
+    }));
+  }
+
+  /**
+   * Runs `send` on a replica leased from the pool (the affinity's while it is healthy), with
+   * the pool's health accounting and this policy's retries. The token engine shares it.
+   */
+  async routed<T>(
+    affinity: string | null,
+    signal: AbortSignal | undefined,
+    send: (url: string, attempt: number) => Promise<T>,
+  ): Promise<T> {
+    return this.withRetries(signal, async (attempt, deadline) => {
+      const lease = await this.pool.acquire(affinity, AbortSignal.any(deadline));
       this.stats.requests++;
       try {
-        const response = await this.once(lease.url, request);
+        const result = await send(lease.url, attempt);
         lease.release("ok");
         this.served.set(lease.url, (this.served.get(lease.url) ?? 0) + 1);
-        this.options.onServed?.(request.affinity ?? null, lease.url);
-        return { ...response, attempts: attempt + 1 };
+        this.options.onServed?.(affinity, lease.url);
+        return result;
       } catch (error) {
         lease.release(error instanceof EngineError && error.replicaFault ? "failed" : "refused");
         throw error;
       }
     });
+  }
+
+  /** Settings the token engine needs to speak to the same replicas the same way. */
+  get transport(): {
+    model: string;
+    headers: Record<string, string>;
+    timeoutMs: number;
+    grammar: string | null;
+  } {
+    return {
+      model: this.options.model,
+      headers: this.headers,
+      timeoutMs: this.options.timeoutMs,
+      grammar: this.options.grammar ?? null,
+    };
   }
 
   private async countWithRetries(
@@ -294,7 +370,6 @@ export class ChatPolicy implements Policy {
   }
 
   private body(request: PolicyRequest): Record<string, unknown> {
-    const { sampling } = request;
     const prefill = this.options.prefill === "continue";
     const messages: ChatMessage[] = prefill
       ? [...request.messages, { role: "assistant", content: request.prefill }]
@@ -304,33 +379,10 @@ export class ChatPolicy implements Policy {
         ? { grammar: this.options.grammar }
         : { structured_outputs: { grammar: this.options.grammar } }
       : {};
-    // llama.cpp names the repetition penalty differently and has samplers of its own that its
-    // server flags can turn on; all are pinned to "off" unless the config says otherwise.
-    const dialectSampling =
-      this.dialect === "llamacpp"
-        ? {
-            repeat_penalty: sampling.repetition_penalty,
-            typical_p: 1,
-            dry_multiplier: 0,
-            xtc_probability: 0,
-            mirostat: 0,
-            top_n_sigma: -1,
-          }
-        : { repetition_penalty: sampling.repetition_penalty };
     return {
       model: this.options.model,
       messages,
-      temperature: sampling.temperature,
-      top_p: sampling.top_p,
-      top_k: sampling.top_k,
-      min_p: sampling.min_p,
-      presence_penalty: sampling.presence_penalty,
-      frequency_penalty: sampling.frequency_penalty,
-      ...dialectSampling,
-      max_tokens: sampling.max_tokens,
-      seed: sampling.seed,
-      stop: sampling.stop ?? null,
-      n: 1,
+      ...samplingFields(request.sampling, this.dialect),
       ...(prefill ? { continue_final_message: true, add_generation_prompt: false } : {}),
       ...grammar,
       ...this.options.extraBody,

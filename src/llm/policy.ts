@@ -3,6 +3,7 @@
 // ignore it.
 import type { ChatMessage } from "../rollout/prompt.ts";
 import type { ReplicaSnapshot } from "./replicas.ts";
+import type { TokenEngine } from "./token-engine.ts";
 
 export interface SamplingParams {
   temperature: number;
@@ -73,6 +74,8 @@ export interface Policy {
   generate(request: PolicyRequest): Promise<PolicyResponse>;
   /** Present when the policy knows its context window and can count tokens (remote engines). */
   readonly meter?: PromptMeter | null;
+  /** Token in, token out against the same engine (remote policies after preflight). */
+  tokenEngine?(): TokenEngine | null;
   /** Engine replicas and their load, for metrics (remote policies). */
   replicas?(): ReplicaSnapshot[];
   /** The episode behind `affinity` is over (frees routing state). */

@@ -3,12 +3,20 @@
 // the group filter and RAGEN-named metrics. Episodes run concurrently; each one only waits
 // for its own model turns, so a slow episode never holds up the others.
 import type { EnvRegistry } from "../../envs/registry.ts";
-import { type Policy, type PromptMeter, requestSeed, type SamplingParams } from "../llm/policy.ts";
+import {
+  type EpisodeView,
+  type Policy,
+  type PromptMeter,
+  requestSeed,
+  type SamplingParams,
+} from "../llm/policy.ts";
 import { Episode, type EpisodeRecord, type EpisodeSettings } from "./episode.ts";
 import { type FilterConfig, runGroupFilter } from "./filter.ts";
 import type { ChatMessage } from "./prompt.ts";
 import { ragenTruncate } from "./ragen-truncation.ts";
 import { episodeScores, type NormalizationGrouping, type NormalizationMethod } from "./scores.ts";
+import { playTokenEpisode } from "./token-episode.ts";
+import type { TokenLog } from "./token-log.ts";
 
 export type RolloutMode = "train" | "val";
 
@@ -28,6 +36,8 @@ export interface BatchRequest {
   filter: FilterConfig;
   /** When the context window is managed, max_tokens is lowered to fit but never below this. Default 32. */
   minResponseTokens?: number;
+  /** Token in, token out: every episode keeps its exact token log (see token-episode.ts). */
+  tokens?: boolean;
 }
 
 export interface GroupResult {
@@ -92,14 +102,24 @@ export function groupEpisodes(
 
 let batchCounter = 0;
 
-async function playEpisode(
-  episode: Episode,
-  request: BatchRequest,
-  policy: Policy,
-  hooks: BatchHooks,
-  affinity: string,
-): Promise<void> {
-  let dropped = 0;
+/** What a policy may know of the episode at `turn`. */
+export function episodeView(episode: Episode, request: BatchRequest, turn: number): EpisodeView {
+  return {
+    tag: episode.tag.spec.tag,
+    envId: episode.envId,
+    turn,
+    actionNames: episode.actionNames,
+    actionsThisTurn: Math.min(request.episode.maxActionsPerTurn, episode.actionsLeft),
+    think: request.episode.think,
+    solve: () => episode.solve(),
+  };
+}
+
+/** Plays one model turn; throws when it cannot (the episode then fails with the reason). */
+export type TurnPlayer = (turn: number) => Promise<void>;
+
+/** Drives an episode turn by turn until it ends, fails or is cancelled. */
+export async function playTurns(episode: Episode, hooks: BatchHooks, play: TurnPlayer): Promise<void> {
   while (episode.active) {
     if (hooks.signal?.aborted) {
       episode.fail("cancelled");
@@ -107,13 +127,36 @@ async function playEpisode(
     }
     const turn = episode.turnIndex;
     try {
+      await play(turn);
+    } catch (error) {
+      episode.fail(
+        hooks.signal?.aborted
+          ? "cancelled"
+          : `turn ${turn + 1}: ${error instanceof Error ? error.message : String(error)}`,
+      );
+    }
+    hooks.onTurn?.();
+  }
+}
+
+/** Chat mode: each turn sends the history as chat messages, fitted to the context window. */
+async function playChatEpisode(
+  episode: Episode,
+  request: BatchRequest,
+  policy: Policy,
+  hooks: BatchHooks,
+  affinity: string,
+): Promise<void> {
+  let dropped = 0;
+  await playTurns(episode, hooks, async (turn) => {
+    {
       let messages: ChatMessage[];
       let maxTokens = request.sampling.max_tokens;
       if (policy.meter) {
         const fitted = await fitContext(episode, request, policy.meter, dropped, hooks.signal);
         if (fitted === null) {
           episode.endContextFull();
-          break;
+          return;
         }
         ({ messages, maxTokens, dropped } = fitted);
       } else {
@@ -127,15 +170,7 @@ async function playEpisode(
           max_tokens: maxTokens,
           seed: requestSeed(request.seed, episode.envId, turn),
         },
-        episode: {
-          tag: episode.tag.spec.tag,
-          envId: episode.envId,
-          turn,
-          actionNames: episode.actionNames,
-          actionsThisTurn: Math.min(request.episode.maxActionsPerTurn, episode.actionsLeft),
-          think: request.episode.think,
-          solve: () => episode.solve(),
-        },
+        episode: episodeView(episode, request, turn),
         affinity,
         signal: hooks.signal,
       });
@@ -145,16 +180,8 @@ async function playEpisode(
         dropped,
         ambiguousSplit: response.ambiguousSplit,
       });
-    } catch (error) {
-      episode.fail(
-        hooks.signal?.aborted
-          ? "cancelled"
-          : `turn ${turn + 1}: ${error instanceof Error ? error.message : String(error)}`,
-      );
     }
-    hooks.onTurn?.();
-  }
-  policy.forget?.(affinity);
+  });
 }
 
 /**
@@ -201,6 +228,12 @@ export async function runBatch(
   validateBatchRequest(request);
   const tags = groupTags(request);
   const retain = hooks.retainEpisodes ?? true;
+  const tokenEngine = request.tokens ? policy.tokenEngine?.() : null;
+  if (request.tokens && !tokenEngine) {
+    throw new RangeError(
+      `token mode needs a remote engine (vLLM or llama.cpp, after preflight); the ${policy.name} policy has no tokens`,
+    );
+  }
   const batchId = ++batchCounter;
   const context = { "rollgym/context_shortened_turns": 0, "rollgym/context_full_episodes": 0 };
   const byGroup: EpisodeRecord[][] = [];
@@ -212,8 +245,14 @@ export async function runBatch(
       const episodes = groupEpisodes(registry, request, group, tags[group]);
       const records = await Promise.all(
         episodes.map(async (episode) => {
-          await playEpisode(episode, request, policy, hooks, `${batchId}:${episode.envId}`);
+          const affinity = `${batchId}:${episode.envId}`;
+          let tokens: TokenLog | null = null;
+          if (request.tokens)
+            tokens = await playTokenEpisode(episode, request, tokenEngine!, hooks, affinity);
+          else await playChatEpisode(episode, request, policy, hooks, affinity);
+          policy.forget?.(affinity);
           const record = episode.record();
+          if (tokens) record.tokens = tokens.record();
           tallyContext(context, record);
           hooks.onEpisode?.(record);
           return record;
@@ -279,6 +318,11 @@ export function validateBatchRequest(request: BatchRequest): void {
   ) {
     throw new RangeError(
       "rollout_filter_metric reward_variance ranks groups by their reward std, which needs group_size >= 2 (got 1); use group_size >= 2 or turn the filter off (top_p, value 1.0)",
+    );
+  }
+  if (request.tokens && request.episode.contextWindowMode !== "full") {
+    throw new RangeError(
+      `token mode keeps one growing token sequence per episode, which needs agent_proxy.context_window_mode full (got ${request.episode.contextWindowMode})`,
     );
   }
 }

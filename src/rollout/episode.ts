@@ -12,6 +12,7 @@ import {
   systemPrompt,
   turnBlock,
 } from "./prompt.ts";
+import type { TokenRecord } from "./token-log.ts";
 
 export type ContextWindowMode = "full" | "limited_multi_turn" | "single_turn";
 
@@ -58,6 +59,8 @@ export interface TurnRecord {
   finish_reason: string;
   prompt_tokens?: number;
   completion_tokens?: number;
+  /** Prompt tokens the engine reused from its prefix cache, when it reports it (llama.cpp). */
+  cached_tokens?: number;
   /** Earlier turns left out of this turn's prompt to fit the engine's context (only when > 0). */
   context_dropped?: number;
   /** The engine's reasoning/content split could not be undone exactly (see docs/rollouts.md). */
@@ -88,6 +91,8 @@ export interface EpisodeRecord {
   failure: string | null;
   /** Why it stopped: the env ended it, the action budget, max_turn, the context window, or a failure. */
   end_reason: EndReason;
+  /** The exact token log, in token mode. */
+  tokens?: TokenRecord;
 }
 
 export class Episode {
@@ -189,7 +194,13 @@ export class Episode {
   applyResponse(
     raw: string,
     finishReason: string,
-    usage: { prompt?: number; completion?: number; dropped?: number; ambiguousSplit?: boolean } = {},
+    usage: {
+      prompt?: number;
+      completion?: number;
+      cached?: number;
+      dropped?: number;
+      ambiguousSplit?: boolean;
+    } = {},
   ): TurnRecord {
     if (!this.active) throw new Error(`episode ${this.envId} is not active`);
     const { maxActionsPerTurn, actionSep, think, formatPenalty } = this.settings;
@@ -236,6 +247,7 @@ export class Episode {
     };
     if (usage.prompt !== undefined) turn.prompt_tokens = usage.prompt;
     if (usage.completion !== undefined) turn.completion_tokens = usage.completion;
+    if (usage.cached !== undefined) turn.cached_tokens = usage.cached;
     if (usage.dropped) turn.context_dropped = usage.dropped;
     if (usage.ambiguousSplit) turn.ambiguous_split = true;
     this.turns.push(turn);

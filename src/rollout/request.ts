@@ -50,6 +50,7 @@ export function batchRequest(config: RollgymConfig, mode: RolloutMode = config.r
       truncation: config.rollgym.context.truncation,
     },
     minResponseTokens: config.rollgym.llm.min_response_tokens,
+    tokens: config.rollgym.tokens,
     // Validation samples with val_kwargs (RAGEN: temperature 0.5); do_sample false is greedy.
     sampling:
       mode === "val"

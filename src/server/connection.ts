@@ -245,6 +245,11 @@ function dispatch(
             "stream delivery needs scores that are final when a group finishes: use reward_normalization grouping state or method identity",
           );
         }
+        if (request.tokens && !state.rolloutContext.policy.tokenEngine?.()) {
+          throw new RangeError(
+            `tokens: true needs the server to run against a remote engine (--llm); it serves the built-in ${state.rolloutContext.policy.name} policy`,
+          );
+        }
       } catch (error) {
         fail("bad_frame", error instanceof Error ? error.message : String(error), { rollout: message.id });
         return;

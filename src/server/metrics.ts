@@ -115,6 +115,7 @@ export function instrumentPolicy(policy: Policy, metrics: ServerMetrics): Policy
     },
     meter: policy.meter,
     replicas: policy.replicas?.bind(policy),
+    tokenEngine: policy.tokenEngine?.bind(policy),
     forget: policy.forget?.bind(policy),
     close: policy.close?.bind(policy),
   };

@@ -52,6 +52,7 @@ export function rolloutBatchRequest(config: RollgymConfig, frame: RolloutRequest
       presence_penalty: s.presence_penalty ?? request.sampling.presence_penalty,
       frequency_penalty: s.frequency_penalty ?? request.sampling.frequency_penalty,
     },
+    tokens: frame.tokens ?? false,
     filter: {
       ...request.filter,
       strategy: f.strategy ?? request.filter.strategy,

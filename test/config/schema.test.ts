@@ -98,6 +98,7 @@ describe("defaults", () => {
       policy: { name: "oracle", noise: 0, malformed: 0 },
       step: 0,
       seed: null,
+      tokens: false,
       binary_reward: false,
       max_obs_length: null,
     });

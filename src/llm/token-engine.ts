@@ -1,0 +1,407 @@
+// Token in, token out: prompts go to the engine as token ids and come back as the exact ids it
+// sampled, with their logprobs, so an episode's token log is what the model saw and produced
+// and a trainer never re-tokenizes text. vLLM: /v1/completions with a token-id prompt and
+// return_token_ids; llama.cpp: /completion with return_tokens. The ids inserted between turns
+// (closing the assistant turn, the next user message, the generation prompt and prefill) are a
+// chat-template delta rendered by the engine itself, so they follow the model's own template.
+import type { ChatMessage } from "../rollout/prompt.ts";
+import { type Dialect, serverRoot } from "./engine.ts";
+import { EngineError, requestJson } from "./http.ts";
+import { type ChatPolicy, samplingFields } from "./openai-chat.ts";
+import type { SamplingParams } from "./policy.ts";
+
+export interface TokenSample {
+  /** Exactly the ids the engine sampled, the stop token included when it reports it. */
+  ids: number[];
+  /** The sampled token's logprob at each of `ids`. */
+  logprobs: number[];
+  /** The generated text as the engine decoded it (special tokens skipped). */
+  text: string;
+  finishReason: string;
+  /** The prompt ids as the engine saw them, when it echoes them (vLLM's prompt_token_ids). */
+  promptIds: number[] | null;
+  /** Prompt tokens the engine reused from its cache, when it reports it (llama.cpp). */
+  cachedTokens: number | null;
+}
+
+/** A fixed system message the next user block is rendered after (its delta is the block). */
+const TEMPLATE_NOT_PREFIX =
+  "the chat template renders a conversation differently once a user message follows; token mode needs a template that appends each message";
+
+const ANCHOR: ChatMessage = { role: "system", content: "x" };
+/** Content whose end marks where the template closes an assistant turn. */
+const MARK = "\u2063rollgym-end-of-content\u2063";
+
+function isIdList(value: unknown): value is number[] {
+  return Array.isArray(value) && value.every((v) => Number.isSafeInteger(v) && v >= 0);
+}
+
+function startsWith(ids: readonly number[], prefix: readonly number[]): boolean {
+  if (prefix.length > ids.length) return false;
+  for (let i = 0; i < prefix.length; i++) if (ids[i] !== prefix[i]) return false;
+  return true;
+}
+
+type Options = { signal?: AbortSignal; timeoutMs: number; headers: Record<string, string> };
+
+export class TokenEngine {
+  private readonly policy: ChatPolicy;
+  private readonly dialect: Dialect;
+  private readonly templateKwargs: Record<string, unknown> | undefined;
+  /** Per-engine constants, computed once: what closes an assistant turn, the anchor's ids/text. */
+  private closing: Promise<number[]> | null = null;
+  private anchor: Promise<number[] | string> | null = null;
+  private readonly prefills = new Map<string, Promise<number[]>>();
+  /** Requests whose echoed prompt ids differed from the log they were sent from. */
+  promptDrift = 0;
+
+  constructor(policy: ChatPolicy, templateKwargs?: Record<string, unknown>) {
+    this.policy = policy;
+    this.dialect = policy.engineDialect;
+    this.templateKwargs = templateKwargs;
+  }
+
+  /** Context length the log plus max_tokens must fit. */
+  get limit(): number | null {
+    return this.policy.meter?.limit ?? null;
+  }
+
+  /**
+   * The first prompt: the chat template with its generation prompt, rendered once by the
+   * engine, then the prefill's ids (RAGEN appends "<think>" to the rendered text the same way).
+   */
+  async firstPrompt(
+    messages: readonly ChatMessage[],
+    prefill: string,
+    affinity: string,
+    signal?: AbortSignal,
+  ): Promise<number[]> {
+    const [rendered, tail] = await Promise.all([
+      this.dialect === "vllm"
+        ? this.templateIds(messages, true, affinity, signal)
+        : this.templateText(messages, true, affinity, signal).then((t) => this.tokenize(t, affinity, signal)),
+      this.prefillIds(prefill, affinity, signal),
+    ]);
+    return [...rendered, ...tail];
+  }
+
+  /**
+   * The ids to append after a turn's sampled ids so the log continues with `user`, the
+   * generation prompt and `prefill`: the rest of the template's closing of the assistant turn
+   * (all of it when the model stopped without the end-of-turn token), then the user block as
+   * the template renders it after any earlier message, then the prefill.
+   */
+  async continuation(
+    lastSampled: number | undefined,
+    user: string,
+    prefill: string,
+    affinity: string,
+    signal?: AbortSignal,
+  ): Promise<number[]> {
+    this.closing ??= this.closingIds(affinity, signal);
+    const [closing, block, tail] = await Promise.all([
+      this.closing,
+      this.userBlock(user, affinity, signal),
+      this.prefillIds(prefill, affinity, signal),
+    ]);
+    const close = closing.length > 0 && lastSampled === closing[0] ? closing.slice(1) : closing;
+    return [...close, ...block, ...tail];
+  }
+
+  /** The user block and generation prompt: the template of [anchor, user] less that of [anchor]. */
+  private async userBlock(user: string, affinity: string, signal?: AbortSignal): Promise<number[]> {
+    const messages = [ANCHOR, { role: "user" as const, content: user }];
+    if (this.dialect === "vllm") {
+      this.anchor ??= this.templateIds([ANCHOR], false, affinity, signal);
+      const [anchor, full] = await Promise.all([
+        this.anchor as Promise<number[]>,
+        this.templateIds(messages, true, affinity, signal),
+      ]);
+      if (!startsWith(full, anchor)) throw new EngineError(TEMPLATE_NOT_PREFIX, 422);
+      return full.slice(anchor.length);
+    }
+    this.anchor ??= this.templateText([ANCHOR], false, affinity, signal);
+    const [anchor, full] = await Promise.all([
+      this.anchor as Promise<string>,
+      this.templateText(messages, true, affinity, signal),
+    ]);
+    if (!full.startsWith(anchor)) throw new EngineError(TEMPLATE_NOT_PREFIX, 422);
+    return this.tokenize(full.slice(anchor.length), affinity, signal);
+  }
+
+  private prefillIds(prefill: string, affinity: string, signal?: AbortSignal): Promise<number[]> {
+    let ids = this.prefills.get(prefill);
+    if (!ids) {
+      ids = prefill === "" ? Promise.resolve([]) : this.tokenize(prefill, affinity, signal);
+      this.prefills.set(prefill, ids);
+    }
+    return ids;
+  }
+
+  /**
+   * What the template writes between an assistant message's content and the next message
+   * (e.g. "<|im_end|>\n"), as ids: the text after a marked content up to the next user block.
+   */
+  private async closingIds(affinity: string, signal?: AbortSignal): Promise<number[]> {
+    const user: ChatMessage = { role: "user", content: "x" };
+    const [full, withUser, alone] = await Promise.all([
+      this.renderedText([ANCHOR, user, { role: "assistant", content: MARK }, user], affinity, signal),
+      this.renderedText([ANCHOR, user], affinity, signal),
+      this.renderedText([ANCHOR], affinity, signal),
+    ]);
+    const at = full.lastIndexOf(MARK);
+    const block = withUser.startsWith(alone) ? withUser.slice(alone.length) : null;
+    const after = at < 0 ? "" : full.slice(at + MARK.length);
+    if (at < 0 || block === null || !after.endsWith(block)) {
+      throw new EngineError("cannot tell where the chat template closes an assistant turn", 422);
+    }
+    const closing = after.slice(0, after.length - block.length);
+    return closing === "" ? [] : this.tokenize(closing, affinity, signal);
+  }
+
+  /** The template's text for `messages` without a generation prompt. */
+  private async renderedText(
+    messages: readonly ChatMessage[],
+    affinity: string,
+    signal?: AbortSignal,
+  ): Promise<string> {
+    if (this.dialect === "llamacpp") return this.templateText(messages, false, affinity, signal);
+    return this.decode(await this.templateIds(messages, false, affinity, signal), affinity, signal);
+  }
+
+  /**
+   * A turn's sampled ids as assistant message text: the template's own end-of-turn token, when
+   * the model ended with it, belongs to the template; any other end token is content.
+   */
+  async assistantText(sampled: readonly number[], affinity: string, signal?: AbortSignal): Promise<string> {
+    this.closing ??= this.closingIds(affinity, signal);
+    const closing = await this.closing;
+    const content =
+      closing.length > 0 && sampled[sampled.length - 1] === closing[0] ? sampled.slice(0, -1) : sampled;
+    return content.length === 0 ? "" : this.decode(content, affinity, signal);
+  }
+
+  /** Samples from `promptIds`. Retried like chat requests (aborts, outages). */
+  async generate(
+    promptIds: readonly number[],
+    sampling: SamplingParams,
+    affinity: string,
+    signal?: AbortSignal,
+  ): Promise<TokenSample> {
+    const { model, headers, timeoutMs, grammar } = this.policy.transport;
+    return this.policy.routed(affinity, signal, async (url) => {
+      const fields = samplingFields(sampling, this.dialect);
+      const options = { signal, timeoutMs, headers };
+      const sample =
+        this.dialect === "vllm"
+          ? await this.vllmSample(url, options, {
+              model,
+              prompt: promptIds,
+              ...fields,
+              logprobs: 0,
+              return_token_ids: true,
+              ...(grammar ? { structured_outputs: { grammar } } : {}),
+            })
+          : await this.llamaSample(url, options, {
+              prompt: promptIds,
+              ...fields,
+              n_predict: sampling.max_tokens,
+              n_probs: 1,
+              return_tokens: true,
+              cache_prompt: true,
+              ...(grammar ? { grammar } : {}),
+            });
+      if (sample.finishReason === "abort") {
+        throw new EngineError("the engine aborted the request (finish_reason abort)", 503);
+      }
+      if (
+        sample.promptIds &&
+        !(sample.promptIds.length === promptIds.length && startsWith(sample.promptIds, promptIds))
+      ) {
+        this.promptDrift++;
+      }
+      return sample;
+    });
+  }
+
+  /** Text of `ids` with special tokens kept, as the engine decodes them. */
+  async decode(ids: readonly number[], affinity: string, signal?: AbortSignal): Promise<string> {
+    const { model } = this.policy.transport;
+    return this.send(affinity, signal, async (url, options) => {
+      const vllm = this.dialect === "vllm";
+      const body = (await requestJson(
+        "POST",
+        `${serverRoot(url)}/detokenize`,
+        vllm ? { model, tokens: ids } : { tokens: ids },
+        options,
+      )) as { prompt?: unknown; content?: unknown };
+      const text = vllm ? body.prompt : body.content;
+      if (typeof text !== "string") throw new EngineError("/detokenize answered without text", 502);
+      return text;
+    });
+  }
+
+  /**
+   * The chat template's own text for a whole conversation (earlier turns closed), to compare
+   * with the decoded log: where they differ, the template rewrites earlier turns (Qwen3 drops
+   * old <think> blocks) and a model trained on the log saw a context inference never renders.
+   */
+  async renderText(
+    messages: readonly ChatMessage[],
+    affinity: string,
+    signal?: AbortSignal,
+  ): Promise<string> {
+    return this.renderedText(messages, affinity, signal);
+  }
+
+  private kwargs(): Record<string, unknown> {
+    return this.templateKwargs ? { chat_template_kwargs: this.templateKwargs } : {};
+  }
+
+  /** Ids of the chat template applied to `messages` (vLLM's /tokenize with messages). */
+  private async templateIds(
+    messages: readonly ChatMessage[],
+    generationPrompt: boolean,
+    affinity: string,
+    signal?: AbortSignal,
+  ): Promise<number[]> {
+    const { model } = this.policy.transport;
+    return this.send(affinity, signal, async (url, options) => {
+      const body = (await requestJson(
+        "POST",
+        `${serverRoot(url)}/tokenize`,
+        { model, messages, add_generation_prompt: generationPrompt, ...this.kwargs() },
+        options,
+      )) as { tokens?: unknown };
+      if (!isIdList(body.tokens)) throw new EngineError("/tokenize answered without token ids", 502);
+      return body.tokens;
+    });
+  }
+
+  /** Text of the chat template applied to `messages` (llama.cpp's /apply-template). */
+  private async templateText(
+    messages: readonly ChatMessage[],
+    generationPrompt: boolean,
+    affinity: string,
+    signal?: AbortSignal,
+  ): Promise<string> {
+    return this.send(affinity, signal, async (url, options) => {
+      const body = (await requestJson(
+        "POST",
+        `${serverRoot(url)}/apply-template`,
+        { messages, add_generation_prompt: generationPrompt, ...this.kwargs() },
+        options,
+      )) as { prompt?: unknown };
+      if (typeof body.prompt !== "string")
+        throw new EngineError("/apply-template answered without a prompt", 502);
+      return body.prompt;
+    });
+  }
+
+  /** Ids of plain text, special-token text parsed as special tokens, no BOS added. */
+  private async tokenize(text: string, affinity: string, signal?: AbortSignal): Promise<number[]> {
+    const { model } = this.policy.transport;
+    return this.send(affinity, signal, async (url, options) => {
+      const body = (await requestJson(
+        "POST",
+        `${serverRoot(url)}/tokenize`,
+        this.dialect === "vllm"
+          ? { model, prompt: text, add_special_tokens: false }
+          : { content: text, add_special: false, parse_special: true },
+        options,
+      )) as { tokens?: unknown };
+      if (!isIdList(body.tokens)) throw new EngineError("/tokenize answered without token ids", 502);
+      return body.tokens;
+    });
+  }
+
+  /** One request on a routed replica with this engine's headers and timeout. */
+  private send<T>(
+    affinity: string,
+    signal: AbortSignal | undefined,
+    run: (url: string, options: Options) => Promise<T>,
+  ): Promise<T> {
+    const { headers, timeoutMs } = this.policy.transport;
+    return this.policy.routed(affinity, signal, (url) => run(url, { signal, timeoutMs, headers }));
+  }
+
+  private async vllmSample(
+    url: string,
+    options: { signal?: AbortSignal; timeoutMs: number; headers: Record<string, string> },
+    body: Record<string, unknown>,
+  ): Promise<TokenSample> {
+    const answer = (await requestJson("POST", `${url}/completions`, body, options)) as {
+      choices?: {
+        text?: unknown;
+        token_ids?: unknown;
+        prompt_token_ids?: unknown;
+        finish_reason?: unknown;
+        logprobs?: { token_logprobs?: unknown } | null;
+      }[];
+    };
+    const choice = answer.choices?.[0];
+    if (!choice) throw new EngineError("the response has no choices", 502);
+    if (!isIdList(choice.token_ids)) {
+      throw new EngineError(
+        "the engine returned no token_ids: token mode needs vLLM >= 0.10.2 (return_token_ids)",
+        422,
+      );
+    }
+    const logprobs = choice.logprobs?.token_logprobs;
+    if (!Array.isArray(logprobs) || logprobs.length !== choice.token_ids.length) {
+      throw new EngineError(
+        `the engine returned ${Array.isArray(logprobs) ? logprobs.length : "no"} logprobs for ${choice.token_ids.length} tokens`,
+        502,
+      );
+    }
+    return {
+      ids: choice.token_ids,
+      logprobs: logprobs.map((v) => (typeof v === "number" ? v : Number.NaN)),
+      text: typeof choice.text === "string" ? choice.text : "",
+      finishReason: typeof choice.finish_reason === "string" ? choice.finish_reason : "unknown",
+      promptIds: isIdList(choice.prompt_token_ids) ? choice.prompt_token_ids : null,
+      cachedTokens: null,
+    };
+  }
+
+  private async llamaSample(
+    url: string,
+    options: { signal?: AbortSignal; timeoutMs: number; headers: Record<string, string> },
+    body: Record<string, unknown>,
+  ): Promise<TokenSample> {
+    const answer = (await requestJson("POST", `${serverRoot(url)}/completion`, body, options)) as {
+      content?: unknown;
+      tokens?: unknown;
+      stop_type?: unknown;
+      completion_probabilities?: { id?: unknown; logprob?: unknown }[];
+      timings?: { cache_n?: unknown };
+    };
+    const tokens = answer.tokens;
+    if (!isIdList(tokens)) throw new EngineError("llama.cpp returned no tokens (return_tokens)", 502);
+    const probabilities = answer.completion_probabilities ?? [];
+    if (probabilities.length !== tokens.length) {
+      throw new EngineError(
+        `llama.cpp returned ${probabilities.length} logprobs for ${tokens.length} tokens`,
+        502,
+      );
+    }
+    probabilities.forEach((p, i) => {
+      if (p.id !== tokens[i]) throw new EngineError(`llama.cpp's logprob ${i} is for another token`, 502);
+    });
+    const finishReason =
+      answer.stop_type === "limit"
+        ? "length"
+        : answer.stop_type === "eos" || answer.stop_type === "word"
+          ? "stop"
+          : String(answer.stop_type);
+    const cached = answer.timings?.cache_n;
+    return {
+      ids: tokens,
+      logprobs: probabilities.map((p) => (typeof p.logprob === "number" ? p.logprob : Number.NaN)),
+      text: typeof answer.content === "string" ? answer.content : "",
+      finishReason,
+      promptIds: null,
+      cachedTokens: typeof cached === "number" ? cached : null,
+    };
+  }
+}

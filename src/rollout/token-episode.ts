@@ -1,0 +1,89 @@
+// An episode in token mode: the first prompt is rendered once, then every turn sends the whole
+// token log as the prompt and appends exactly what the engine sampled plus the chat-template
+// delta of the next user message. Earlier tokens are never dropped or rewritten: when the next
+// turn does not fit the context, the episode ends as `context_full`. At the end the decoded
+// log is compared with the chat template's rendering of the same conversation.
+import { requestSeed } from "../llm/policy.ts";
+import type { TokenEngine } from "../llm/token-engine.ts";
+import { type BatchHooks, type BatchRequest, playTurns } from "./batch.ts";
+import type { Episode } from "./episode.ts";
+import type { ChatMessage } from "./prompt.ts";
+import { TokenLog, textDrift } from "./token-log.ts";
+
+export async function playTokenEpisode(
+  episode: Episode,
+  request: BatchRequest,
+  engine: TokenEngine,
+  hooks: BatchHooks,
+  affinity: string,
+): Promise<TokenLog | null> {
+  const { signal } = hooks;
+  const prefill = episode.prefill;
+  let log: TokenLog | null = null;
+  // The conversation as chat messages, for the template-drift check.
+  const conversation: ChatMessage[] = [];
+  const wanted = request.sampling.max_tokens;
+  const floor = Math.min(wanted, request.minResponseTokens ?? 32);
+
+  await playTurns(episode, hooks, async (turn) => {
+    if (log === null) {
+      const first = episode.promptMessages();
+      conversation.push(...first);
+      log = new TokenLog(await engine.firstPrompt(first, prefill, affinity, signal));
+    }
+    const limit = engine.limit;
+    const room = limit === null ? wanted : Math.min(wanted, limit - log.length);
+    if (room < floor) {
+      episode.endContextFull();
+      return;
+    }
+    const drift = engine.promptDrift;
+    const sample = await engine.generate(
+      log.ids,
+      { ...request.sampling, max_tokens: room, seed: requestSeed(request.seed, episode.envId, turn) },
+      affinity,
+      signal,
+    );
+    log.promptDrift += engine.promptDrift - drift;
+    const promptTokens = log.length;
+    log.sampled(sample.ids, sample.logprobs);
+    const raw = prefill + sample.text;
+    conversation.push({ role: "assistant", content: raw });
+    const record = episode.applyResponse(raw, sample.finishReason, {
+      prompt: promptTokens,
+      completion: sample.ids.length,
+      ...(sample.cachedTokens === null ? {} : { cached: sample.cachedTokens }),
+    });
+    log.reward(record.reward);
+    if (!episode.active) return;
+    const messages = episode.promptMessages();
+    const user = messages[messages.length - 1].content;
+    conversation.push({ role: "user", content: user });
+    log.inserted(await engine.continuation(log.last, user, prefill, affinity, signal));
+  });
+
+  const finished = log as TokenLog | null;
+  if (finished !== null && !signal?.aborted) {
+    try {
+      // The conversation as the template would show it, with each turn's content exactly as sampled.
+      const record = finished.record();
+      const contents = await Promise.all(
+        record.turn_starts.map((start, k) =>
+          engine.assistantText(record.ids.slice(start, record.turn_ends[k]), affinity, signal),
+        ),
+      );
+      let turn = 0;
+      const shown = conversation.map((m) =>
+        m.role === "assistant" ? { ...m, content: prefill + contents[turn++] } : m,
+      );
+      const [text, rendering] = await Promise.all([
+        engine.decode(finished.ids, affinity, signal),
+        engine.renderText(shown, affinity, signal),
+      ]);
+      finished.templateDrift = textDrift(text, rendering);
+    } catch (error) {
+      episode.fail(`template check: ${error instanceof Error ? error.message : String(error)}`);
+    }
+  }
+  return finished;
+}

@@ -1,0 +1,112 @@
+// One episode's token log in token mode: a single growing sequence (the first prompt, then per
+// turn the exact sampled ids and the ids inserted before the next turn) with a loss mask over
+// exactly the sampled ids, their logprobs at the same positions, turn boundaries, and each
+// turn's reward on its last sampled token. It only ever grows: nothing is re-tokenized.
+
+/** The log as episode files and group frames carry it. */
+export interface TokenRecord {
+  ids: number[];
+  /** 1 at sampled ids, 0 at prompt and inserted ids. */
+  loss_mask: number[];
+  /** The engine's logprob of each sampled id; 0 elsewhere. */
+  logprobs: number[];
+  /** Each turn's reward on the turn's last sampled id; 0 elsewhere. */
+  rewards: number[];
+  /** [turn_starts[k], turn_ends[k]) holds turn k's sampled ids. */
+  turn_starts: number[];
+  turn_ends: number[];
+  /** Length of the first prompt. */
+  prompt_length: number;
+  /** Requests whose prompt, as the engine echoed it, was not the log so far (expected 0). */
+  prompt_drift: number;
+  /**
+   * Where the decoded log first differs from the chat template's rendering of the same
+   * conversation (a character offset), or null when the log is that rendering.
+   */
+  template_drift: number | null;
+}
+
+export class TokenLog {
+  readonly ids: number[];
+  private readonly mask: number[];
+  private readonly logprobs: number[];
+  private readonly rewards: number[];
+  private readonly starts: number[] = [];
+  private readonly ends: number[] = [];
+  private readonly promptLength: number;
+  promptDrift = 0;
+  templateDrift: number | null = null;
+
+  constructor(prompt: readonly number[]) {
+    this.ids = [...prompt];
+    this.promptLength = prompt.length;
+    this.mask = new Array<number>(prompt.length).fill(0);
+    this.logprobs = new Array<number>(prompt.length).fill(0);
+    this.rewards = new Array<number>(prompt.length).fill(0);
+  }
+
+  get length(): number {
+    return this.ids.length;
+  }
+
+  /** The id the last turn ended with (the stop token when the engine returned it). */
+  get last(): number | undefined {
+    return this.ids[this.ids.length - 1];
+  }
+
+  sampled(ids: readonly number[], logprobs: readonly number[]): void {
+    if (ids.length !== logprobs.length)
+      throw new RangeError(`${ids.length} sampled ids but ${logprobs.length} logprobs`);
+    this.starts.push(this.ids.length);
+    for (let i = 0; i < ids.length; i++) {
+      this.ids.push(ids[i]);
+      this.mask.push(1);
+      this.logprobs.push(logprobs[i]);
+      this.rewards.push(0);
+    }
+    this.ends.push(this.ids.length);
+  }
+
+  /** The reward of the turn just sampled, on its last sampled id (or dropped on an empty turn). */
+  reward(value: number): void {
+    const end = this.ends[this.ends.length - 1];
+    const start = this.starts[this.starts.length - 1];
+    if (end > start) this.rewards[end - 1] = value;
+  }
+
+  inserted(ids: readonly number[]): void {
+    for (const id of ids) {
+      this.ids.push(id);
+      this.mask.push(0);
+      this.logprobs.push(0);
+      this.rewards.push(0);
+    }
+  }
+
+  /** The sampled ids of every turn, concatenated. */
+  sampledIds(): number[] {
+    return this.ids.filter((_, i) => this.mask[i] === 1);
+  }
+
+  record(): TokenRecord {
+    return {
+      ids: this.ids,
+      loss_mask: this.mask,
+      logprobs: this.logprobs,
+      rewards: this.rewards,
+      turn_starts: this.starts,
+      turn_ends: this.ends,
+      prompt_length: this.promptLength,
+      prompt_drift: this.promptDrift,
+      template_drift: this.templateDrift,
+    };
+  }
+}
+
+/** Index of the first character where `log` leaves `rendering`, or null when it is a prefix of it. */
+export function textDrift(log: string, rendering: string): number | null {
+  if (rendering.startsWith(log)) return null;
+  let i = 0;
+  while (i < log.length && log[i] === rendering[i]) i++;
+  return i;
+}

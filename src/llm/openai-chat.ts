@@ -143,7 +143,8 @@ export class ChatPolicy implements Policy {
       dialect: "auto",
       maxModelLen: "auto",
       failureThreshold: 3,
-      ...rest,
+      // An option given as undefined keeps its default.
+      ...(Object.fromEntries(Object.entries(rest).filter(([, value]) => value !== undefined)) as typeof rest),
     };
     const key = apiKey ?? process.env.OPENAI_API_KEY;
     this.headers = key ? { authorization: `Bearer ${key}` } : {};

@@ -54,6 +54,8 @@ export class TokenEngine {
   private readonly prefills = new Map<string, Promise<number[]>>();
   /** Requests whose echoed prompt ids differed from the log they were sent from. */
   promptDrift = 0;
+  /** Requests whose answer echoed the prompt ids at all (vLLM's prompt_token_ids), for evidence. */
+  promptEchoes = 0;
 
   constructor(policy: ChatPolicy, templateKwargs?: Record<string, unknown>) {
     this.policy = policy;
@@ -214,11 +216,10 @@ export class TokenEngine {
       if (sample.finishReason === "abort") {
         throw new EngineError("the engine aborted the request (finish_reason abort)", 503);
       }
-      if (
-        sample.promptIds &&
-        !(sample.promptIds.length === promptIds.length && startsWith(sample.promptIds, promptIds))
-      ) {
-        this.promptDrift++;
+      if (sample.promptIds) {
+        this.promptEchoes++;
+        const same = sample.promptIds.length === promptIds.length && startsWith(sample.promptIds, promptIds);
+        if (!same) this.promptDrift++;
       }
       return sample;
     });

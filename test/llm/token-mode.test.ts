@@ -1,0 +1,182 @@
+// Token in, token out, checked from the engine's side: the mock vLLM engine echoes the prompt
+// ids it received (they must be the log), llama.cpp reports its prefix-cache reuse (it must
+// cover the whole previous sequence), both decode the log back to the recorded text, and the
+// template-drift figure is 0 for ChatML and reported for Qwen3's and a history-rewriting one.
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { type MockEngine, startMockEngine } from "../../bench/mock-engine/server.ts";
+import { createRegistry } from "../../envs/catalog.ts";
+import { ChatPolicy } from "../../src/llm/openai-chat.ts";
+import type { TokenEngine } from "../../src/llm/token-engine.ts";
+import { type BatchRequest, type BatchResult, runBatch } from "../../src/rollout/batch.ts";
+import type { EpisodeRecord } from "../../src/rollout/episode.ts";
+import { defaultBatchRequest } from "../../src/rollout/request.ts";
+import { FIXTURES } from "../helpers/fixtures.ts";
+import { ragenGrammar, startLlamaServer } from "../helpers/llama.ts";
+
+const registry = createRegistry();
+
+function tokenBatch(groups: number, groupSize: number, maxTokens: number, maxTurn = 5): BatchRequest {
+  const base = defaultBatchRequest("train", { tags: [{ tag: "SimpleSokoban", groups }], groupSize });
+  return {
+    ...base,
+    tokens: true,
+    episode: { ...base.episode, maxTurn },
+    sampling: { ...base.sampling, max_tokens: maxTokens },
+  };
+}
+
+/** The log's invariants, whatever the engine. */
+function checkLog(e: EpisodeRecord): void {
+  const t = e.tokens!;
+  expect(t).toBeDefined();
+  const n = t.ids.length;
+  for (const field of [t.loss_mask, t.logprobs, t.rewards]) expect(field).toHaveLength(n);
+  expect(t.turn_starts).toHaveLength(e.turns.length);
+  expect(t.turn_starts[0]).toBe(t.prompt_length);
+  let sampled = 0;
+  t.turn_starts.forEach((start, k) => {
+    const end = t.turn_ends[k];
+    expect(end).toBeGreaterThan(start);
+    expect(e.turns[k].completion_tokens).toBe(end - start);
+    sampled += end - start;
+    // The turn's reward sits on its last sampled id.
+    expect(t.rewards[end - 1]).toBeCloseTo(e.turns[k].reward, 5);
+    if (k > 0) expect(start).toBeGreaterThan(t.turn_ends[k - 1]); // an inserted block in between
+  });
+  // The mask covers exactly the sampled ids; logprobs sit there and nowhere else.
+  expect(t.loss_mask.reduce((a, b) => a + b, 0)).toBe(sampled);
+  t.loss_mask.forEach((m, i) => {
+    const inTurn = t.turn_starts.some((s, k) => i >= s && i < t.turn_ends[k]);
+    expect(m).toBe(inTurn ? 1 : 0);
+    if (!m) expect(t.logprobs[i]).toBe(0);
+    else expect(t.logprobs[i]).toBeLessThanOrEqual(0);
+  });
+  expect(t.prompt_drift).toBe(0);
+}
+
+/**
+ * Decoding each turn's sampled ids gives the recorded text (the prefill came from the prompt);
+ * a turn that stopped ends with the end-of-generation token, whose text the record leaves out.
+ */
+async function checkDecoding(engine: TokenEngine, e: EpisodeRecord): Promise<void> {
+  const t = e.tokens!;
+  for (const [k, turn] of e.turns.entries()) {
+    const sampled = t.ids.slice(t.turn_starts[k], t.turn_ends[k]);
+    const text = await engine.decode(turn.finish_reason === "stop" ? sampled.slice(0, -1) : sampled, "check");
+    expect(`<think>${text}`).toBe(turn.raw_response);
+  }
+}
+
+describe("token mode against the mock vLLM engine", () => {
+  let engine: MockEngine;
+  beforeAll(async () => {
+    engine = await startMockEngine({ model: "mock", seed: 4 });
+  });
+  afterAll(async () => {
+    await engine?.close();
+  });
+
+  async function play(request: BatchRequest, maxModelLen?: number): Promise<{ batch: BatchResult; policy: ChatPolicy }> {
+    const policy = new ChatPolicy({ baseURL: engine.url, model: "mock", concurrency: 16, maxModelLen });
+    await policy.preflight();
+    const batch = await runBatch(registry, request, policy);
+    return { batch, policy };
+  }
+
+  it("sends the log itself as every prompt: the engine's prompt_token_ids equal it", async () => {
+    const { batch, policy } = await play(tokenBatch(4, 4, 64));
+    const tokens = policy.tokenEngine()!;
+    expect(batch.failed).toBe(0);
+    const turns = batch.episodes.reduce((n, e) => n + e.turns.length, 0);
+    expect(tokens.promptEchoes).toBe(turns);
+    expect(tokens.promptDrift).toBe(0);
+    for (const e of batch.episodes) {
+      checkLog(e);
+      // The mock's template is ChatML, which keeps earlier turns as they were.
+      expect(e.tokens!.template_drift).toBeNull();
+    }
+    for (const e of batch.episodes.slice(0, 3)) await checkDecoding(tokens, e);
+    await policy.close();
+  });
+
+  it("never sends max_tokens past the context: at the boundary it lowers them, then ends context_full", async () => {
+    const limit = 700;
+    const sent: { prompt: number; maxTokens: number }[] = [];
+    const policy = new ChatPolicy({ baseURL: engine.url, model: "mock", concurrency: 16, maxModelLen: limit });
+    await policy.preflight();
+    const tokens = policy.tokenEngine()!;
+    const generate = tokens.generate.bind(tokens);
+    tokens.generate = (promptIds, sampling, affinity, signal) => {
+      sent.push({ prompt: promptIds.length, maxTokens: sampling.max_tokens });
+      return generate(promptIds, sampling, affinity, signal);
+    };
+    const batch = await runBatch(registry, { ...tokenBatch(2, 4, 200, 10), minResponseTokens: 40 }, policy);
+    await policy.close();
+    expect(batch.failed).toBe(0);
+    for (const r of sent) expect(r.prompt + r.maxTokens).toBeLessThanOrEqual(limit);
+    // Some request was cut to exactly the room left, and episodes ended on the window.
+    expect(sent.some((r) => r.maxTokens < 200 && r.prompt + r.maxTokens === limit)).toBe(true);
+    const full = batch.episodes.filter((e) => e.end_reason === "context_full");
+    expect(full.length).toBeGreaterThan(0);
+    for (const e of full) {
+      checkLog(e);
+      expect(e.tokens!.ids.length + 40).toBeGreaterThan(limit);
+    }
+  });
+});
+
+describe("token mode against llama.cpp (real Qwen3 tokenizer)", () => {
+  async function play(extraArgs: string[], groups = 2) {
+    const server = await startLlamaServer({ ctx: 8192, parallel: 2, threads: 2, extraArgs });
+    try {
+      const policy = new ChatPolicy({
+        baseURL: `${server.baseUrl}/v1`,
+        model: server.model,
+        concurrency: 2,
+        grammar: ragenGrammar("after-think"),
+      });
+      await policy.preflight();
+      const batch = await runBatch(registry, tokenBatch(groups, 2, 48), policy);
+      const tokens = policy.tokenEngine()!;
+      for (const e of batch.episodes.slice(0, 2)) await checkDecoding(tokens, e);
+      await policy.close();
+      return batch;
+    } finally {
+      await server.stop();
+    }
+  }
+
+  it("ChatML: exact logs, the engine's cache covers every previous sequence, no template drift", async () => {
+    // Two episodes on two slots: each episode keeps its slot, so its prefix stays cached.
+    const batch = await play(["--chat-template", "chatml"], 1);
+    expect(batch.failed).toBe(0);
+    for (const e of batch.episodes) {
+      checkLog(e);
+      expect(e.tokens!.template_drift).toBeNull();
+      const t = e.tokens!;
+      for (let k = 1; k < e.turns.length; k++) {
+        // llama.cpp never evaluates the last sampled token, so it is the one id not cached.
+        expect(e.turns[k].cached_tokens).toBeGreaterThanOrEqual(t.turn_ends[k - 1] - 1);
+        expect(e.turns[k].prompt_tokens).toBe(t.turn_starts[k]);
+      }
+    }
+  }, 300_000);
+
+  it("Qwen3's template (it drops earlier <think> blocks) shows up as template drift per episode", async () => {
+    const batch = await play([]);
+    expect(batch.failed).toBe(0);
+    for (const e of batch.episodes) {
+      checkLog(e);
+      if (e.turns.length > 1) expect(e.tokens!.template_drift).toEqual(expect.any(Number));
+    }
+  }, 300_000);
+
+  it("a template that rewrites earlier turns is caught", async () => {
+    const batch = await play(["--chat-template-file", join(FIXTURES, "templates", "rewrites-earlier-turns.jinja")]);
+    expect(batch.failed).toBe(0);
+    const multi = batch.episodes.filter((e) => e.turns.length > 1);
+    expect(multi.length).toBeGreaterThan(0);
+    for (const e of multi) expect(e.tokens!.template_drift).toEqual(expect.any(Number));
+  }, 300_000);
+});

@@ -2,7 +2,7 @@
 // (es_manager._extract_map_valid_actions + the format-penalty test in step()).
 // Text handling follows Python (see pytext.ts), not JavaScript.
 
-import { PY_SPACE_CLASS, pyLower, pyStrip } from "./pytext.ts";
+import { pyIsSpaceCode, pyLower, pyStrip } from "./pytext.ts";
 
 export interface ParseOptions {
   /** `agent_proxy.enable_think`: expect `<think>…</think>` before `<answer>…</answer>`. */
@@ -44,11 +44,37 @@ const SPECIAL_STRINGS: readonly string[] = [
   "<|im_end|>",
 ];
 
-// Python re.search with DOTALL: [\s\S] stands for DOTALL ".", and the gap between the
-// tags uses Python's \s. Lazy groups end before an ASCII '<', so UTF-16 vs code points
-// cannot change the match.
-const THINK_RE = new RegExp(`<think>([\\s\\S]*?)</think>${PY_SPACE_CLASS}*<answer>([\\s\\S]*?)</answer>`);
-const ANSWER_RE = /<answer>([\s\S]*?)<\/answer>/;
+/**
+ * Python's `re.search(r"<think>(.*?)</think>\s*<answer>(.*?)</answer>", text, re.DOTALL)`
+ * in linear time (the regex backtracks quadratically on "</think><think>" repeated). Only the
+ * first "<think>" can start a match: a later start sees a subset of the same closing tags.
+ * Group 1 ends at the first "</think>" that whitespace and "<answer>" follow; group 2 at the
+ * first "</answer>" after that.
+ */
+export function searchThinkAnswer(text: string): [string, string] | null {
+  const open = text.indexOf("<think>");
+  if (open < 0) return null;
+  for (
+    let close = text.indexOf("</think>", open + 7);
+    close >= 0;
+    close = text.indexOf("</think>", close + 1)
+  ) {
+    let at = close + 8;
+    while (at < text.length && pyIsSpaceCode(text.charCodeAt(at))) at++;
+    if (!text.startsWith("<answer>", at)) continue;
+    const end = text.indexOf("</answer>", at + 8);
+    return end < 0 ? null : [text.slice(open + 7, close), text.slice(at + 8, end)];
+  }
+  return null;
+}
+
+/** Python's `re.search(r"<answer>(.*?)</answer>", text, re.DOTALL)`, linear. */
+export function searchAnswer(text: string): string | null {
+  const open = text.indexOf("<answer>");
+  if (open < 0) return null;
+  const end = text.indexOf("</answer>", open + 8);
+  return end < 0 ? null : text.slice(open + 8, end);
+}
 
 function removeSpecialStrings(s: string): string {
   let out = s;
@@ -72,11 +98,10 @@ export function parseResponse(text: string, opts: ParseOptions): ParseResult {
     throw new RangeError(`maxActionsPerTurn must be an integer >= 0, got ${String(maxActions)}`);
   }
 
-  const m = (opts.think ? THINK_RE : ANSWER_RE).exec(text);
-  if (m === null) return { parsed: [], llmResponse: text, matched: false };
+  const found = opts.think ? searchThinkAnswer(text) : searchAnswer(text);
+  if (found === null) return { parsed: [], llmResponse: text, matched: false };
 
-  let think = opts.think ? m[1] : "";
-  let answer = opts.think ? m[2] : m[1];
+  let [think, answer] = typeof found === "string" ? ["", found] : found;
   think = removeSpecialStrings(think);
   answer = removeSpecialStrings(answer);
 

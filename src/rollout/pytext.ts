@@ -12,17 +12,36 @@ export const PY_SPACE_CLASS: string =
   "[\\t-\\r\\x1c-\\x20\\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000]";
 
 const PY_SPACE_RE = new RegExp(`^${PY_SPACE_CLASS}$`);
-const LEADING_SPACE_RE = new RegExp(`^${PY_SPACE_CLASS}+`);
-const TRAILING_SPACE_RE = new RegExp(`${PY_SPACE_CLASS}+$`);
+
+/** Python `str.isspace()` for one UTF-16 unit (every Python space is in the BMP). */
+export function pyIsSpaceCode(code: number): boolean {
+  return (
+    (code >= 0x09 && code <= 0x0d) ||
+    (code >= 0x1c && code <= 0x20) ||
+    code === 0x85 ||
+    code === 0xa0 ||
+    code === 0x1680 ||
+    (code >= 0x2000 && code <= 0x200a) ||
+    code === 0x2028 ||
+    code === 0x2029 ||
+    code === 0x202f ||
+    code === 0x205f ||
+    code === 0x3000
+  );
+}
 
 /** Python `ch.isspace()` for a single character (one code point). */
 export function pyIsSpace(ch: string): boolean {
   return PY_SPACE_RE.test(ch);
 }
 
-/** Python `s.strip()` (no arguments). */
+/** Python `s.strip()` (no arguments), in one pass from each end (a regex `\s+$` is quadratic). */
 export function pyStrip(s: string): string {
-  return s.replace(LEADING_SPACE_RE, "").replace(TRAILING_SPACE_RE, "");
+  let start = 0;
+  let end = s.length;
+  while (start < end && pyIsSpaceCode(s.charCodeAt(start))) start++;
+  while (end > start && pyIsSpaceCode(s.charCodeAt(end - 1))) end--;
+  return start === 0 && end === s.length ? s : s.slice(start, end);
 }
 
 // Code points whose case data in Node 24 (ICU, Unicode 17) is newer than CPython 3.11's

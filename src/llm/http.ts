@@ -1,6 +1,7 @@
 // JSON over HTTP for inference engines. The `openai` SDK drops the message of vLLM's older
 // flat error body ({"object":"error","message":…}: it reads only body.error) and hides
 // Retry-After, so engine requests go through this small fetch wrapper instead.
+import { deadline } from "./deadline.ts";
 
 /** An engine request that did not produce a usable answer. */
 export class EngineError extends Error {
@@ -78,8 +79,7 @@ export async function requestJson(
   body: unknown,
   options: RequestOptions,
 ): Promise<unknown> {
-  const timeout = AbortSignal.timeout(options.timeoutMs);
-  const signal = options.signal ? AbortSignal.any([options.signal, timeout]) : timeout;
+  const limit = deadline(options.timeoutMs, options.signal);
   let response: Response;
   let text: string;
   try {
@@ -87,14 +87,16 @@ export async function requestJson(
       method,
       headers: { ...(body === undefined ? {} : { "content-type": "application/json" }), ...options.headers },
       body: body === undefined ? undefined : JSON.stringify(body),
-      signal,
+      signal: limit.signal,
     });
     text = await response.text();
   } catch (error) {
     if (options.signal?.aborted) throw options.signal.reason;
-    if (timeout.aborted)
+    if (limit.expired)
       throw new EngineError(`request timed out after ${options.timeoutMs / 1000} s`, null, null, true);
     throw new EngineError(`connection error (${describeCause(error)})`, null);
+  } finally {
+    limit.dispose();
   }
   let parsed: unknown;
   try {

@@ -7,6 +7,7 @@
 // pool's probe instead of hammering it.
 import { setTimeout as sleep } from "node:timers/promises";
 import type { ChatMessage } from "../rollout/prompt.ts";
+import { type Deadline, deadline } from "./deadline.ts";
 import { type Dialect, describeEngine, type EngineInfo, EngineTokenCounter } from "./engine.ts";
 import { EngineError, requestJson } from "./http.ts";
 import {
@@ -272,8 +273,8 @@ export class ChatPolicy implements Policy {
     signal: AbortSignal | undefined,
     send: (url: string, attempt: number) => Promise<T>,
   ): Promise<T> {
-    return this.withRetries(signal, async (attempt, deadline) => {
-      const lease = await this.pool.acquire(affinity, AbortSignal.any(deadline));
+    return this.withRetries(signal, async (attempt, budget) => {
+      const lease = await this.pool.acquire(affinity, budget);
       this.stats.requests++;
       try {
         const result = await send(lease.url, attempt);
@@ -318,19 +319,32 @@ export class ChatPolicy implements Policy {
    */
   private async withRetries<T>(
     signal: AbortSignal | undefined,
-    attempt: (index: number, deadline: AbortSignal[]) => Promise<T>,
+    attempt: (index: number, budget: AbortSignal) => Promise<T>,
+  ): Promise<T> {
+    const { retryBudgetMs } = this.options;
+    const started = Date.now();
+    const budget = deadline(retryBudgetMs, signal);
+    try {
+      return await this.retryLoop(signal, budget, started, attempt);
+    } finally {
+      budget.dispose();
+    }
+  }
+
+  private async retryLoop<T>(
+    signal: AbortSignal | undefined,
+    budget: Deadline,
+    started: number,
+    attempt: (index: number, budget: AbortSignal) => Promise<T>,
   ): Promise<T> {
     const { retryBudgetMs, backoffMs, maxBackoffMs, maxRetries } = this.options;
-    const started = Date.now();
-    const budget = AbortSignal.timeout(retryBudgetMs);
-    const deadline = signal ? [signal, budget] : [budget];
     let last: unknown = null;
     for (let index = 0; ; index++) {
       try {
-        return await attempt(index, deadline);
+        return await attempt(index, budget.signal);
       } catch (error) {
         if (signal?.aborted) throw new PolicyError("cancelled");
-        if (budget.aborted && !(error instanceof EngineError)) {
+        if (budget.expired && !(error instanceof EngineError)) {
           // Waited for a healthy replica until the budget ran out.
           this.stats.failures++;
           throw new PolicyError(

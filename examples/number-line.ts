@@ -90,3 +90,6 @@ export function registerNumberLine(registry: EnvRegistry): void {
     env_config: { length: 9 },
   });
 }
+
+/** The plugin entry point: `rollgym … --plugin examples/number-line.ts` calls it. */
+export { registerNumberLine as register };

@@ -146,10 +146,20 @@ export const EnvOpenSchema = map({
   think: Type.Optional(Type.Boolean()),
   max_turn: Type.Optional(MaxTurn),
   max_actions_per_turn: Type.Optional(MaxActions),
+  /** Token mode: replies carry the ids to append; responses must carry their sampled ids. */
+  tokens: Type.Optional(Type.Boolean()),
 });
 export type EnvOpen = Static<typeof EnvOpenSchema>;
 
-export const EnvResponseSchema = map({ env_id: EnvId, text: Type.String() });
+export const EnvResponseSchema = map({
+  env_id: EnvId,
+  text: Type.String(),
+  // Token sessions: the exact ids the trainer's engine sampled (and their logprobs).
+  sampled_ids: Type.Optional(
+    Type.Array(Type.Integer({ minimum: 0, maximum: 2 ** 31 - 1 }), { maxItems: MAX_TOKENS }),
+  ),
+  logprobs: Type.Optional(Type.Array(Type.Number(), { maxItems: MAX_TOKENS })),
+});
 export type EnvResponse = Static<typeof EnvResponseSchema>;
 
 export const EnvStepSchema = map({
@@ -162,6 +172,13 @@ export type EnvStep = Static<typeof EnvStepSchema>;
 export const EnvCloseSchema = map({ type: Type.Literal("env_close"), id: Id });
 export type EnvClose = Static<typeof EnvCloseSchema>;
 
+/** Read-only subscription to copies of every rollout's groups (PROTOCOL.md "Watch"). */
+export const WatchSchema = map({ type: Type.Literal("watch") });
+export type Watch = Static<typeof WatchSchema>;
+
+export const UnwatchSchema = map({ type: Type.Literal("unwatch") });
+export type Unwatch = Static<typeof UnwatchSchema>;
+
 export const ClientMessageSchema = Type.Union([
   HelloSchema,
   RolloutRequestSchema,
@@ -171,6 +188,8 @@ export const ClientMessageSchema = Type.Union([
   EnvOpenSchema,
   EnvStepSchema,
   EnvCloseSchema,
+  WatchSchema,
+  UnwatchSchema,
 ]);
 export type ClientMessage = Static<typeof ClientMessageSchema>;
 export type ClientMessageType = ClientMessage["type"];
@@ -185,6 +204,8 @@ export const CLIENT_MESSAGE_SCHEMAS = {
   env_open: EnvOpenSchema,
   env_step: EnvStepSchema,
   env_close: EnvCloseSchema,
+  watch: WatchSchema,
+  unwatch: UnwatchSchema,
 } as const satisfies Record<ClientMessageType, TSchema>;
 export const CLIENT_MESSAGE_TYPES = Object.keys(CLIENT_MESSAGE_SCHEMAS) as ClientMessageType[];
 
@@ -292,6 +313,8 @@ export const OpenedEpisodeSchema = map({
   group: GroupId,
   seed: Seed,
   messages: Type.Array(ChatMessageSchema),
+  /** Token sessions: the first prompt's ids, generation prompt and prefill included. */
+  prompt_ids: Type.Optional(Type.Array(Type.Integer())),
 });
 export type OpenedEpisode = Static<typeof OpenedEpisodeSchema>;
 
@@ -312,6 +335,8 @@ export const StepResultSchema = map({
   done: Type.Boolean(),
   success: Type.Boolean(),
   messages: Type.Union([Type.Array(ChatMessageSchema), Type.Null()]),
+  /** Token sessions: the ids to append after the sampled ids before the next turn (null when done). */
+  next_ids: Type.Optional(Type.Union([Type.Array(Type.Integer()), Type.Null()])),
 });
 export type StepResult = Static<typeof StepResultSchema>;
 
@@ -337,6 +362,75 @@ export const ClosingSchema = map({
 });
 export type Closing = Static<typeof ClosingSchema>;
 
+// Watch frames: copies for read-only watchers, outside credit and acknowledgement.
+const StreamId = Type.Integer({ minimum: 1 });
+const watchedRolloutFields = {
+  /** The server's number for the rollout, unique among the server's rollouts. */
+  stream: StreamId,
+  /** The id its own client gave the rollout (for display; it names nothing a watcher can act on). */
+  rollout: Type.String(),
+  mode: ModeSchema,
+  delivery: DeliverySchema,
+  tags: Type.Array(map({ tag: Type.String(), groups: GroupCount })),
+  group_size: GroupSize,
+  seed: Seed,
+  groups_done: Count,
+};
+
+export const WatchedRolloutSchema = map(watchedRolloutFields);
+export type WatchedRollout = Static<typeof WatchedRolloutSchema>;
+
+export const WatchingSchema = map({
+  type: Type.Literal("watching"),
+  limits: map({
+    max_watchers: Type.Integer({ minimum: 1 }),
+    max_watch_buffer_bytes: Type.Integer({ minimum: 1 }),
+  }),
+  /** Rollouts running when the subscription started. */
+  rollouts: Type.Array(WatchedRolloutSchema),
+});
+export type Watching = Static<typeof WatchingSchema>;
+
+export const WatchRolloutSchema = map({ type: Type.Literal("watch_rollout"), ...watchedRolloutFields });
+export type WatchRollout = Static<typeof WatchRolloutSchema>;
+
+export const WatchGroupSchema = map({
+  type: Type.Literal("watch_group"),
+  stream: StreamId,
+  rollout: Type.String(),
+  group: GroupId,
+  tag: Type.String(),
+  seed: Seed,
+  episodes: Type.Array(EpisodeSchema),
+});
+export type WatchGroup = Static<typeof WatchGroupSchema>;
+
+export const WatchBatchSchema = map({
+  type: Type.Literal("watch_batch"),
+  stream: StreamId,
+  rollout: Type.String(),
+  kept: Type.Array(GroupId),
+  dropped: Type.Array(GroupId),
+  failed_groups: Type.Array(GroupId),
+  /** The filter's score per group id (null for a failed group). */
+  group_scores: Type.Array(Type.Union([Type.Number(), Type.Null()])),
+  metrics: MetricsSchema,
+  episodes: Count,
+  failed: Count,
+  /** Set when the rollout ended in a server error instead of a verdict. */
+  error: Type.Optional(Type.String()),
+});
+export type WatchBatch = Static<typeof WatchBatchSchema>;
+
+export const WatchGapSchema = map({
+  type: Type.Literal("watch_gap"),
+  /** Watch frames this watcher lost since the last one it was sent. */
+  dropped: Count,
+  /** The rollouts (stream numbers) whose frames were lost. */
+  streams: Type.Array(StreamId),
+});
+export type WatchGap = Static<typeof WatchGapSchema>;
+
 export const ServerMessageSchema = Type.Union([
   WelcomeSchema,
   GroupFrameSchema,
@@ -347,6 +441,11 @@ export const ServerMessageSchema = Type.Union([
   EnvSteppedSchema,
   EnvClosedSchema,
   ClosingSchema,
+  WatchingSchema,
+  WatchRolloutSchema,
+  WatchGroupSchema,
+  WatchBatchSchema,
+  WatchGapSchema,
 ]);
 export type ServerMessage = Static<typeof ServerMessageSchema>;
 export type ServerMessageType = ServerMessage["type"];
@@ -362,6 +461,11 @@ export const SERVER_MESSAGE_SCHEMAS = {
   env_stepped: EnvSteppedSchema,
   env_closed: EnvClosedSchema,
   closing: ClosingSchema,
+  watching: WatchingSchema,
+  watch_rollout: WatchRolloutSchema,
+  watch_group: WatchGroupSchema,
+  watch_batch: WatchBatchSchema,
+  watch_gap: WatchGapSchema,
 } as const satisfies Record<ServerMessageType, TSchema>;
 export const SERVER_MESSAGE_TYPES = Object.keys(SERVER_MESSAGE_SCHEMAS) as ServerMessageType[];
 

@@ -1,8 +1,10 @@
 // `rollgym mock-engine`: run the mock vLLM server until SIGINT/SIGTERM.
 // Also runnable on its own: node bench/mock-engine/cli.ts --port 8000 --ttft-ms 50
+import { CHAT_TEMPLATES, type ChatTemplateName } from "./chat-template.ts";
 import { checkGenerationConfig } from "./generation-config.ts";
 import { REASONING_PARSERS, type ReasoningParserName } from "./reasoning.ts";
 import { DEFAULT_MODEL, type MockEngineOptions, startMockEngine } from "./server.ts";
+import { TOKENIZER_NAMES, type TokenizerName } from "./tokenizer.ts";
 
 /** A bad command line: the message names the flag and what it accepts. */
 export class MockEngineUsageError extends Error {
@@ -144,6 +146,14 @@ const FLAGS: Record<string, { apply: Apply; help: string }> = {
       else integer(0, 86_400, (opts, v) => (opts.retryAfterS = v))(o, text, flag);
     },
     help: 'Retry-After seconds on 429/503 answers, or "none" (default 1)',
+  },
+  tokenizer: {
+    apply: oneOf<TokenizerName>(TOKENIZER_NAMES, (o, v) => (o.tokenizer = v)),
+    help: `token ids: "toy" (default, fast) or "qwen3" (the real Qwen3 tokenizer, EOS <|im_end|> = 151645)`,
+  },
+  "chat-template": {
+    apply: oneOf<ChatTemplateName>(CHAT_TEMPLATES, (o, v) => (o.chatTemplate = v)),
+    help: '"chatml" (default, turns kept as sent) or "qwen3" (drops earlier turns\' <think> blocks)',
   },
 };
 

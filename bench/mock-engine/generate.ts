@@ -3,9 +3,10 @@
 // text, length stops), with synthetic per-token logprobs. Pure: all randomness is passed in.
 import { answerPrompt, type PolicyAnswer, type PolicyOptions } from "./answer.ts";
 import type { Rng } from "./rng.ts";
-import { encode, IM_END_ID, StreamDecoder, VOCAB_SIZE, WORD_PIECE_COUNT, wordPieceId } from "./tokenizer.ts";
+import type { MockTokenizer } from "./tokenizer.ts";
 
 export interface GenerateInput {
+  tokenizer: MockTokenizer;
   promptText: string;
   promptIds: readonly number[];
   /** Effective limit, already within max_model_len - prompt length. */
@@ -65,16 +66,37 @@ function sampledLogprob(rng: Rng): number {
   return Math.log(Math.min(p, 0.9999));
 }
 
-function alternativesFor(id: number, logprob: number, count: number, rng: Rng): Alternative[] {
-  const n = Math.min(count, VOCAB_SIZE - 1);
+function alternativesFor(
+  tokenizer: MockTokenizer,
+  id: number,
+  logprob: number,
+  count: number,
+  rng: Rng,
+): Alternative[] {
+  const { vocabSize, fillerIds } = tokenizer;
+  const n = Math.min(count, vocabSize - 1);
   const rest = 1 - Math.exp(logprob);
-  const seen = new Set<number>([id]);
+  // Taken ids point past themselves (path-compressed), so walking on from a taken id to the
+  // next free one stays cheap even for whole-vocabulary requests.
+  const taken = new Map<number, number>();
+  const take = (x: number): void => {
+    taken.set(x, (x + 1) % vocabSize);
+  };
+  const free = (x: number): number => {
+    let y = x;
+    while (taken.has(y)) y = taken.get(y)!;
+    for (let z = x; z !== y; ) {
+      const after = taken.get(z)!;
+      taken.set(z, y);
+      z = after;
+    }
+    return y;
+  };
+  take(id);
   const out: Alternative[] = [];
   for (let j = 0; j < n; j++) {
-    let alt = wordPieceId(rng.int(WORD_PIECE_COUNT));
-    // Walk on from a taken id, so whole-vocabulary requests still finish.
-    while (seen.has(alt)) alt = (alt + 1) % VOCAB_SIZE;
-    seen.add(alt);
+    const alt = free(fillerIds[rng.int(fillerIds.length)]);
+    take(alt);
     // Halve the leftover mass each step: the probabilities never sum above 1.
     out.push({ id: alt, logprob: Math.max(Math.log(rest * 0.5 ** (j + 1)), -9999) });
   }
@@ -83,20 +105,22 @@ function alternativesFor(id: number, logprob: number, count: number, rng: Rng): 
 
 /** Ids the model "wants" to write: the answer, filler if EOS is suppressed, then EOS. */
 function* intendedIds(answerIds: readonly number[], input: GenerateInput, rng: Rng): Generator<number> {
+  const { fillerIds, eosId } = input.tokenizer;
   yield* answerIds;
   // min_tokens holds EOS back (the model keeps talking); ignore_eos never lets it out.
   for (let n = answerIds.length; input.ignoreEos || n + 1 < input.minTokens; n++) {
-    yield wordPieceId(rng.int(WORD_PIECE_COUNT));
+    yield fillerIds[rng.int(fillerIds.length)];
   }
-  yield IM_END_ID;
+  yield eosId;
 }
 
 export function generate(input: GenerateInput, rng: Rng, logprobRng: Rng, policy: PolicyOptions): Generation {
+  const { tokenizer } = input;
   const answer = answerPrompt(input.promptText, rng, policy);
-  const answerIds = encode(answer.text);
+  const answerIds = tokenizer.encode(answer.text);
   const stopTokens = new Set(input.stopTokenIds);
   const maxStopLen = input.stop.reduce((m, s) => Math.max(m, s.length), 0);
-  const decoder = new StreamDecoder({ skipSpecialTokens: input.skipSpecialTokens });
+  const decoder = tokenizer.streamDecoder({ skipSpecialTokens: input.skipSpecialTokens });
 
   const tokenIds: number[] = [];
   // Length of the decoded text after each token, before any stop-string cut.
@@ -114,7 +138,7 @@ export function generate(input: GenerateInput, rng: Rng, logprobRng: Rng, policy
     let stopped = false;
     // vLLM checks stops only once min_tokens are out (check_stop returns early before that).
     if (tokenIds.length >= input.minTokens) {
-      if (id === IM_END_ID && !input.ignoreEos) {
+      if (id === tokenizer.eosId && !input.ignoreEos) {
         stopped = true;
       } else if (stopTokens.has(id)) {
         stopped = true;
@@ -157,24 +181,26 @@ export function generate(input: GenerateInput, rng: Rng, logprobRng: Rng, policy
 
   let logprobs: TokenLogprob[] | null = null;
   if (input.logprobs !== null) {
-    const k = input.logprobs === -1 ? VOCAB_SIZE - 1 : input.logprobs;
+    const k = input.logprobs === -1 ? tokenizer.vocabSize - 1 : input.logprobs;
     logprobs = tokenIds.map((id) => {
       const logprob = sampledLogprob(logprobRng);
-      return { id, logprob, alternatives: alternativesFor(id, logprob, k, logprobRng) };
+      return { id, logprob, alternatives: alternativesFor(tokenizer, id, logprob, k, logprobRng) };
     });
   }
 
   let promptLogprobs: (PromptLogprob | null)[] | null = null;
   if (input.promptLogprobs !== null) {
-    const k = input.promptLogprobs === -1 ? VOCAB_SIZE - 1 : input.promptLogprobs;
+    const k = input.promptLogprobs === -1 ? tokenizer.vocabSize - 1 : input.promptLogprobs;
     promptLogprobs = input.promptIds.map((id, i) => {
       if (i === 0) return null;
       const logprob = sampledLogprob(logprobRng);
       // The prompt token ranks first; its top-k list then holds k - 1 others.
-      const alternatives = alternativesFor(id, logprob, Math.max(0, k - 1), logprobRng).map((a, j) => ({
-        ...a,
-        rank: j + 2,
-      }));
+      const alternatives = alternativesFor(tokenizer, id, logprob, Math.max(0, k - 1), logprobRng).map(
+        (a, j) => ({
+          ...a,
+          rank: j + 2,
+        }),
+      );
       return { id, logprob, rank: 1, alternatives };
     });
   }

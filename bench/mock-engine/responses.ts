@@ -3,10 +3,11 @@
 // carry only what vLLM sets on them.
 import type { Alternative, Generation, PromptLogprob, TokenLogprob } from "./generate.ts";
 import type { ReasoningSplit } from "./reasoning.ts";
-import { tokenBytes, tokenText } from "./tokenizer.ts";
+import type { MockTokenizer } from "./tokenizer.ts";
 import type { GenerationRequest } from "./validate.ts";
 
 export interface ResponseContext {
+  tokenizer: MockTokenizer;
   id: string;
   created: number;
   model: string;
@@ -33,33 +34,46 @@ export function usage(promptTokens: number, completionTokens: number): Json {
   };
 }
 
-function label(id: number, asIds: boolean): string {
-  return asIds ? `token_id:${id}` : tokenText(id);
+function label(tokenizer: MockTokenizer, id: number, asIds: boolean): string {
+  return asIds ? `token_id:${id}` : tokenizer.tokenText(id);
 }
 
 // --- chat ------------------------------------------------------------------------------------
 
-function chatEntry(a: Alternative, asIds: boolean): Json {
-  return { token: label(a.id, asIds), logprob: a.logprob, bytes: asIds ? null : tokenBytes(a.id) };
+function chatEntry(tokenizer: MockTokenizer, a: Alternative, asIds: boolean): Json {
+  return {
+    token: label(tokenizer, a.id, asIds),
+    logprob: a.logprob,
+    bytes: asIds ? null : tokenizer.tokenBytes(a.id),
+  };
 }
 
 /** `top_logprobs` lists the sampled token first, then alternatives, cut to the count asked. */
-function chatLogprobs(entries: readonly TokenLogprob[], top: number, asIds: boolean): Json {
+function chatLogprobs(
+  tokenizer: MockTokenizer,
+  entries: readonly TokenLogprob[],
+  top: number,
+  asIds: boolean,
+): Json {
   return {
     content: entries.map((e) => {
-      const all = [e, ...e.alternatives].map((a) => chatEntry(a, asIds));
-      return { ...chatEntry(e, asIds), top_logprobs: top === -1 ? all : all.slice(0, top) };
+      const all = [e, ...e.alternatives].map((a) => chatEntry(tokenizer, a, asIds));
+      return { ...chatEntry(tokenizer, e, asIds), top_logprobs: top === -1 ? all : all.slice(0, top) };
     }),
   };
 }
 
-function promptLogprobsJson(entries: readonly (PromptLogprob | null)[] | null): unknown {
+function promptLogprobsJson(
+  tokenizer: MockTokenizer,
+  entries: readonly (PromptLogprob | null)[] | null,
+): unknown {
   if (entries === null) return null;
+  const text = (id: number): string => tokenizer.tokenText(id);
   return entries.map((e) => {
     if (e === null) return null;
-    const out: Json = { [e.id]: { logprob: e.logprob, rank: e.rank, decoded_token: tokenText(e.id) } };
+    const out: Json = { [e.id]: { logprob: e.logprob, rank: e.rank, decoded_token: text(e.id) } };
     for (const a of e.alternatives)
-      out[a.id] = { logprob: a.logprob, rank: a.rank, decoded_token: tokenText(a.id) };
+      out[a.id] = { logprob: a.logprob, rank: a.rank, decoded_token: text(a.id) };
     return out;
   });
 }
@@ -86,7 +100,9 @@ export function chatCompletionBody(ctx: ResponseContext): Json {
           audio: null,
           function_call: null,
         },
-        logprobs: gen.logprobs ? chatLogprobs(gen.logprobs, req.logprobs ?? 0, req.tokensAsIds) : null,
+        logprobs: gen.logprobs
+          ? chatLogprobs(ctx.tokenizer, gen.logprobs, req.logprobs ?? 0, req.tokensAsIds)
+          : null,
         finish_reason: gen.finishReason,
         stop_reason: gen.stopReason,
         token_ids: req.returnTokenIds ? gen.tokenIds : null,
@@ -95,7 +111,7 @@ export function chatCompletionBody(ctx: ResponseContext): Json {
     service_tier: null,
     system_fingerprint: null,
     usage: usage(ctx.promptIds.length, completionTokensOf(ctx)),
-    prompt_logprobs: promptLogprobsJson(ctx.gens[0].promptLogprobs),
+    prompt_logprobs: promptLogprobsJson(ctx.tokenizer, ctx.gens[0].promptLogprobs),
     prompt_token_ids: req.returnTokenIds ? ctx.promptIds : null,
     prompt_text: null,
     kv_transfer_params: null,
@@ -134,7 +150,9 @@ export function chatTokenChunk(ctx: ResponseContext, index: number, i: number): 
   const choice: Json = {
     index,
     delta: { content: gen.deltas[i] },
-    logprobs: gen.logprobs ? chatLogprobs([gen.logprobs[i]], req.logprobs ?? 0, req.tokensAsIds) : null,
+    logprobs: gen.logprobs
+      ? chatLogprobs(ctx.tokenizer, [gen.logprobs[i]], req.logprobs ?? 0, req.tokensAsIds)
+      : null,
     finish_reason: last ? gen.finishReason : null,
   };
   if (last) choice.stop_reason = gen.stopReason;
@@ -161,20 +179,25 @@ export function chatAbortChunk(ctx: ResponseContext, index: number): Json {
 
 // --- completions -----------------------------------------------------------------------------
 
-function completionLogprobs(entries: readonly TokenLogprob[], asIds: boolean, firstOffset: number): Json {
+function completionLogprobs(
+  tokenizer: MockTokenizer,
+  entries: readonly TokenLogprob[],
+  asIds: boolean,
+  firstOffset: number,
+): Json {
   const tokens: string[] = [];
   const tokenLogprobs: number[] = [];
   const topLogprobs: Json[] = [];
   const textOffset: number[] = [];
   let offset = firstOffset;
   for (const e of entries) {
-    const token = label(e.id, asIds);
+    const token = label(tokenizer, e.id, asIds);
     tokens.push(token);
     tokenLogprobs.push(e.logprob);
     // Up to logprobs + 1 entries keyed by token string: the sampled one, then the top-k.
     const top: Json = { [token]: e.logprob };
     for (const a of e.alternatives) {
-      const key = label(a.id, asIds);
+      const key = label(tokenizer, a.id, asIds);
       if (!(key in top)) top[key] = a.logprob;
     }
     topLogprobs.push(top);
@@ -194,11 +217,11 @@ export function completionBody(ctx: ResponseContext): Json {
     choices: ctx.gens.map((gen, index) => ({
       index,
       text: gen.text,
-      logprobs: gen.logprobs ? completionLogprobs(gen.logprobs, req.tokensAsIds, 0) : null,
+      logprobs: gen.logprobs ? completionLogprobs(ctx.tokenizer, gen.logprobs, req.tokensAsIds, 0) : null,
       finish_reason: gen.finishReason,
       stop_reason: gen.stopReason,
       token_ids: req.returnTokenIds ? gen.tokenIds : null,
-      prompt_logprobs: promptLogprobsJson(gen.promptLogprobs),
+      prompt_logprobs: promptLogprobsJson(ctx.tokenizer, gen.promptLogprobs),
       prompt_token_ids: req.returnTokenIds ? ctx.promptIds : null,
     })),
     service_tier: null,
@@ -214,7 +237,7 @@ export function completionOffsets(ctx: ResponseContext, index = 0): number[] {
   let offset = 0;
   for (const id of ctx.gens[index].tokenIds) {
     offsets.push(offset);
-    offset += label(id, ctx.req.tokensAsIds).length;
+    offset += label(ctx.tokenizer, id, ctx.req.tokensAsIds).length;
   }
   return offsets;
 }
@@ -231,7 +254,9 @@ export function completionTokenChunk(
   const choice: Json = {
     index,
     text: gen.deltas[i],
-    logprobs: gen.logprobs ? completionLogprobs([gen.logprobs[i]], req.tokensAsIds, offsets[i]) : null,
+    logprobs: gen.logprobs
+      ? completionLogprobs(ctx.tokenizer, [gen.logprobs[i]], req.tokensAsIds, offsets[i])
+      : null,
     finish_reason: last ? gen.finishReason : null,
     stop_reason: last ? gen.stopReason : null,
   };

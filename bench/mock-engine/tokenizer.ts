@@ -474,3 +474,57 @@ export function wordPieceId(index: number): number {
 }
 
 export const WORD_PIECE_COUNT = PIECES.length;
+
+// --- the tokenizer interface the server uses (the toy above, or the real Qwen3 one) ---------
+
+export type TokenizerName = "toy" | "qwen3";
+
+export const TOKENIZER_NAMES: readonly TokenizerName[] = ["toy", "qwen3"];
+
+/** Incremental detokenization: the text each id adds (partial UTF-8 held until complete). */
+export interface TokenStreamDecoder {
+  push(id: number): string;
+  /** Whatever bytes are still pending (as U+FFFD), at the end of the sequence. */
+  flush(): string;
+}
+
+/** What the mock needs from a tokenizer: vLLM's view of it (ids, text, logprob strings). */
+export interface MockTokenizer {
+  readonly name: TokenizerName;
+  /**
+   * Ids the engine accepts are 0..vocabSize-1 (the model's vocabulary: for Qwen3 it is larger
+   * than the tokenizer's, and the extra ids decode to nothing); logprobs -1 means this many.
+   */
+  readonly vocabSize: number;
+  /** `<|im_end|>`: the end of every answer (EOS). */
+  readonly eosId: number;
+  /** Text to ids; special-token text becomes the special token (as vLLM's tokenizers do). */
+  encode(text: string): number[];
+  /** Ids to text. Throws RangeError on an id outside 0..vocabSize-1. */
+  decode(ids: readonly number[], options?: DecodeOptions): string;
+  isValidId(id: number): boolean;
+  streamDecoder(options: { skipSpecialTokens: boolean }): TokenStreamDecoder;
+  /** The raw vocabulary entry (`/tokenize`'s `token_strs`). */
+  tokenStr(id: number): string;
+  /** The token decoded on its own, as logprobs show it. */
+  tokenText(id: number): string;
+  /** Chat logprobs' `bytes`. */
+  tokenBytes(id: number): number[];
+  /** Ids of ordinary word tokens: filler text (ignore_eos, min_tokens) and logprob alternatives. */
+  readonly fillerIds: readonly number[];
+}
+
+/** The toy tokenizer above as a MockTokenizer (the default: fast, Qwen-like surface). */
+export const TOY_TOKENIZER: MockTokenizer = {
+  name: "toy",
+  vocabSize: VOCAB_SIZE,
+  eosId: IM_END_ID,
+  encode,
+  decode,
+  isValidId,
+  streamDecoder: (options) => new StreamDecoder(options),
+  tokenStr,
+  tokenText,
+  tokenBytes,
+  fillerIds: Array.from({ length: WORD_PIECE_COUNT }, (_, i) => wordPieceId(i)),
+};

@@ -18,7 +18,6 @@ import {
   vllmValidation,
 } from "./errors.ts";
 import { applyGenerationConfig, type EffectiveSampling, type GenerationConfig } from "./generation-config.ts";
-import { VOCAB_SIZE } from "./tokenizer.ts";
 
 export type JsonObject = Record<string, unknown>;
 
@@ -784,6 +783,8 @@ export function parseDetokenizeRequest(body: JsonObject): { model: string | null
 
 export interface LimitsConfig {
   maxModelLen: number;
+  /** Ids 0..vocabSize-1 are accepted; logprobs -1 means this many. */
+  vocabSize: number;
   maxLogprobs: number;
   generationConfig: GenerationConfig;
 }
@@ -880,9 +881,9 @@ export function checkLimits(
     throw badRequest(`n must be 1 when using greedy sampling, got ${req.n}.`);
 
   // SamplingParams._validate_logprobs (engine side): -1 means the whole vocabulary.
-  const cap = limits.maxLogprobs === -1 ? VOCAB_SIZE : limits.maxLogprobs;
+  const cap = limits.maxLogprobs === -1 ? limits.vocabSize : limits.maxLogprobs;
   if (req.logprobs) {
-    const wanted = req.logprobs === -1 ? VOCAB_SIZE : req.logprobs;
+    const wanted = req.logprobs === -1 ? limits.vocabSize : req.logprobs;
     if (wanted > cap)
       throw vllmValidation(
         `Requested sample logprobs of ${wanted}, which is greater than max allowed: ${cap}`,
@@ -891,7 +892,7 @@ export function checkLimits(
       );
   }
   if (req.promptLogprobs) {
-    const wanted = req.promptLogprobs === -1 ? VOCAB_SIZE : req.promptLogprobs;
+    const wanted = req.promptLogprobs === -1 ? limits.vocabSize : req.promptLogprobs;
     if (wanted > cap)
       throw vllmValidation(
         `Requested prompt logprobs of ${wanted}, which is greater than max allowed: ${cap}`,
@@ -907,6 +908,6 @@ export function checkLimits(
       `The decoder prompt (length ${promptLen}) plus the number of requested output tokens (at least 1) is longer than the maximum model length of ${maxModelLen}. Make sure that \`max_model_len\` is no smaller than the number of text tokens (prompt + requested output tokens).`,
     );
   const maxId = promptIds.reduce((m, id) => Math.max(m, id), 0);
-  if (maxId >= VOCAB_SIZE) throw badRequest(`Token id ${maxId} is out of vocabulary`);
+  if (maxId >= limits.vocabSize) throw badRequest(`Token id ${maxId} is out of vocabulary`);
   return { ...effective, maxTokens };
 }

@@ -20,12 +20,43 @@ export interface FlagSpec {
   /** Takes a value (`--seed 3`) or is a switch (`--solve`). */
   kind: "value" | "switch";
   help: string;
+  /** The value's name in the help text (default VALUE). */
+  arg?: string;
+  /** May be given more than once; every value is kept, in order. */
+  repeat?: boolean;
 }
 
 export interface ParsedArgs {
   positionals: string[];
+  /** The value of each value flag (the last one for a repeatable flag). */
   values: Map<string, string>;
+  /** Every value of each repeatable flag, in order. */
+  lists: Map<string, string[]>;
   switches: Set<string>;
+}
+
+/** `--help` or `-h` before a `--`: the command prints its help instead of running. */
+export function wantsHelp(argv: readonly string[]): boolean {
+  const end = argv.indexOf("--");
+  return (end < 0 ? argv : argv.slice(0, end)).some((a) => a === "--help" || a === "-h");
+}
+
+/** A command's help, made from its flag specs. */
+export function formatHelp(synopsis: string, summary: string, flags: Record<string, FlagSpec>): string {
+  const rows = Object.entries(flags).map(([name, spec]) => [
+    `--${name}${spec.kind === "value" ? ` ${spec.arg ?? "VALUE"}` : ""}`,
+    `${spec.help}${spec.repeat ? " (repeatable)" : ""}`,
+  ]);
+  rows.push(["-h, --help", "print this help"]);
+  const width = Math.max(...rows.map(([left]) => left.length));
+  return [
+    `usage: rollgym ${synopsis}`,
+    "",
+    summary,
+    "",
+    "options:",
+    ...rows.map(([left, right]) => `  ${left.padEnd(width)}  ${right}`),
+  ].join("\n");
 }
 
 export function parseArgs(
@@ -33,22 +64,29 @@ export function parseArgs(
   argv: readonly string[],
   flags: Record<string, FlagSpec>,
 ): ParsedArgs {
-  const parsed: ParsedArgs = { positionals: [], values: new Map(), switches: new Set() };
+  const parsed: ParsedArgs = { positionals: [], values: new Map(), lists: new Map(), switches: new Set() };
+  const allowed = (): string => {
+    const names = Object.keys(flags).map((f) => `--${f}`);
+    return names.length ? names.join(", ") : "none";
+  };
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i];
-    if (!arg.startsWith("--") || arg === "--") {
+    if (arg === "--") {
+      parsed.positionals.push(...argv.slice(i + 1));
+      break;
+    }
+    // Short options are not a thing here (only -h), so "-x" is a typo, not a tag named "-x".
+    if (/^-[^-\d.]/.test(arg)) {
+      throw new UsageError(`${command}: unknown option ${arg}; allowed: ${allowed()}, -h, --help`);
+    }
+    if (!arg.startsWith("--")) {
       parsed.positionals.push(arg);
       continue;
     }
     const eq = arg.indexOf("=");
     const name = arg.slice(2, eq < 0 ? undefined : eq);
     const spec = flags[name];
-    if (!spec) {
-      const allowed = Object.keys(flags).map((f) => `--${f}`);
-      throw new UsageError(
-        `${command}: unknown option --${name}; allowed: ${allowed.length ? allowed.join(", ") : "none"}`,
-      );
-    }
+    if (!spec) throw new UsageError(`${command}: unknown option --${name}; allowed: ${allowed()}`);
     if (spec.kind === "switch") {
       if (eq >= 0) throw new UsageError(`${command}: --${name} takes no value`);
       parsed.switches.add(name);
@@ -57,10 +95,11 @@ export function parseArgs(
     const value: string | undefined = eq >= 0 ? arg.slice(eq + 1) : argv[i + 1];
     if (eq < 0) {
       if (value === undefined || value.startsWith("--"))
-        throw new UsageError(`${command}: --${name} needs a value`);
+        throw new UsageError(`${command}: --${name} needs a value: ${spec.help}`);
       i++;
     }
-    if (parsed.values.has(name)) throw new UsageError(`${command}: --${name} is given twice`);
+    if (spec.repeat) parsed.lists.set(name, [...(parsed.lists.get(name) ?? []), value]);
+    else if (parsed.values.has(name)) throw new UsageError(`${command}: --${name} is given twice`);
     parsed.values.set(name, value);
   }
   return parsed;

@@ -2,22 +2,27 @@
 // and play the solution, printing what the model would see.
 import { pyNumberRepr } from "../../envs/pyrepr.ts";
 import { firstTurnMessages } from "../rollout/prompt.ts";
-import { expectPositionals, parseArgs, parseSeed } from "./args.ts";
-import { lookupTag } from "./envs.ts";
+import { type FlagSpec, parseSeed } from "./args.ts";
+import { CONFIG_FLAGS, reportLoaded } from "./context.ts";
+import { lookupTag, parseWithSetup } from "./envs.ts";
+import { io } from "./io.ts";
 
 const DEFAULT_TAGS = ["CoordSokoban", "FrozenLake", "Bandit"];
 
+export const DEMO_FLAGS: Record<string, FlagSpec> = {
+  tag: { kind: "value", arg: "TAG", help: "play only this tag" },
+  seed: { kind: "value", arg: "N", help: "the seed to play (default 10000, RAGEN's first training seed)" },
+  prompt: { kind: "switch", help: "also print the first-turn system and user messages" },
+  ...CONFIG_FLAGS,
+};
+
 export async function demoCommand(argv: readonly string[]): Promise<void> {
-  const args = parseArgs("demo", argv, {
-    tag: { kind: "value", help: "play only this tag" },
-    seed: { kind: "value", help: "the seed to play (default 10000, RAGEN's first training seed)" },
-    prompt: { kind: "switch", help: "also print the first-turn system and user messages" },
-  });
-  expectPositionals("demo", args, []);
+  const { args, loaded, registry } = await parseWithSetup("demo", argv, DEMO_FLAGS, []);
   const tagNames = args.values.has("tag") ? [args.values.get("tag")!] : DEFAULT_TAGS;
-  const tags = tagNames.map((name) => lookupTag("demo", name));
+  const tags = tagNames.map((name) => lookupTag("demo", registry, name));
   const seedText = args.values.get("seed");
   const seed = seedText === undefined ? 10000 : parseSeed("--seed", seedText);
+  reportLoaded(loaded);
 
   const lines: string[] = ["rollgym environment demo: sample, solve and play RAGEN's puzzles", ""];
   for (const tag of tags) {
@@ -52,5 +57,5 @@ export async function demoCommand(argv: readonly string[]): Promise<void> {
     "Next: npx rollgym envs list | npx rollgym envs sample CoordSokoban --seeds 123..130 --solve",
     "      npx rollgym envs play SimpleSokoban --seed 10000 --actions Left,Up,Up",
   );
-  process.stdout.write(`${lines.join("\n")}\n`);
+  io().stdout.write(`${lines.join("\n")}\n`);
 }

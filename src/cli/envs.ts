@@ -1,15 +1,24 @@
-// `rollgym envs list|sample|play|prompt`: the environments, from the command line.
-import { createRegistry } from "../../envs/catalog.ts";
+// `rollgym envs list|sample|play|prompt|check`: the environments, from the command line. Each
+// takes --config/--plugin/key=value, so tags added by plugins or custom_envs work the same.
 import { checkConformance } from "../../envs/conformance.ts";
-import type { ResolvedTag } from "../../envs/registry.ts";
+import type { EnvRegistry, ResolvedTag } from "../../envs/registry.ts";
 import { mapActions } from "../rollout/parse.ts";
 import { firstTurnMessages } from "../rollout/prompt.ts";
-import { expectPositionals, parseArgs, parseSeed, parseSeedRange, UsageError } from "./args.ts";
-import { LineWriter, ProgressBar } from "./output.ts";
+import {
+  expectPositionals,
+  type FlagSpec,
+  type ParsedArgs,
+  parseArgs,
+  parseSeed,
+  parseSeedRange,
+  UsageError,
+} from "./args.ts";
+import { CONFIG_FLAGS, isOverride, reportLoaded, type Setup, setup } from "./context.ts";
+import { io } from "./io.ts";
+import { LineWriter, PRETTY_FLAG, ProgressBar } from "./output.ts";
+import { playInteractive } from "./play.ts";
 
-const registry = createRegistry();
-
-export function lookupTag(command: string, name: string): ResolvedTag {
+export function lookupTag(command: string, registry: EnvRegistry, name: string): ResolvedTag {
   if (!registry.hasTag(name)) {
     throw new UsageError(
       `${command}: unknown tag ${JSON.stringify(name)}; known tags: ${registry.tagNames().join(", ")}`,
@@ -18,10 +27,27 @@ export function lookupTag(command: string, name: string): ResolvedTag {
   return registry.tag(name);
 }
 
+/** Parses a command that takes config flags; key=value positionals are config overrides. */
+export async function parseWithSetup(
+  command: string,
+  argv: readonly string[],
+  flags: Record<string, FlagSpec>,
+  names: readonly string[] | null,
+): Promise<{ args: ParsedArgs; positionals: string[] } & Setup> {
+  const args = parseArgs(command, argv, flags);
+  const overrides = args.positionals.filter(isOverride);
+  const rest = args.positionals.filter((p) => !isOverride(p));
+  const positionals =
+    names === null ? rest : expectPositionals(command, { ...args, positionals: rest }, names);
+  return { args, positionals, ...(await setup(args, overrides)) };
+}
+
+export const LIST_FLAGS: Record<string, FlagSpec> = { ...CONFIG_FLAGS, ...PRETTY_FLAG };
+
 export async function envsList(argv: readonly string[]): Promise<void> {
-  const args = parseArgs("envs list", argv, {});
-  expectPositionals("envs list", args, []);
-  const out = new LineWriter();
+  const { args, loaded, registry } = await parseWithSetup("envs list", argv, LIST_FLAGS, []);
+  reportLoaded(loaded);
+  const out = new LineWriter(args.switches.has("pretty"));
   for (const name of registry.tagNames()) {
     const tag = registry.tag(name);
     await out.line({ tag: name, env_type: tag.spec.env_type, config: tag.config });
@@ -29,20 +55,25 @@ export async function envsList(argv: readonly string[]): Promise<void> {
   await out.flush();
 }
 
+export const SAMPLE_FLAGS: Record<string, FlagSpec> = {
+  seeds: { kind: "value", arg: "A..B", help: "a seed N or an inclusive range A..B (seeds in [0, 2^32))" },
+  solve: { kind: "switch", help: "add a shortest solution (and FrozenLake's success probability)" },
+  ...CONFIG_FLAGS,
+  ...PRETTY_FLAG,
+};
+
 export async function envsSample(argv: readonly string[]): Promise<void> {
   const command = "envs sample";
-  const args = parseArgs(command, argv, {
-    seeds: { kind: "value", help: "a seed N or an inclusive range A..B" },
-    solve: { kind: "switch", help: "add a shortest solution" },
-  });
-  const [tagName] = expectPositionals(command, args, ["TAG"]);
-  const tag = lookupTag(command, tagName);
+  const { args, positionals, loaded, registry } = await parseWithSetup(command, argv, SAMPLE_FLAGS, ["TAG"]);
+  const [tagName] = positionals;
+  const tag = lookupTag(command, registry, tagName);
   const seedsText = args.values.get("seeds");
   if (seedsText === undefined) throw new UsageError(`${command}: --seeds is required (N or A..B)`);
   const [first, last] = parseSeedRange("--seeds", seedsText);
   const solve = args.switches.has("solve");
+  reportLoaded(loaded);
 
-  const out = new LineWriter();
+  const out = new LineWriter(args.switches.has("pretty"));
   const progress = new ProgressBar(`sampling ${tagName}`, last - first + 1, "seeds");
   const env = tag.make();
   for (let seed = first; seed <= last; seed++) {
@@ -60,19 +91,37 @@ export async function envsSample(argv: readonly string[]): Promise<void> {
   progress.done();
 }
 
+export const PLAY_FLAGS: Record<string, FlagSpec> = {
+  seed: { kind: "value", arg: "N", help: "the seed to reset with" },
+  actions: {
+    kind: "value",
+    arg: "A,B,…",
+    help: "comma-separated action names, e.g. Up,Left; without it a terminal gets an interactive game",
+  },
+  ...CONFIG_FLAGS,
+  ...PRETTY_FLAG,
+};
+
 export async function envsPlay(argv: readonly string[]): Promise<void> {
   const command = "envs play";
-  const args = parseArgs(command, argv, {
-    seed: { kind: "value", help: "the seed to reset with" },
-    actions: { kind: "value", help: "comma-separated action names, e.g. Up,Left" },
-  });
-  const [tagName] = expectPositionals(command, args, ["TAG"]);
-  const tag = lookupTag(command, tagName);
+  const { args, positionals, loaded, registry } = await parseWithSetup(command, argv, PLAY_FLAGS, ["TAG"]);
+  const [tagName] = positionals;
+  const tag = lookupTag(command, registry, tagName);
   const seedText = args.values.get("seed");
   if (seedText === undefined) throw new UsageError(`${command}: --seed is required`);
   const seed = parseSeed("--seed", seedText);
   const actionsText = args.values.get("actions");
-  if (actionsText === undefined) throw new UsageError(`${command}: --actions is required (e.g. Up,Left)`);
+  if (actionsText === undefined) {
+    const { stdin, stdout } = io();
+    if (!stdin.isTTY || !stdout.isTTY || !stdin.setRawMode) {
+      throw new UsageError(
+        `${command}: --actions is required when stdin and stdout are not a terminal (e.g. --actions Up,Left)`,
+      );
+    }
+    reportLoaded(loaded);
+    await playInteractive(tag, seed);
+    return;
+  }
 
   const env = tag.make();
   env.reset(seed);
@@ -87,8 +136,9 @@ export async function envsPlay(argv: readonly string[]): Promise<void> {
     }
     return mapped.ids[0];
   });
+  reportLoaded(loaded);
 
-  const out = new LineWriter();
+  const out = new LineWriter(args.switches.has("pretty"));
   for (const id of ids) {
     const result = env.step(id);
     const done = result.terminated || result.truncated;
@@ -105,36 +155,45 @@ export async function envsPlay(argv: readonly string[]): Promise<void> {
   await out.flush();
 }
 
+export const PROMPT_FLAGS: Record<string, FlagSpec> = {
+  seed: { kind: "value", arg: "N", help: "the seed to reset with" },
+  "no-think": { kind: "switch", help: "ask for <answer> only (RAGEN's enable_think=False)" },
+  "ragen-vocabulary": {
+    kind: "switch",
+    help: "print the env type's default symbols and actions, as RAGEN does",
+  },
+  ...CONFIG_FLAGS,
+  ...PRETTY_FLAG,
+};
+
 export async function envsPrompt(argv: readonly string[]): Promise<void> {
   const command = "envs prompt";
-  const args = parseArgs(command, argv, {
-    seed: { kind: "value", help: "the seed to reset with" },
-    "no-think": { kind: "switch", help: "ask for <answer> only (RAGEN's enable_think=False)" },
-    "ragen-vocabulary": {
-      kind: "switch",
-      help: "print the env type's default symbols and actions, as RAGEN does",
-    },
-  });
-  const [tagName] = expectPositionals(command, args, ["TAG"]);
-  const tag = lookupTag(command, tagName);
+  const { args, positionals, loaded, registry } = await parseWithSetup(command, argv, PROMPT_FLAGS, ["TAG"]);
+  const tag = lookupTag(command, registry, positionals[0]);
   const seedText = args.values.get("seed");
   if (seedText === undefined) throw new UsageError(`${command}: --seed is required`);
   const seed = parseSeed("--seed", seedText);
+  const agent = loaded.config.agent_proxy;
+  reportLoaded(loaded);
   const messages = firstTurnMessages(tag, tag.make().reset(seed), {
-    think: !args.switches.has("no-think"),
+    think: agent.enable_think && !args.switches.has("no-think"),
+    actionSep: agent.action_sep,
     ragenDefaultVocabulary: args.switches.has("ragen-vocabulary"),
   });
-  const out = new LineWriter();
+  const out = new LineWriter(args.switches.has("pretty"));
   await out.line({ messages });
   await out.flush();
 }
 
-export async function envsCheck(argv: readonly string[]): Promise<void> {
+export const CHECK_FLAGS: Record<string, FlagSpec> = { ...CONFIG_FLAGS, ...PRETTY_FLAG };
+
+export async function envsCheck(argv: readonly string[]): Promise<number> {
   const command = "envs check";
-  const args = parseArgs(command, argv, {});
-  const names = args.positionals.length ? args.positionals : registry.tagNames();
-  const tags = names.map((name) => lookupTag(command, name));
-  const out = new LineWriter();
+  const { args, positionals, loaded, registry } = await parseWithSetup(command, argv, CHECK_FLAGS, null);
+  const names = positionals.length ? positionals : registry.tagNames();
+  const tags = names.map((name) => lookupTag(command, registry, name));
+  reportLoaded(loaded);
+  const out = new LineWriter(args.switches.has("pretty"));
   let failed = 0;
   for (const tag of tags) {
     const checks = checkConformance(tag);
@@ -142,5 +201,5 @@ export async function envsCheck(argv: readonly string[]): Promise<void> {
     await out.line({ tag: tag.spec.tag, ok: checks.every((c) => c.ok), checks });
   }
   await out.flush();
-  if (failed > 0) process.exitCode = 1;
+  return failed > 0 ? 1 : 0;
 }

@@ -12,6 +12,7 @@ import {
 } from "../rollout/filter.ts";
 import {
   expectPositionals,
+  type FlagSpec,
   parseArgs,
   parseBoolean,
   parseChoice,
@@ -19,20 +20,23 @@ import {
   parseNumber,
   UsageError,
 } from "./args.ts";
-import { LineWriter, readStdin } from "./output.ts";
+import { LineWriter, PRETTY_FLAG, readStdin } from "./output.ts";
+
+export const FILTER_FLAGS: Record<string, FlagSpec> = {
+  strategy: { kind: "value", arg: "S", help: `${FILTER_STRATEGIES.join("|")} (default top_p)` },
+  value: { kind: "value", arg: "V", help: "threshold (default 1.0)" },
+  "top-p-mode": { kind: "value", arg: "M", help: `${TOP_P_MODES.join("|")} (default linear)` },
+  type: { kind: "value", arg: "T", help: `${FILTER_TYPES.join("|")} (default largest)` },
+  "include-zero": { kind: "value", arg: "B", help: "true|false (default true)" },
+  metric: { kind: "value", arg: "M", help: `${FILTER_METRICS.join("|")} (default reward_variance)` },
+  buckets: { kind: "value", arg: "N", help: "gradient-analysis bucket count" },
+  "bucket-mode": { kind: "value", arg: "M", help: BUCKET_MODES.join("|") },
+  ...PRETTY_FLAG,
+};
 
 export async function filterCommand(argv: readonly string[]): Promise<void> {
   const command = "filter";
-  const args = parseArgs(command, argv, {
-    strategy: { kind: "value", help: FILTER_STRATEGIES.join("|") },
-    value: { kind: "value", help: "threshold (default 1.0)" },
-    "top-p-mode": { kind: "value", help: TOP_P_MODES.join("|") },
-    type: { kind: "value", help: FILTER_TYPES.join("|") },
-    "include-zero": { kind: "value", help: "true|false" },
-    metric: { kind: "value", help: FILTER_METRICS.join("|") },
-    buckets: { kind: "value", help: "gradient-analysis bucket count" },
-    "bucket-mode": { kind: "value", help: BUCKET_MODES.join("|") },
-  });
+  const args = parseArgs(command, argv, FILTER_FLAGS);
   expectPositionals(command, args, []);
   const get = <T>(flag: string, parse: (text: string) => T, fallback: T): T => {
     const text = args.values.get(flag);
@@ -73,7 +77,7 @@ export async function filterCommand(argv: readonly string[]): Promise<void> {
       }
       out.buckets = bucketGroups(groupStats(groups).std, buckets, bucketMode ?? "quantile");
     }
-    const writer = new LineWriter();
+    const writer = new LineWriter(args.switches.has("pretty"));
     await writer.line(out);
     await writer.flush();
   } catch (error) {

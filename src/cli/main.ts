@@ -1,65 +1,159 @@
 // The `rollgym` command. Usage errors print one line on stderr and exit with status 2;
-// nothing is written to stdout before the inputs have been validated.
+// nothing is written to stdout before the inputs have been validated. `run` is the whole
+// command in process (tests call it with their own streams); importing this file runs nothing.
 import { readFileSync } from "node:fs";
-import { MockEngineUsageError, mockEngineCommand } from "../../bench/mock-engine/cli.ts";
+import { MockEngineUsageError, mockEngineCommand, mockEngineUsage } from "../../bench/mock-engine/cli.ts";
 import { EnvConfigError } from "../../envs/types.ts";
-import { CommandFailure, UsageError } from "./args.ts";
-import { demoCommand } from "./demo.ts";
-import { envsCheck, envsList, envsPlay, envsPrompt, envsSample } from "./envs.ts";
-import { filterCommand } from "./filter.ts";
-import { parseCommand } from "./parse.ts";
-import { rolloutCommand } from "./rollout.ts";
-import { serveCommand } from "./serve.ts";
+import { CommandFailure, type FlagSpec, formatHelp, UsageError, wantsHelp } from "./args.ts";
+import { DEMO_FLAGS, demoCommand } from "./demo.ts";
+import {
+  CHECK_FLAGS,
+  envsCheck,
+  envsList,
+  envsPlay,
+  envsPrompt,
+  envsSample,
+  LIST_FLAGS,
+  PLAY_FLAGS,
+  PROMPT_FLAGS,
+  SAMPLE_FLAGS,
+} from "./envs.ts";
+import { EXPORT_FLAGS, exportCommand } from "./export.ts";
+import { FILTER_FLAGS, filterCommand } from "./filter.ts";
+import { type CliStreams, io, withStreams } from "./io.ts";
+import { PARSE_FLAGS, parseCommand } from "./parse.ts";
+import { ROLLOUT_FLAGS, rolloutCommand } from "./rollout.ts";
+import { SERVE_FLAGS, serveCommand } from "./serve.ts";
+import { SHOW_FLAGS, showCommand } from "./show.ts";
 
-type Command = (argv: readonly string[]) => Promise<void>;
+interface Command {
+  /** Resolves to the exit status (nothing = 0). */
+  run: (argv: readonly string[]) => Promise<unknown>;
+  /** What follows `rollgym` in the usage line. */
+  synopsis: string;
+  /** One line for the command list. */
+  summary: string;
+  /** More for the command's own help. */
+  details?: string;
+  flags: Record<string, FlagSpec>;
+  /** A help text of the command's own (mock-engine). */
+  help?: () => string;
+}
 
-const COMMANDS: Record<string, { run: Command; usage: string }> = {
-  demo: {
-    run: demoCommand,
-    usage: "demo [--tag TAG] [--seed N] [--prompt]    sample, solve and play puzzles",
+const COMMANDS: Record<string, Command> = {
+  "envs list": {
+    run: envsList,
+    synopsis: "envs list [--config FILE] [--plugin MODULE] [key=value …]",
+    summary: "One JSON line per tag: {tag, env_type, config} (the resolved env config).",
+    flags: LIST_FLAGS,
   },
-  "envs list": { run: envsList, usage: "envs list                                 one JSON line per tag" },
   "envs sample": {
     run: envsSample,
-    usage: "envs sample TAG --seeds A..B [--solve]    observations (and shortest solutions) per seed",
+    synopsis: "envs sample TAG --seeds A..B [--solve] [key=value …]",
+    summary: "Observations (and shortest solutions) per seed, one JSON line each.",
+    flags: SAMPLE_FLAGS,
   },
-  "envs play": { run: envsPlay, usage: "envs play TAG --seed N --actions Up,Left  step an episode" },
-  "envs check": {
-    run: envsCheck,
-    usage: "envs check [TAG...]                       run the env conformance checks",
+  "envs play": {
+    run: envsPlay,
+    synopsis: "envs play TAG --seed N [--actions Up,Left] [key=value …]",
+    summary: "Steps an episode: a JSON line per action, or a game on a terminal.",
+    details:
+      "With --actions, one JSON line per executed action, stopping after the one that ends the episode.\n" +
+      "Without it, on a terminal: an interactive game (arrow keys/WASD or digits, u undo, r reset, q quit).",
+    flags: PLAY_FLAGS,
   },
   "envs prompt": {
     run: envsPrompt,
-    usage: "envs prompt TAG --seed N [--no-think]     first-turn chat messages",
+    synopsis: "envs prompt TAG --seed N [--no-think] [--ragen-vocabulary] [key=value …]",
+    summary: "The first-turn system and user messages, before any chat template.",
+    flags: PROMPT_FLAGS,
+  },
+  "envs check": {
+    run: envsCheck,
+    synopsis: "envs check [TAG …] [key=value …]",
+    summary: "Runs the env conformance checks on the tags (default: all); exit 1 if any fails.",
+    flags: CHECK_FLAGS,
   },
   parse: {
     run: parseCommand,
-    usage: "parse TAG [--seed N] [--no-think] [--max-actions-per-turn N] < response",
-  },
-  serve: {
-    run: serveCommand,
-    usage:
-      "serve [--port N] [--token T] [--llm URL --model M | --policy oracle|random] [key=value …]   the rollout server",
-  },
-  rollout: {
-    run: rolloutCommand,
-    usage:
-      "rollout [--mode train|val] [--tag T] [--llm URL --model M | --policy oracle|random] [key=value …]",
-  },
-  "mock-engine": {
-    run: mockEngineCommand,
-    usage: "mock-engine [--port N] [--model M] [--ttft-ms MS] [--error-rate P] …   a mock vLLM server",
+    synopsis: "parse TAG [--seed N] [--no-think] [--max-actions-per-turn N] [--action-sep S] < response",
+    summary: "How RAGEN parses one model response read on stdin.",
+    details: "Prints {parsed, actions, llm_response, format_penalty} exactly as RAGEN decides them.",
+    flags: PARSE_FLAGS,
   },
   filter: {
     run: filterCommand,
-    usage: "filter [--strategy S] [--value V] [...] < groups.json   RAGEN's group filter",
+    synopsis: "filter [--strategy S] [--value V] […] < groups.json",
+    summary: "RAGEN's group filter on a JSON array of groups (each an array of episode scores).",
+    flags: FILTER_FLAGS,
+  },
+  rollout: {
+    run: rolloutCommand,
+    synopsis:
+      "rollout [--mode train|val] [--tag T,… --groups N,…] [--llm URL --model M | --policy oracle|random] [--config FILE …] [key=value …] [--out FILE]",
+    summary: "Plays a batch of env groups and prints RAGEN-named metrics.",
+    details:
+      "Config keys are RAGEN's (docs/configuration.md); flags are shorthands for them. SIGINT/SIGTERM\n" +
+      "stop the rollout: finished episodes are kept (in --out) and their metrics printed; a second\n" +
+      "signal exits at once.",
+    flags: ROLLOUT_FLAGS,
+  },
+  serve: {
+    run: serveCommand,
+    synopsis:
+      "serve [--port N] [--token T] [--llm URL --model M | --policy oracle|random] [--config FILE …] [key=value …]",
+    summary: "The rollout server and its web page: WebSocket /v1/rollouts, /, /healthz, /metrics, /v1/envs.",
+    flags: SERVE_FLAGS,
+  },
+  show: {
+    run: showCommand,
+    synopsis: "show FILE [--group N,…] [--episode N,…] [--outcome solved|unsolved|failed] [--tag T,…]",
+    summary: "Prints an episode file (rollout --out) turn by turn: board, response, actions, reward.",
+    flags: SHOW_FLAGS,
+  },
+  export: {
+    run: exportCommand,
+    synopsis: "export FILE [--format html|svg] [--group N,…] [--out PATH]",
+    summary: "An episode file as a self-contained HTML page or an SVG image strip, to share.",
+    flags: EXPORT_FLAGS,
+  },
+  "mock-engine": {
+    run: mockEngineCommand,
+    synopsis: "mock-engine [--port N] [--model M] [--ttft-ms MS] [--error-rate P] …",
+    summary: "A mock vLLM server (OpenAI dialect, latency model, fault injection).",
+    flags: {},
+    help: mockEngineUsage,
+  },
+  demo: {
+    run: demoCommand,
+    synopsis: "demo [--tag TAG] [--seed N] [--prompt]",
+    summary: "Samples, solves and plays a puzzle per env family.",
+    flags: DEMO_FLAGS,
   },
 };
 
-function usage(): string {
-  return ["usage: rollgym <command>", "", ...Object.values(COMMANDS).map((c) => `  rollgym ${c.usage}`)].join(
-    "\n",
-  );
+/** Commands of two words, by their first word (`envs`). */
+const GROUPS = new Set(
+  Object.keys(COMMANDS).flatMap((name) => (name.includes(" ") ? [name.split(" ")[0]] : [])),
+);
+
+function usage(group?: string): string {
+  const names = Object.keys(COMMANDS).filter((name) => !group || name.startsWith(`${group} `));
+  const width = Math.max(...names.map((n) => n.length));
+  return [
+    `usage: rollgym ${group ? `${group} <subcommand>` : "<command>"} [options]`,
+    "",
+    ...names.map((name) => `  rollgym ${name.padEnd(width)}  ${COMMANDS[name].summary}`),
+    "",
+    `rollgym ${group ? `${group} <subcommand>` : "<command>"} --help prints the options of one command.`,
+  ].join("\n");
+}
+
+function helpOf(name: string): string {
+  const command = COMMANDS[name];
+  if (command.help) return command.help();
+  const about = command.details ? `${command.summary}\n${command.details}` : command.summary;
+  return formatHelp(command.synopsis, about, command.flags);
 }
 
 function version(): string {
@@ -69,40 +163,92 @@ function version(): string {
   return pkg.version;
 }
 
-async function main(argv: readonly string[]): Promise<number> {
-  if (argv.length === 0 || argv[0] === "help" || argv[0] === "--help" || argv[0] === "-h") {
-    process.stdout.write(`${usage()}\n`);
+async function dispatch(argv: readonly string[]): Promise<number> {
+  const { stdout, stderr } = io();
+  const [first, second] = argv;
+  // No command is a usage error: the usage goes to stderr, whole.
+  const usageError = (group?: string): number => {
+    stderr.write(`${usage(group)}\n`);
+    return 2;
+  };
+  if (first === undefined) return usageError();
+  if (first === "help" || first === "--help" || first === "-h") {
+    const topic = argv.slice(1).join(" ");
+    if (topic !== "" && !COMMANDS[topic] && !GROUPS.has(topic)) {
+      throw new UsageError(
+        `help: unknown command ${JSON.stringify(topic)}; commands: ${Object.keys(COMMANDS).join(", ")}`,
+      );
+    }
+    stdout.write(`${COMMANDS[topic] ? helpOf(topic) : usage(GROUPS.has(topic) ? topic : undefined)}\n`);
     return 0;
   }
-  if (argv[0] === "--version") {
-    process.stdout.write(`${version()}\n`);
+  if (first === "--version") {
+    stdout.write(`${version()}\n`);
     return 0;
   }
-  const twoWords = `${argv[0]} ${argv[1] ?? ""}`;
-  const [name, rest] = COMMANDS[twoWords] ? [twoWords, argv.slice(2)] : [argv[0], argv.slice(1)];
-  const command = COMMANDS[name];
-  if (!command) {
-    const known = [...new Set(Object.keys(COMMANDS))].join(", ");
-    throw new UsageError(`unknown command ${JSON.stringify(argv.slice(0, 2).join(" "))}; commands: ${known}`);
+  if (GROUPS.has(first)) {
+    const name = `${first} ${second ?? ""}`;
+    if (second === undefined) return usageError(first);
+    if (!COMMANDS[name]) {
+      if (second === "--help" || second === "-h") {
+        stdout.write(`${usage(first)}\n`);
+        return 0;
+      }
+      const known = Object.keys(COMMANDS).filter((n) => n.startsWith(`${first} `));
+      throw new UsageError(`unknown command ${JSON.stringify(name)}; ${first} commands: ${known.join(", ")}`);
+    }
+    return runCommand(name, argv.slice(2));
   }
-  await command.run(rest);
-  return 0;
+  if (!COMMANDS[first]) {
+    const known = [...GROUPS, ...Object.keys(COMMANDS).filter((n) => !n.includes(" "))];
+    throw new UsageError(`unknown command ${JSON.stringify(first)}; commands: ${known.join(", ")}`);
+  }
+  return runCommand(first, argv.slice(1));
 }
 
-try {
-  process.exitCode = await main(process.argv.slice(2));
-} catch (error) {
-  if (
-    error instanceof UsageError ||
-    error instanceof EnvConfigError ||
-    error instanceof MockEngineUsageError
-  ) {
-    process.stderr.write(`rollgym: ${error.message}\n`);
-    process.exitCode = 2;
-  } else if (error instanceof CommandFailure) {
-    process.stderr.write(`rollgym: ${error.message}\n`);
-    process.exitCode = 1;
-  } else {
-    throw error;
+async function runCommand(name: string, argv: readonly string[]): Promise<number> {
+  if (wantsHelp(argv)) {
+    io().stdout.write(`${helpOf(name)}\n`);
+    return 0;
   }
+  const status = await COMMANDS[name].run(argv);
+  return typeof status === "number" ? status : 0;
 }
+
+/** A mistake in the input (exit 2) or a failure to do the work (exit 1): one line, no trace. */
+function exitCodeOf(error: unknown): number | null {
+  if (error instanceof UsageError || error instanceof EnvConfigError || error instanceof MockEngineUsageError)
+    return 2;
+  if (error instanceof CommandFailure) return 1;
+  return null;
+}
+
+/**
+ * Runs `rollgym ARGV` and resolves to its exit status. Errors that are not the input's fault
+ * (bugs) are thrown, with their stack.
+ */
+export async function run(argv: readonly string[], streams?: CliStreams): Promise<number> {
+  const go = async (): Promise<number> => {
+    try {
+      return await dispatch(argv);
+    } catch (error) {
+      const code = exitCodeOf(error);
+      if (code === null) throw error;
+      io().stderr.write(`rollgym: ${(error as Error).message}\n`);
+      return code;
+    }
+  };
+  return streams ? withStreams(streams, go) : go();
+}
+
+/** The `rollgym` program: the process's arguments and streams, its exit code. */
+export async function runMain(): Promise<void> {
+  // A closed pipe (`… | head -1`) ends the output: stop quietly, as `cat` would.
+  process.stdout.on("error", (error: NodeJS.ErrnoException) => {
+    if (error.code === "EPIPE") process.exit(0);
+    throw error;
+  });
+  process.exitCode = await run(process.argv.slice(2));
+}
+
+if (import.meta.main) await runMain();

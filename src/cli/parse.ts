@@ -1,40 +1,65 @@
 // `rollgym parse <TAG>`: how RAGEN reads one model turn — parsed actions, canonical names,
 // the rebuilt response and the format-penalty decision.
-import {
-  DEFAULT_ACTION_SEP,
-  DEFAULT_MAX_ACTIONS_PER_TURN,
-  mapActions,
-  parseResponse,
-} from "../rollout/parse.ts";
-import { expectPositionals, parseArgs, parseInteger, parseSeed } from "./args.ts";
-import { lookupTag } from "./envs.ts";
-import { LineWriter, readStdin } from "./output.ts";
+import { ConfigError, checkField, FIELD_SPECS } from "../config/schema.ts";
+import { mapActions, parseResponse } from "../rollout/parse.ts";
+import { type FlagSpec, parseInteger, parseSeed, UsageError } from "./args.ts";
+import { CONFIG_FLAGS, reportLoaded } from "./context.ts";
+import { lookupTag, parseWithSetup } from "./envs.ts";
+import { LineWriter, PRETTY_FLAG, readStdin } from "./output.ts";
+
+export const PARSE_FLAGS: Record<string, FlagSpec> = {
+  seed: { kind: "value", arg: "N", help: "seed whose action names apply (Bandit arm names); default 0" },
+  "no-think": { kind: "switch", help: "the response opens with <answer> (RAGEN's enable_think=False)" },
+  "max-actions-per-turn": {
+    kind: "value",
+    arg: "N",
+    help: "keep at most N actions (default agent_proxy.max_actions_per_turn, 2)",
+  },
+  "action-sep": {
+    kind: "value",
+    arg: "S",
+    help: `action separator (default agent_proxy.action_sep, "||")`,
+  },
+  ...CONFIG_FLAGS,
+  ...PRETTY_FLAG,
+};
+
+/** A flag that sets a config key is checked by the config's own rule for that key. */
+function configFlag(flag: string, key: string, text: string): unknown {
+  try {
+    return checkField(key, FIELD_SPECS[key], text);
+  } catch (error) {
+    if (error instanceof ConfigError) throw new UsageError(`${flag}: ${error.message}`);
+    throw error;
+  }
+}
 
 export async function parseCommand(argv: readonly string[]): Promise<void> {
   const command = "parse";
-  const args = parseArgs(command, argv, {
-    seed: { kind: "value", help: "seed whose action names apply (Bandit arm names); default 0" },
-    "no-think": { kind: "switch", help: "the response opens with <answer> (RAGEN's enable_think=False)" },
-    "max-actions-per-turn": { kind: "value", help: "keep at most N actions (default 2)" },
-    "action-sep": { kind: "value", help: `action separator (default ${DEFAULT_ACTION_SEP})` },
-  });
-  const [tagName] = expectPositionals(command, args, ["TAG"]);
-  const tag = lookupTag(command, tagName);
+  const { args, positionals, loaded, registry } = await parseWithSetup(command, argv, PARSE_FLAGS, ["TAG"]);
+  const tag = lookupTag(command, registry, positionals[0]);
   const seedText = args.values.get("seed");
   const seed = seedText === undefined ? 0 : parseSeed("--seed", seedText);
+  const agent = loaded.config.agent_proxy;
   const maxText = args.values.get("max-actions-per-turn");
   const maxActionsPerTurn =
     maxText === undefined
-      ? DEFAULT_MAX_ACTIONS_PER_TURN
+      ? agent.max_actions_per_turn
       : parseInteger("--max-actions-per-turn", maxText, 1, 1000);
-  const actionSep = args.values.get("action-sep") ?? DEFAULT_ACTION_SEP;
+  const sepText = args.values.get("action-sep");
+  const actionSep =
+    sepText === undefined
+      ? agent.action_sep
+      : (configFlag("--action-sep", "agent_proxy.action_sep", sepText) as string);
+  reportLoaded(loaded);
 
   const text = await readStdin();
   const env = tag.make();
   env.reset(seed);
-  const parsed = parseResponse(text, { think: !args.switches.has("no-think"), actionSep, maxActionsPerTurn });
+  const think = agent.enable_think && !args.switches.has("no-think");
+  const parsed = parseResponse(text, { think, actionSep, maxActionsPerTurn });
   const mapped = mapActions(parsed.parsed, env.actionNames);
-  const out = new LineWriter();
+  const out = new LineWriter(args.switches.has("pretty"));
   await out.line({
     parsed: parsed.parsed,
     actions: mapped.names,

@@ -1,37 +1,53 @@
 // `rollgym rollout`: play a batch of env groups against a model (or a built-in policy) and
 // print RAGEN-named metrics; optionally write every turn to an episode file.
-import { readFileSync } from "node:fs";
-import { createRegistry } from "../../envs/catalog.ts";
+import { accessSync, constants, readFileSync, statSync } from "node:fs";
+import { constants as os } from "node:os";
+import { dirname, resolve } from "node:path";
 import type { EnvRegistry } from "../../envs/registry.ts";
-import { ConfigError, loadConfig, type RollgymConfig } from "../config/index.ts";
+import { type LoadedConfig, originOf, type RollgymConfig } from "../config/index.ts";
 import { oraclePolicy, randomPolicy } from "../llm/builtin.ts";
 import { ChatPolicy } from "../llm/openai-chat.ts";
 import { type Policy, PolicyError } from "../llm/policy.ts";
-import { writeEpisodeFile } from "../record/episode-file.ts";
-import { type BatchRequest, runBatch, validateBatchRequest } from "../rollout/batch.ts";
+import { EpisodeFileWriter } from "../record/episode-file.ts";
+import { type BatchRequest, type BatchResult, runBatch, validateBatchRequest } from "../rollout/batch.ts";
+import { checkRolloutShape, RolloutLimitError } from "../rollout/limits.ts";
 import { batchRequest } from "../rollout/request.ts";
-import { CommandFailure, type FlagSpec, parseArgs, UsageError } from "./args.ts";
+import { CommandFailure, type FlagSpec, type ParsedArgs, parseArgs, UsageError } from "./args.ts";
+import { CONFIG_FLAGS, isOverride, loadOrExplain, reportLoaded, setup } from "./context.ts";
+import { io, say } from "./io.ts";
 import { LineWriter, ProgressBar } from "./output.ts";
 
 // Each flag is sugar for one or more config overrides, so the config stays the one source of truth.
-const FLAGS: Record<string, FlagSpec & { keys?: (mode: string) => string[] }> = {
-  config: { kind: "value", help: "a YAML config file (RAGEN key names); may be given more than once" },
-  mode: { kind: "value", help: "train|val", keys: () => ["rollgym.mode"] },
-  tag: { kind: "value", help: "tags to play, comma-separated (RAGEN's env_configs.tags)" },
-  groups: { kind: "value", help: "groups per tag, comma-separated (RAGEN's n_groups)" },
-  "group-size": { kind: "value", help: "episodes per group", keys: (m) => [`es_manager.${m}.group_size`] },
+export const ROLLOUT_FLAGS: Record<string, FlagSpec & { keys?: (mode: string) => string[] }> = {
+  ...CONFIG_FLAGS,
+  mode: {
+    kind: "value",
+    arg: "train|val",
+    help: "which es_manager section to play",
+    keys: () => ["rollgym.mode"],
+  },
+  tag: { kind: "value", arg: "T,…", help: "tags to play, comma-separated (RAGEN's env_configs.tags)" },
+  groups: { kind: "value", arg: "N,…", help: "groups per tag, comma-separated (RAGEN's n_groups)" },
+  "group-size": {
+    kind: "value",
+    arg: "N",
+    help: "episodes per group",
+    keys: (m) => [`es_manager.${m}.group_size`],
+  },
   step: {
     kind: "value",
+    arg: "N",
     help: "RAGEN training step for the train seed schedule",
     keys: () => ["rollgym.step"],
   },
-  seed: { kind: "value", help: "explicit seed of group 0", keys: () => ["rollgym.seed"] },
+  seed: { kind: "value", arg: "N", help: "explicit seed of group 0", keys: () => ["rollgym.seed"] },
   llm: {
     kind: "value",
+    arg: "URL",
     help: "OpenAI-compatible base URL, e.g. http://gpu:8000/v1; comma-separated for replicas",
     keys: () => ["rollgym.llm.base_url"],
   },
-  model: { kind: "value", help: "model name served at --llm", keys: () => ["rollgym.llm.model"] },
+  model: { kind: "value", arg: "M", help: "model name served at --llm", keys: () => ["rollgym.llm.model"] },
   "api-key": {
     kind: "value",
     help: "API key (default $OPENAI_API_KEY)",
@@ -138,15 +154,19 @@ const FLAGS: Record<string, FlagSpec & { keys?: (mode: string) => string[] }> = 
     help: "reward_variance|reward|reward_sum",
     keys: () => ["actor_rollout_ref.rollout.rollout_filter_metric"],
   },
-  out: { kind: "value", help: "write every turn of every episode to this file (JSON lines)" },
+  out: {
+    kind: "value",
+    arg: "FILE",
+    help: "write every turn of every episode to this file (JSON lines; `rollgym show FILE` prints it)",
+  },
   json: { kind: "switch", help: "print the summary as one JSON object" },
   timings: { kind: "switch", help: "add wall-clock timings to the episode file header" },
 };
 
 /** Translate flags and positional key=value overrides into config overrides, in order. */
-function overridesFrom(args: ReturnType<typeof parseArgs>, mode: string, configuredGroups: number): string[] {
+function overridesFrom(args: ParsedArgs, mode: string, configuredGroups: number): string[] {
   const overrides: string[] = [];
-  for (const [flag, spec] of Object.entries(FLAGS)) {
+  for (const [flag, spec] of Object.entries(ROLLOUT_FLAGS)) {
     const value = args.values.get(flag);
     if (value !== undefined && spec.keys)
       for (const key of spec.keys(mode)) overrides.push(`${key}=${value}`);
@@ -180,14 +200,6 @@ function overridesFrom(args: ReturnType<typeof parseArgs>, mode: string, configu
     );
   }
   return [...overrides, ...args.positionals];
-}
-
-export function buildRegistry(config: RollgymConfig): EnvRegistry {
-  const registry = createRegistry();
-  for (const [tag, spec] of Object.entries(config.custom_envs)) {
-    registry.registerTag({ tag, ...spec } as Parameters<EnvRegistry["registerTag"]>[0]);
-  }
-  return registry;
 }
 
 /**
@@ -251,35 +263,180 @@ function buildPolicy(config: RollgymConfig): Policy {
   return policy.name === "random" ? randomPolicy(options) : oraclePolicy(options);
 }
 
-export async function rolloutCommand(argv: readonly string[]): Promise<void> {
-  const args = parseArgs("rollout", argv, FLAGS);
+export async function rolloutCommand(argv: readonly string[]): Promise<number> {
+  const args = parseArgs("rollout", argv, ROLLOUT_FLAGS);
   for (const p of args.positionals) {
-    if (!p.includes("="))
+    if (!isOverride(p))
       throw new UsageError(
-        `rollout: unexpected argument ${JSON.stringify(p)} (overrides look like key=value)`,
+        `rollout: unexpected argument ${JSON.stringify(p)} (overrides look like key=value or ~key)`,
       );
   }
-  const files = args.values.has("config") ? [args.values.get("config")!] : [];
   // The mode decides which es_manager section --tag and friends address.
-  const early = loadOrExplain(files, args.positionals);
+  const early = loadOrExplain(args.lists.get("config") ?? [], args.positionals);
   const mode = args.values.get("mode") ?? early.config.rollgym.mode;
-  const { config, ignored, notices } = loadOrExplain(
-    files,
+  const { loaded, registry } = await setup(
+    args,
     overridesFrom(args, mode, early.config.es_manager[mode === "val" ? "val" : "train"].env_groups),
   );
-  for (const key of ignored) process.stderr.write(`rollgym: ignoring trainer-only key ${key}\n`);
-  for (const notice of notices) process.stderr.write(`rollgym: ${notice}\n`);
+  checkPolicyKeys(loaded);
+  const request = checkedRequest(loaded, registry);
+  const out = args.values.get("out");
+  if (out !== undefined) checkWritable("--out", out);
+
+  const stop = interruptible();
+  try {
+    return await play(args, loaded, registry, request, stop);
+  } finally {
+    stop.release();
+  }
+}
+
+async function play(
+  args: ParsedArgs,
+  loaded: LoadedConfig,
+  registry: EnvRegistry,
+  request: BatchRequest,
+  stop: Interruptible,
+): Promise<number> {
+  const { config } = loaded;
+  const out = args.values.get("out");
+  const policy = await readyPolicy(config);
+  reportLoaded(loaded);
   if (config.rollgym.max_obs_length !== null) {
     // Counting observation tokens needs the model's tokenizer, which rollouts over chat do not have.
-    process.stderr.write(
-      `rollgym: rollgym.max_obs_length=${config.rollgym.max_obs_length} has no effect: observations are never cut (RAGEN's renders are far below old RAGEN's limits)\n`,
+    say(
+      `rollgym.max_obs_length=${config.rollgym.max_obs_length} has no effect: observations are never cut (RAGEN's renders are far below old RAGEN's limits)`,
     );
   }
+  let file: EpisodeFileWriter | null = null;
+  if (out !== undefined) {
+    try {
+      file = await EpisodeFileWriter.open(out);
+    } catch (error) {
+      await policy.close?.();
+      throw new UsageError(`--out: cannot write ${JSON.stringify(out)}: ${systemReason(error)}`);
+    }
+  }
 
-  let registry: EnvRegistry;
+  const total = request.tags.reduce((n, t) => n + t.groups, 0) * request.groupSize;
+  const bar = new ProgressBar(`${request.mode} ${request.tags.map((t) => t.tag).join("+")}`, total);
+  const started = Date.now();
+  let batch: BatchResult;
+  stop.started();
+  try {
+    batch = await runBatch(registry, request, policy, {
+      // Episodes cancelled by a signal did not finish: the bar counts only those that did.
+      onEpisode: (record) => {
+        if (record.failure !== "cancelled") bar.tick(record.failure !== null);
+      },
+      signal: stop.signal,
+    });
+  } finally {
+    bar.done();
+  }
+  const interrupted = stop.signalName();
+  if (interrupted) batch = finishedPart(batch);
+
+  let writeError: string | null = null;
+  if (file) {
+    const timings = args.switches.has("timings")
+      ? { started: new Date(started).toISOString(), seconds: (Date.now() - started) / 1000 }
+      : undefined;
+    try {
+      await file.write(
+        {
+          mode: request.mode,
+          seed: request.seed,
+          group_size: request.groupSize,
+          tags: [...request.tags],
+          policy: policy.name,
+          settings: {
+            episode: request.episode,
+            sampling: request.sampling,
+            filter: request.filter,
+            normalization: request.normalization,
+          },
+          ...(timings ? { timings } : {}),
+        },
+        batch,
+        interrupted ? { interrupted } : {},
+      );
+    } catch (error) {
+      writeError = systemReason(error);
+    }
+  }
+  const failures = batch.episodes.filter((e) => e.failure !== null);
+  for (const e of failures.slice(0, 5))
+    say(`episode ${e.env_id} (${e.tag}, seed ${e.seed}) failed: ${e.failure}`);
+  if (failures.length > 5) say(`… and ${failures.length - 5} more failed episodes`);
+
+  const written = file && writeError === null ? `, episodes written to ${out}` : "";
+  const writer = new LineWriter();
+  if (args.switches.has("json")) {
+    await writer.line({
+      metrics: batch.metrics,
+      episodes: batch.episodes.length,
+      failed: batch.failed,
+      ...(interrupted ? { interrupted } : {}),
+    });
+  } else {
+    const keys = Object.keys(batch.metrics);
+    const width = Math.max(...keys.map((k) => k.length));
+    const rows = keys.map((k) => `${k.padEnd(width)}  ${formatMetric(batch.metrics[k])}`);
+    io().stdout.write(
+      `${rows.join("\n")}\n\n${batch.episodes.length}${interrupted ? ` of ${total}` : ""} episodes, ` +
+        `${batch.failed} failed, ${batch.groups.filter((g) => g.kept).length}/${batch.groups.length} groups kept, ` +
+        `seed ${request.seed}${written}${interrupted ? ` (interrupted by ${interrupted})` : ""}\n`,
+    );
+  }
+  await writer.flush();
+  await policy.close?.();
+  if (writeError !== null) {
+    throw new CommandFailure(
+      `--out: could not write the episode file ${JSON.stringify(out)}: ${writeError}; the metrics above are what is left of the run`,
+    );
+  }
+  if (interrupted) {
+    say(
+      `interrupted by ${interrupted}: ${batch.episodes.length} of ${total} episodes had finished${written}`,
+    );
+    return 128 + os.signals[interrupted];
+  }
+  // Filtering does not count: a group the filter dropped still played.
+  if (batch.groups.length > 0 && batch.groups.every((g) => g.failed)) {
+    const first = batch.episodes.find((e) => e.failure !== null)?.failure ?? "unknown";
+    throw new CommandFailure(`every group failed (first failure: ${first})`);
+  }
+  return 0;
+}
+
+/** A model without an endpoint, or a built-in policy next to one, is a mistake worth saying. */
+export function checkPolicyKeys(loaded: LoadedConfig): void {
+  const { llm } = loaded.config.rollgym;
+  const at = (key: string) => {
+    const origin = originOf(loaded.origins, key);
+    return origin === undefined ? "" : ` (set in ${origin})`;
+  };
+  if (llm.base_url === null && llm.model !== null) {
+    throw new UsageError(
+      `--model (rollgym.llm.model) is ${JSON.stringify(llm.model)}${at("rollgym.llm.model")} but no --llm ` +
+        "(rollgym.llm.base_url) is given; allowed: a model only together with an endpoint, --llm URL --model M " +
+        "(the built-in --policy oracle|random takes no model)",
+    );
+  }
+  if (llm.base_url !== null && "rollgym.policy.name" in loaded.origins) {
+    throw new UsageError(
+      `--policy (rollgym.policy.name)${at("rollgym.policy.name")} and --llm (rollgym.llm.base_url)${at("rollgym.llm.base_url")} ` +
+        "are both given; allowed: one of them, a built-in policy or an endpoint",
+    );
+  }
+}
+
+/** The batch the config asks for, checked as the server checks a rollout request. */
+function checkedRequest(loaded: LoadedConfig, registry: EnvRegistry): BatchRequest {
+  const { config, origins } = loaded;
   let request: BatchRequest;
   try {
-    registry = buildRegistry(config);
     request = batchRequest(config);
     for (const { tag } of request.tags) registry.tag(tag);
     validateBatchRequest(request);
@@ -288,77 +445,144 @@ export async function rolloutCommand(argv: readonly string[]): Promise<void> {
   } catch (error) {
     throw new UsageError(error instanceof Error ? error.message : String(error));
   }
-  const policy = await readyPolicy(config);
-
-  const total = request.tags.reduce((n, t) => n + t.groups, 0) * request.groupSize;
-  const bar = new ProgressBar(`${request.mode} ${request.tags.map((t) => t.tag).join("+")}`, total);
-  const started = Date.now();
-  const batch = await runBatch(registry, request, policy, {
-    onEpisode: (record) => bar.tick(record.failure !== null),
-  });
-  bar.done();
-
-  const out = args.values.get("out");
-  if (out) {
-    const timings = args.switches.has("timings")
-      ? { started: new Date(started).toISOString(), seconds: (Date.now() - started) / 1000 }
-      : undefined;
-    await writeEpisodeFile(
-      out,
-      {
-        mode: request.mode,
-        seed: request.seed,
-        group_size: request.groupSize,
-        tags: [...request.tags],
-        policy: policy.name,
-        settings: {
-          episode: request.episode,
-          sampling: request.sampling,
-          filter: request.filter,
-          normalization: request.normalization,
-        },
-        ...(timings ? { timings } : {}),
-      },
-      batch,
+  const { limits } = config.rollgym;
+  try {
+    checkRolloutShape(request, {
+      maxGroupsPerRollout: limits.max_groups_per_rollout,
+      maxEpisodesInFlight: limits.max_episodes_in_flight,
+    });
+  } catch (error) {
+    if (!(error instanceof RolloutLimitError)) throw error;
+    const mode = request.mode;
+    const groups = request.tags.reduce((n, t) => n + t.groups, 0);
+    const [field, key] =
+      error.field === "seed"
+        ? seedField(config, mode, groups)
+        : error.field === "tags"
+          ? [`--groups (es_manager.${mode}.env_groups=${groups})`, `es_manager.${mode}.env_groups`]
+          : [
+              `--groups × --group-size (es_manager.${mode}.env_groups × group_size = ${groups} × ${request.groupSize})`,
+              `es_manager.${mode}.group_size`,
+            ];
+    const origin = originOf(origins, key);
+    const limitKey =
+      error.field === "tags"
+        ? " (rollgym.limits.max_groups_per_rollout)"
+        : error.field === "group_size"
+          ? " (rollgym.limits.max_episodes_in_flight)"
+          : "";
+    throw new UsageError(
+      `${field}: ${error.message.replace(/^(max_\w+)/, `$1${limitKey}`)}${origin ? ` (set in ${origin})` : ""}`,
     );
   }
-  const failures = batch.episodes.filter((e) => e.failure !== null);
-  for (const e of failures.slice(0, 5))
-    process.stderr.write(`rollgym: episode ${e.env_id} (${e.tag}, seed ${e.seed}) failed: ${e.failure}\n`);
-  if (failures.length > 5)
-    process.stderr.write(`rollgym: … and ${failures.length - 5} more failed episodes\n`);
+  return request;
+}
 
-  const writer = new LineWriter();
-  if (args.switches.has("json")) {
-    await writer.line({ metrics: batch.metrics, episodes: batch.episodes.length, failed: batch.failed });
-  } else {
-    const keys = Object.keys(batch.metrics);
-    const width = Math.max(...keys.map((k) => k.length));
-    const rows = keys.map((k) => `${k.padEnd(width)}  ${formatMetric(batch.metrics[k])}`);
-    process.stdout.write(
-      `${rows.join("\n")}\n\n${batch.episodes.length} episodes, ${batch.failed} failed, ` +
-        `${batch.groups.filter((g) => g.kept).length}/${batch.groups.length} groups kept, seed ${request.seed}` +
-        `${out ? `, episodes written to ${out}` : ""}\n`,
+/** Which keys made the batch seed, for a seed-range error. */
+function seedField(config: RollgymConfig, mode: string, groups: number): [string, string] {
+  if (config.rollgym.seed !== null) return [`--seed (rollgym.seed=${config.rollgym.seed})`, "rollgym.seed"];
+  if (mode === "val") return [`seed.val=${config.seed.val}`, "seed.val"];
+  if (config.rollgym.step > 0) {
+    return [
+      `--step (rollgym.step=${config.rollgym.step}; seed = seed.train ${config.seed.train} + step × ${groups} groups)`,
+      "rollgym.step",
+    ];
+  }
+  return [`seed.train=${config.seed.train}`, "seed.train"];
+}
+
+/** Fails now, before any work, when `path` cannot be created or written. */
+export function checkWritable(flag: string, path: string): void {
+  let problem: string | null;
+  try {
+    problem = writeProblem(path);
+  } catch (error) {
+    problem = systemReason(error);
+  }
+  if (problem !== null) {
+    throw new UsageError(
+      `${flag}: cannot write ${JSON.stringify(path)}: ${problem}; allowed: a file in an existing, writable directory`,
     );
   }
-  await writer.flush();
-  await policy.close?.();
-  // Filtering does not count: a group the filter dropped still played.
-  if (batch.groups.length > 0 && batch.groups.every((g) => g.failed)) {
-    const first = batch.episodes.find((e) => e.failure !== null)?.failure ?? "unknown";
-    throw new CommandFailure(`every group failed (first failure: ${first})`);
+}
+
+/** Why `path` cannot be written (null: it can); access errors are thrown. */
+function writeProblem(path: string): string | null {
+  const target = statSync(path, { throwIfNoEntry: false });
+  if (target?.isDirectory()) return "it is a directory";
+  if (target) {
+    accessSync(path, constants.W_OK);
+    return null;
   }
+  const dir = dirname(resolve(path));
+  const parent = statSync(dir, { throwIfNoEntry: false });
+  if (!parent) return `no such directory ${dir}`;
+  if (!parent.isDirectory()) return `${dir} is not a directory`;
+  accessSync(dir, constants.W_OK);
+  return null;
+}
+
+function systemReason(error: unknown): string {
+  const code = (error as NodeJS.ErrnoException).code;
+  const message = error instanceof Error ? error.message : String(error);
+  return code && !message.startsWith(code) ? `${code}: ${message}` : message;
+}
+
+interface Interruptible {
+  signal: AbortSignal;
+  signalName(): NodeJS.Signals | null;
+  /** The batch has started: from now on a first signal stops it gracefully. */
+  started(): void;
+  release(): void;
+}
+
+/**
+ * SIGINT/SIGTERM: before the batch starts there is nothing to keep, so rollgym exits; during
+ * it the first stops it (running episodes are cancelled, finished ones kept), the second exits
+ * at once.
+ */
+function interruptible(): Interruptible {
+  const controller = new AbortController();
+  let received: NodeJS.Signals | null = null;
+  let running = false;
+  const onSignal = (signal: NodeJS.Signals): void => {
+    if (received || !running) {
+      say(`${signal}${received ? " again" : ""}: stopping at once, nothing more is written`);
+      process.exit(128 + os.signals[signal]);
+    }
+    received = signal;
+    say(`${signal}: stopping; finished episodes are kept (${signal} again stops at once)`);
+    controller.abort();
+  };
+  process.on("SIGINT", onSignal);
+  process.on("SIGTERM", onSignal);
+  return {
+    signal: controller.signal,
+    signalName: () => received,
+    started: () => {
+      running = true;
+    },
+    release: () => {
+      process.off("SIGINT", onSignal);
+      process.off("SIGTERM", onSignal);
+    },
+  };
+}
+
+/** After an interruption: the episodes that finished, the groups they complete, their metrics. */
+function finishedPart(batch: BatchResult): BatchResult {
+  const episodes = batch.episodes.filter((e) => e.failure !== "cancelled");
+  const kept = new Set(episodes.map((e) => e.env_id));
+  const groups = batch.groups.filter((g) => g.env_ids.every((id) => kept.has(id)));
+  const failed = episodes.filter((e) => e.failure !== null).length;
+  const metrics = {
+    ...batch.metrics,
+    "rollgym/failed_episodes": failed,
+    "rollgym/cancelled_episodes": batch.episodes.length - episodes.length,
+  };
+  return { ...batch, episodes, groups, failed, metrics };
 }
 
 function formatMetric(value: number): string {
   return Number.isInteger(value) ? String(value) : value.toFixed(4);
-}
-
-export function loadOrExplain(files: string[], overrides: readonly string[]): ReturnType<typeof loadConfig> {
-  try {
-    return loadConfig({ files, overrides });
-  } catch (error) {
-    if (error instanceof ConfigError) throw new UsageError(error.message);
-    throw error;
-  }
 }

@@ -2,7 +2,7 @@
 import { stringify } from "yaml";
 import type { RollgymConfig } from "./schema.ts";
 
-export { type LoadConfigInput, type LoadedConfig, loadConfig } from "./load.ts";
+export { type LoadConfigInput, type LoadedConfig, loadConfig, originOf } from "./load.ts";
 export {
   ConfigError,
   type ContextWindowMode,

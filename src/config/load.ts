@@ -51,6 +51,7 @@ import {
   CUSTOM_ENV_SPECS,
   checkField,
   defaultConfig,
+  describeAllowed,
   FIELD_SPECS,
   type FieldSpec,
   formatValue,
@@ -73,6 +74,20 @@ export interface LoadedConfig {
   ignored: string[];
   /** What was translated, defaulted or skipped, in words. */
   notices: string[];
+  /** Where each key set by a source was set: "file:line" or `override "key=value"` (see originOf). */
+  origins: Record<string, string>;
+}
+
+/**
+ * Where `key` was set: the key itself, else its nearest set parent (a mapping given whole), else
+ * the first set key below it. Undefined when no source touched it (a default).
+ */
+export function originOf(origins: Readonly<Record<string, string>>, key: string): string | undefined {
+  for (let k = key; k !== ""; k = k.includes(".") ? k.slice(0, k.lastIndexOf(".")) : "") {
+    if (k in origins) return origins[k];
+  }
+  const below = Object.keys(origins).find((k) => k.startsWith(`${key}.`));
+  return below === undefined ? undefined : origins[below];
 }
 
 interface Source {
@@ -491,7 +506,9 @@ function readYamlFile(file: string, index: number, sources: Source[]): Record<st
   if (error) {
     const line = error.linePos?.[0].line;
     const at = line === undefined ? "" : `:${line}:${error.linePos?.[0].col}`;
-    throw new ConfigError(null, `YAML syntax error in ${file}${at}: ${error.message}`, { file, line });
+    // The parser's message quotes the offending lines below its first; the position says enough.
+    const reason = error.message.split("\n")[0].replace(/ at line \d+, column \d+:?$/, "");
+    throw new ConfigError(null, `YAML syntax error in ${file}${at}: ${reason}`, { file, line });
   }
   sources[index] = { label: file, file, doc, lines };
   let data: unknown;
@@ -594,13 +611,13 @@ export function loadConfig(input: LoadConfigInput): LoadedConfig {
     }
   });
 
-  const where = (leaf: Leaf | undefined): { text: string; file?: string; line?: number } => {
+  const where = (leaf: Leaf | undefined): { text: string; label?: string; file?: string; line?: number } => {
     if (!leaf) return { text: "" };
     const source = sources[leaf.source];
     // A translated leaf is found in its file under the old key.
     const line = lineOf(source, leaf.alias ? leaf.alias.split(".") : leaf.path);
     const label = line === undefined ? source.label : `${source.label}:${line}`;
-    return { text: ` (set in ${label})`, file: source.file, line };
+    return { text: ` (set in ${label})`, label, file: source.file, line };
   };
   const fail = (leaf: Leaf | undefined, key: string, message: string): never => {
     const at = where(leaf);
@@ -660,6 +677,18 @@ export function loadConfig(input: LoadConfigInput): LoadedConfig {
         key,
         `${key}=${formatValue(leaf.value)} is a RAGEN key rollgym does not support: ${unsupported.why}${accepted}`,
       );
+    }
+    // A mapping given to a scalar key (OmegaConf refuses to merge it): the key's value is wrong.
+    for (let i = leaf.path.length - 1; i > 0; i--) {
+      const field = dotted(leaf.path.slice(0, i));
+      const spec = FIELD_SPECS[field];
+      if (spec && spec.kind !== "data") {
+        fail(
+          leaf,
+          field,
+          `invalid value for ${field}: a mapping (${key}=${formatValue(leaf.value)}); allowed: ${describeAllowed(spec)}`,
+        );
+      }
     }
     const hint = suggest(leaf.path);
     fail(leaf, key, `unknown config key ${key}${hint ? ` (did you mean ${hint}?)` : ""}`);
@@ -738,7 +767,19 @@ export function loadConfig(input: LoadConfigInput): LoadedConfig {
     }
     return fail(leaf, error.key, error.message);
   }
-  return { config: validated, ignored, notices };
+  // Every set key, and every mapping above one (where it first appears), for later errors.
+  const origins: Record<string, string> = {};
+  for (const leaf of store.leaves.values()) {
+    origins[dotted(leaf.path)] = where(leaf).label!;
+    for (let i = leaf.path.length - 1; i > 0; i--) {
+      const key = dotted(leaf.path.slice(0, i));
+      if (key in origins) break;
+      const source = sources[leaf.source];
+      const line = leaf.alias ? undefined : lineOf(source, leaf.path.slice(0, i));
+      origins[key] = line === undefined ? source.label : `${source.label}:${line}`;
+    }
+  }
+  return { config: validated, ignored, notices, origins };
 }
 
 type Fail = (leaf: Leaf | undefined, key: string, message: string) => never;

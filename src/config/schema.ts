@@ -3,6 +3,7 @@
 // they meant there, plus rollgym's own `rollgym.*` section. Defaults are base.yaml's values;
 // keys base.yaml leaves to verl's ppo_trainer.yaml (top_p, top_k, val_kwargs.top_p/top_k) take
 // verl's defaults, and min_p takes vLLM's.
+import { DEFAULT_ROLLOUT_LIMITS, SEED_MAX } from "../rollout/limits.ts";
 
 export const CONTEXT_WINDOW_MODES = ["full", "limited_multi_turn", "single_turn"] as const;
 export type ContextWindowMode = (typeof CONTEXT_WINDOW_MODES)[number];
@@ -159,6 +160,13 @@ export interface RollgymConfig {
     binary_reward: boolean;
     /** Observation cap in tokens (old RAGEN's training.max_obs_length); null = none. */
     max_obs_length: number | null;
+    /** Modules that register env types and tags (paths from the current directory, or package names). */
+    plugins: string[];
+    /** Checked before a rollout starts, by `rollgym rollout` and by the server alike. */
+    limits: {
+      max_groups_per_rollout: number;
+      max_episodes_in_flight: number;
+    };
   };
 }
 
@@ -230,6 +238,11 @@ export function defaultConfig(): RollgymConfig {
       tokens: false,
       binary_reward: false,
       max_obs_length: null,
+      plugins: [],
+      limits: {
+        max_groups_per_rollout: DEFAULT_ROLLOUT_LIMITS.maxGroupsPerRollout,
+        max_episodes_in_flight: DEFAULT_ROLLOUT_LIMITS.maxEpisodesInFlight,
+      },
     },
   };
 }
@@ -270,10 +283,11 @@ export type FieldSpec =
   | { kind: "tags" }
   | { kind: "counts" }
   | { kind: "data" }
+  /** A list of non-empty strings (a single string is a one-item list). */
+  | { kind: "strings" }
   /** One http(s) URL, a comma-separated list, or a YAML list; normalized to a list. */
   | { kind: "urls" };
 
-const SEED_MAX = 2 ** 32 - 1; // NumPy's legacy seeding (Sokoban) takes [0, 2^32).
 const int = (
   min: number,
   extra: Partial<{ max: number; nullable: boolean; auto: boolean }> = {},
@@ -341,8 +355,8 @@ export const FIELD_SPECS: Readonly<Record<string, FieldSpec>> = {
   "rollgym.llm.api_key": { kind: "string", nonEmpty: true, nullable: true },
   "rollgym.llm.model": { kind: "string", nonEmpty: true, nullable: true },
   "rollgym.llm.concurrency": int(1),
-  "rollgym.llm.timeout_s": { kind: "number", min: 0, minExclusive: true },
-  "rollgym.llm.retry_budget_s": { kind: "number", min: 0, minExclusive: true },
+  "rollgym.llm.timeout_s": { kind: "number", min: 0, minExclusive: true, max: 86_400 },
+  "rollgym.llm.retry_budget_s": { kind: "number", min: 0, minExclusive: true, max: 86_400 },
   "rollgym.llm.max_retries": int(0, { nullable: true }),
   "rollgym.llm.repetition_penalty": { kind: "number", min: 0, minExclusive: true },
   "rollgym.llm.presence_penalty": { kind: "number", min: -2, max: 2 },
@@ -361,6 +375,9 @@ export const FIELD_SPECS: Readonly<Record<string, FieldSpec>> = {
   "rollgym.binary_reward": bool,
   "rollgym.tokens": bool,
   "rollgym.max_obs_length": int(1, { nullable: true }),
+  "rollgym.plugins": { kind: "strings" },
+  "rollgym.limits.max_groups_per_rollout": int(1),
+  "rollgym.limits.max_episodes_in_flight": int(1),
 };
 
 /** Fields of a custom_envs.<Tag> entry. */
@@ -412,6 +429,8 @@ export function describeAllowed(spec: FieldSpec): string {
       return "a non-empty list of integers >= 0";
     case "data":
       return "a mapping, or null";
+    case "strings":
+      return "a list of non-empty strings";
     case "urls":
       return "an http(s) URL, a comma-separated list or a list of them, or null";
   }
@@ -482,6 +501,11 @@ export function checkField(key: string, spec: FieldSpec, value: unknown): unknow
       return [...value];
     case "data":
       return isPlainObject(value) ? structuredClone(value) : fail();
+    case "strings": {
+      const list = typeof value === "string" ? [value] : value;
+      if (!Array.isArray(list) || !list.every((s) => typeof s === "string" && s.trim() !== "")) return fail();
+      return [...list];
+    }
     case "urls": {
       const list = typeof value === "string" ? value.split(",").map((u) => u.trim()) : value;
       if (!Array.isArray(list) || list.length === 0) return fail();

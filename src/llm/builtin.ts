@@ -40,13 +40,14 @@ function format(
   actions: readonly string[],
   broken: boolean,
 ): string {
-  const answer = actions.join(" || ");
+  const sep = ` ${request.episode.actionSep ?? "||"} `;
+  const answer = actions.join(sep);
   // The prefill ("<think>" or "<answer>") is part of the prompt, so the text continues after it.
   const body = request.episode.think ? `${thought}</think><answer>${answer}</answer>` : `${answer}</answer>`;
   if (!broken) return body;
   return request.episode.think
     ? `${thought}</think><answer>${answer}`
-    : `Jump${answer ? ` || ${answer}` : ""}</answer>`;
+    : `Jump${answer ? `${sep}${answer}` : ""}</answer>`;
 }
 
 class BuiltinPolicy implements Policy {

@@ -14,10 +14,14 @@ export function deadline(timeoutMs: number, parent?: AbortSignal): Deadline {
   const controller = new AbortController();
   let expired = false;
   const onAbort = () => controller.abort(parent?.reason);
-  const timer = setTimeout(() => {
-    expired = true;
-    controller.abort(new DOMException(`timed out after ${timeoutMs} ms`, "TimeoutError"));
-  }, timeoutMs);
+  // setTimeout fires at once past 2^31 − 1 ms (24.8 days); such a limit means "never" here.
+  const timer = setTimeout(
+    () => {
+      expired = true;
+      controller.abort(new DOMException(`timed out after ${timeoutMs} ms`, "TimeoutError"));
+    },
+    Math.min(timeoutMs, 2 ** 31 - 1),
+  );
   if (parent?.aborted) onAbort();
   else parent?.addEventListener("abort", onAbort, { once: true });
   return {

@@ -62,15 +62,14 @@ export async function describeEngine(
 }
 
 export interface TokenCounterOptions {
-  baseURL: string;
   model: string;
   dialect: Dialect;
   headers: Record<string, string>;
   timeoutMs: number;
   /** "continue": the prefill is rendered as an open assistant message, as the chat request sends it. */
   prefill: "continue" | "none";
-  /** chat_template_kwargs the chat requests carry (they change the rendering). */
-  templateKwargs?: Record<string, unknown>;
+  /** Body fields the chat requests carry that change the rendering (chat_template, chat_template_kwargs). */
+  rendering?: Record<string, unknown>;
   /** Entries kept; a turn's prompt is counted once even when its request is retried. */
   cacheSize?: number;
 }
@@ -89,12 +88,23 @@ export class EngineTokenCounter {
     this.options = options;
   }
 
-  async count(messages: readonly ChatMessage[], prefill: string, signal?: AbortSignal): Promise<number> {
+  /** A count already known (a retried turn asks again), without a request. */
+  cached(messages: readonly ChatMessage[], prefill: string): number | undefined {
+    return this.cache.get(JSON.stringify([messages, prefill]));
+  }
+
+  /** The count for `messages` + `prefill`, from the replica at `baseURL` unless cached. */
+  async count(
+    baseURL: string,
+    messages: readonly ChatMessage[],
+    prefill: string,
+    signal?: AbortSignal,
+  ): Promise<number> {
     const key = JSON.stringify([messages, prefill]);
     const cached = this.cache.get(key);
     if (cached !== undefined) return cached;
     this.requests++;
-    const count = await this.fetchCount(messages, prefill, signal);
+    const count = await this.fetchCount(baseURL, messages, prefill, signal);
     const limit = this.options.cacheSize ?? 4096;
     if (this.cache.size >= limit) this.cache.delete(this.cache.keys().next().value as string);
     this.cache.set(key, count);
@@ -102,12 +112,14 @@ export class EngineTokenCounter {
   }
 
   private async fetchCount(
+    baseURL: string,
     messages: readonly ChatMessage[],
     prefill: string,
     signal?: AbortSignal,
   ): Promise<number> {
-    const { baseURL, model, dialect, headers, timeoutMs, templateKwargs } = this.options;
-    const continued = this.options.prefill === "continue";
+    const { model, dialect, headers, timeoutMs, rendering } = this.options;
+    // An empty prefill is RAGEN's count: the template with its generation prompt, nothing after.
+    const continued = this.options.prefill === "continue" && prefill !== "";
     const chat = continued ? [...messages, { role: "assistant", content: prefill }] : [...messages];
     const switches = continued
       ? { add_generation_prompt: false, continue_final_message: true }
@@ -119,12 +131,7 @@ export class EngineTokenCounter {
         await requestJson(
           "POST",
           `${root}/tokenize`,
-          {
-            model,
-            messages: chat,
-            ...switches,
-            ...(templateKwargs ? { chat_template_kwargs: templateKwargs } : {}),
-          },
+          { model, messages: chat, ...switches, ...rendering },
           options,
         ),
       );
@@ -137,12 +144,7 @@ export class EngineTokenCounter {
       await requestJson(
         "POST",
         `${baseURL.replace(/\/+$/, "")}/chat/completions/input_tokens`,
-        {
-          model,
-          messages: chat,
-          ...switches,
-          ...(templateKwargs ? { chat_template_kwargs: templateKwargs } : {}),
-        },
+        { model, messages: chat, ...switches, ...rendering },
         options,
       ),
     );

@@ -10,12 +10,20 @@ export class EngineError extends Error {
   /** Seconds the server asked us to wait (Retry-After), when it said. */
   readonly retryAfterS: number | null;
   readonly timedOut: boolean;
-  constructor(message: string, status: number | null, retryAfterS: number | null = null, timedOut = false) {
+  private readonly fault: boolean | undefined;
+  constructor(
+    message: string,
+    status: number | null,
+    retryAfterS: number | null = null,
+    timedOut = false,
+    replicaFault?: boolean,
+  ) {
     super(message);
     this.name = "EngineError";
     this.status = status;
     this.retryAfterS = retryAfterS;
     this.timedOut = timedOut;
+    this.fault = replicaFault;
   }
 
   /** Worth another attempt: no answer, a timeout, 408/409/429 or a 5xx. */
@@ -24,9 +32,9 @@ export class EngineError extends Error {
     return s === null || s === 408 || s === 409 || s === 429 || s >= 500;
   }
 
-  /** The engine answered but the replica itself is not at fault (a client error). */
+  /** Counts toward taking the replica out: no answer or a 5xx, unless said otherwise (aborts). */
   get replicaFault(): boolean {
-    return this.status === null || this.status >= 500;
+    return this.fault ?? (this.status === null || this.status >= 500);
   }
 }
 

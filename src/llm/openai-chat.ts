@@ -94,6 +94,27 @@ export function samplingFields(sampling: SamplingParams, dialect: Dialect): Reco
   };
 }
 
+/**
+ * Lets `stop` and `length` through as model turns and turns every other finish reason into an
+ * EngineError: `abort` (vLLM's /pause, an aborting shutdown: partial text that must never be
+ * scored) and `error` are retried, and an abort is not the replica's fault (a pause aborts
+ * every replica at once); anything else (tool_calls, content_filter, none) fails the episode
+ * with its name rather than being scored silently.
+ */
+export function checkFinishReason(reason: string | null): asserts reason is "stop" | "length" {
+  switch (reason) {
+    case "stop":
+    case "length":
+      return;
+    case "abort":
+      throw new EngineError("the engine aborted the request (finish_reason abort)", 503, null, false, false);
+    case "error":
+      throw new EngineError("the engine failed the request (finish_reason error)", 500);
+    default:
+      throw new EngineError(`unexpected finish_reason ${JSON.stringify(reason)}`, 422);
+  }
+}
+
 /** The raw text from a message a server-side reasoning parser may have split (see docs/rollouts.md). */
 export function rebuildText(message: Record<string, unknown>): { text: string; ambiguous: boolean } {
   const content = typeof message.content === "string" ? message.content : null;
@@ -204,25 +225,28 @@ export class ChatPolicy implements Policy {
       configured !== null && engineLimit !== null
         ? Math.min(configured, engineLimit)
         : (configured ?? engineLimit);
-    const templateKwargs = this.options.extraBody?.chat_template_kwargs;
     this.counter = new EngineTokenCounter({
-      baseURL: this.urls[0],
       model: this.options.model,
       dialect: this.dialect,
       headers: this.headers,
       timeoutMs: this.options.timeoutMs,
       prefill: this.options.prefill,
-      templateKwargs:
-        typeof templateKwargs === "object" && templateKwargs !== null
-          ? (templateKwargs as Record<string, unknown>)
-          : undefined,
+      rendering: this.renderingFields,
     });
     if (limit !== null) {
       const counter = this.counter;
+      // Counted on the episode's own replica, through the pool like its turns.
       this.meter = {
         limit,
-        count: (messages, prefill, countSignal) =>
-          this.countWithRetries(counter, messages, prefill, countSignal),
+        count: async (messages, prefill, countSignal, affinity) =>
+          // A cached count must not take a lease: its "ok" would hide a dead replica's failures.
+          counter.cached(messages, prefill) ??
+          this.routed(
+            affinity ?? null,
+            countSignal,
+            (url) => counter.count(url, messages, prefill, countSignal),
+            "aux",
+          ),
       };
     }
     return { ...first, contextLength: limit };
@@ -241,11 +265,7 @@ export class ChatPolicy implements Policy {
   /** Token in, token out on the same replicas; null before preflight (the dialect is not known). */
   tokenEngine(): TokenEngine | null {
     if (!this.counter) return null;
-    const kwargs = this.options.extraBody?.chat_template_kwargs;
-    this.tokens ??= new TokenEngine(
-      this,
-      typeof kwargs === "object" && kwargs !== null ? (kwargs as Record<string, unknown>) : undefined,
-    );
+    this.tokens ??= new TokenEngine(this);
     return this.tokens;
   }
 
@@ -272,15 +292,18 @@ export class ChatPolicy implements Policy {
     affinity: string | null,
     signal: AbortSignal | undefined,
     send: (url: string, attempt: number) => Promise<T>,
+    kind: "turn" | "aux" = "turn",
   ): Promise<T> {
     return this.withRetries(signal, async (attempt, budget) => {
       const lease = await this.pool.acquire(affinity, budget);
-      this.stats.requests++;
+      if (kind === "turn") this.stats.requests++;
       try {
         const result = await send(lease.url, attempt);
         lease.release("ok");
-        this.served.set(lease.url, (this.served.get(lease.url) ?? 0) + 1);
-        this.options.onServed?.(affinity, lease.url);
+        if (kind === "turn") {
+          this.served.set(lease.url, (this.served.get(lease.url) ?? 0) + 1);
+          this.options.onServed?.(affinity, lease.url);
+        }
         return result;
       } catch (error) {
         lease.release(error instanceof EngineError && error.replicaFault ? "failed" : "refused");
@@ -295,22 +318,25 @@ export class ChatPolicy implements Policy {
     headers: Record<string, string>;
     timeoutMs: number;
     grammar: string | null;
+    extraBody: Record<string, unknown>;
+    rendering: Record<string, unknown>;
   } {
     return {
       model: this.options.model,
       headers: this.headers,
       timeoutMs: this.options.timeoutMs,
       grammar: this.options.grammar ?? null,
+      extraBody: this.options.extraBody ?? {},
+      rendering: this.renderingFields,
     };
   }
 
-  private async countWithRetries(
-    counter: EngineTokenCounter,
-    messages: readonly ChatMessage[],
-    prefill: string,
-    signal?: AbortSignal,
-  ): Promise<number> {
-    return this.withRetries(signal, () => counter.count(messages, prefill, signal));
+  /** The extra body's fields that change how the chat template renders, for count and render requests. */
+  private get renderingFields(): Record<string, unknown> {
+    const extra = this.options.extraBody ?? {};
+    return Object.fromEntries(
+      Object.entries(extra).filter(([key]) => key === "chat_template" || key === "chat_template_kwargs"),
+    );
   }
 
   /**
@@ -371,8 +397,9 @@ export class ChatPolicy implements Policy {
         this.stats.retries++;
         const backoff =
           Math.min(maxBackoffMs, backoffMs * 2 ** Math.min(index, 20)) * (0.5 + Math.random() / 2);
+        // Retry-After is a floor, never a reason to retry hot ("Retry-After: 0").
         const wait = Math.min(
-          error.retryAfterS !== null ? error.retryAfterS * 1000 : backoff,
+          error.retryAfterS !== null ? Math.max(error.retryAfterS * 1000, backoffMs) : backoff,
           retryBudgetMs - elapsed,
         );
         try {
@@ -413,20 +440,8 @@ export class ChatPolicy implements Policy {
     const choice = completion?.choices?.[0];
     if (!choice?.message) throw new EngineError("the response has no choices", 502);
     const finishReason = choice.finish_reason ?? null;
-    switch (finishReason) {
-      case "stop":
-      case "length":
-        break;
-      case "abort":
-        // vLLM /pause or an aborting shutdown: partial text that must never be scored.
-        this.stats.aborts++;
-        throw new EngineError("the engine aborted the request (finish_reason abort)", 503);
-      case "error":
-        throw new EngineError("the engine failed the request (finish_reason error)", 500);
-      default:
-        // tool_calls, content_filter, none: not a turn of the RAGEN format; never scored silently.
-        throw new EngineError(`unexpected finish_reason ${JSON.stringify(finishReason)}`, 422);
-    }
+    if (finishReason === "abort") this.stats.aborts++;
+    checkFinishReason(finishReason);
     const rebuilt = rebuildText(choice.message);
     if (rebuilt.ambiguous) this.stats.ambiguousSplits++;
     let text = rebuilt.text;

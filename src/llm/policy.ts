@@ -30,6 +30,8 @@ export interface EpisodeView {
   actionNames: readonly string[];
   /** Actions still allowed in this turn (max_actions_per_turn, capped by the budget). */
   actionsThisTurn: number;
+  /** agent_proxy.action_sep, which answers join their actions with. Default "||". */
+  actionSep?: string;
   think: boolean;
   /** A shortest plan from the current state (action names), or null when none is known. */
   solve(): string[] | null;
@@ -66,7 +68,13 @@ export interface PromptMeter {
   /** Context length in tokens: prompt + max_tokens must not exceed it. */
   readonly limit: number;
   /** Tokens of the prompt the request for `messages` (plus the prefill) would render. */
-  count(messages: readonly ChatMessage[], prefill: string, signal?: AbortSignal): Promise<number>;
+  count(
+    messages: readonly ChatMessage[],
+    prefill: string,
+    signal?: AbortSignal,
+    /** The episode's routing key, so the count goes to its replica. */
+    affinity?: string,
+  ): Promise<number>;
 }
 
 export interface Policy {

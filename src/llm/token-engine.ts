@@ -7,7 +7,7 @@
 import type { ChatMessage } from "../rollout/prompt.ts";
 import { type Dialect, serverRoot } from "./engine.ts";
 import { EngineError, requestJson } from "./http.ts";
-import { type ChatPolicy, samplingFields } from "./openai-chat.ts";
+import { type ChatPolicy, checkFinishReason, samplingFields } from "./openai-chat.ts";
 import type { SamplingParams } from "./policy.ts";
 
 export interface TokenSample {
@@ -22,7 +22,18 @@ export interface TokenSample {
   promptIds: number[] | null;
   /** Prompt tokens the engine reused from its cache, when it reports it (llama.cpp). */
   cachedTokens: number | null;
+  /** The engine echoed a prompt that is not the one sent (never expected). */
+  promptDrift?: boolean;
 }
+
+/** Extra-body fields for the chat route only; token requests go to the completions route. */
+const CHAT_ONLY_FIELDS = new Set([
+  "chat_template",
+  "chat_template_kwargs",
+  "continue_final_message",
+  "add_generation_prompt",
+  "messages",
+]);
 
 /** A fixed system message the next user block is rendered after (its delta is the block). */
 const TEMPLATE_NOT_PREFIX =
@@ -47,20 +58,49 @@ type Options = { signal?: AbortSignal; timeoutMs: number; headers: Record<string
 export class TokenEngine {
   private readonly policy: ChatPolicy;
   private readonly dialect: Dialect;
-  private readonly templateKwargs: Record<string, unknown> | undefined;
-  /** Per-engine constants, computed once: what closes an assistant turn, the anchor's ids/text. */
-  private closing: Promise<number[]> | null = null;
-  private anchor: Promise<number[] | string> | null = null;
-  private readonly prefills = new Map<string, Promise<number[]>>();
+  /**
+   * Per-engine constants (what closes an assistant turn, the anchor's render, prefill ids),
+   * computed once without any caller's signal, so one cancelled rollout cannot poison them;
+   * a failed computation is forgotten and tried again by the next caller.
+   */
+  private readonly constants = new Map<string, Promise<unknown>>();
   /** Requests whose echoed prompt ids differed from the log they were sent from. */
   promptDrift = 0;
   /** Requests whose answer echoed the prompt ids at all (vLLM's prompt_token_ids), for evidence. */
   promptEchoes = 0;
 
-  constructor(policy: ChatPolicy, templateKwargs?: Record<string, unknown>) {
+  constructor(policy: ChatPolicy) {
     this.policy = policy;
     this.dialect = policy.engineDialect;
-    this.templateKwargs = templateKwargs;
+  }
+
+  private constant<T>(key: string, compute: () => Promise<T>): Promise<T> {
+    let value = this.constants.get(key) as Promise<T> | undefined;
+    if (!value) {
+      const computed = compute();
+      value = computed;
+      this.constants.set(key, computed);
+      computed.catch(() => {
+        if (this.constants.get(key) === computed) this.constants.delete(key);
+      });
+    }
+    return value;
+  }
+
+  /** Waits for `value` unless `signal` aborts first (the shared computation goes on). */
+  private async orAbort<T>(value: Promise<T>, signal?: AbortSignal): Promise<T> {
+    if (!signal) return value;
+    signal.throwIfAborted();
+    let onAbort = () => {};
+    const aborted = new Promise<never>((_, reject) => {
+      onAbort = () => reject(signal.reason);
+      signal.addEventListener("abort", onAbort, { once: true });
+    });
+    try {
+      return await Promise.race([value, aborted]);
+    } finally {
+      signal.removeEventListener("abort", onAbort);
+    }
   }
 
   /** Context length the log plus max_tokens must fit. */
@@ -100,9 +140,8 @@ export class TokenEngine {
     affinity: string,
     signal?: AbortSignal,
   ): Promise<number[]> {
-    this.closing ??= this.closingIds(affinity, signal);
     const [closing, block, tail] = await Promise.all([
-      this.closing,
+      this.closingIds(affinity, signal),
       this.userBlock(user, affinity, signal),
       this.prefillIds(prefill, affinity, signal),
     ]);
@@ -114,17 +153,21 @@ export class TokenEngine {
   private async userBlock(user: string, affinity: string, signal?: AbortSignal): Promise<number[]> {
     const messages = [ANCHOR, { role: "user" as const, content: user }];
     if (this.dialect === "vllm") {
-      this.anchor ??= this.templateIds([ANCHOR], false, affinity, signal);
       const [anchor, full] = await Promise.all([
-        this.anchor as Promise<number[]>,
+        this.orAbort(
+          this.constant("anchor-ids", () => this.templateIds([ANCHOR], false, affinity)),
+          signal,
+        ),
         this.templateIds(messages, true, affinity, signal),
       ]);
       if (!startsWith(full, anchor)) throw new EngineError(TEMPLATE_NOT_PREFIX, 422);
       return full.slice(anchor.length);
     }
-    this.anchor ??= this.templateText([ANCHOR], false, affinity, signal);
     const [anchor, full] = await Promise.all([
-      this.anchor as Promise<string>,
+      this.orAbort(
+        this.constant("anchor-text", () => this.templateText([ANCHOR], false, affinity)),
+        signal,
+      ),
       this.templateText(messages, true, affinity, signal),
     ]);
     if (!full.startsWith(anchor)) throw new EngineError(TEMPLATE_NOT_PREFIX, 422);
@@ -132,19 +175,25 @@ export class TokenEngine {
   }
 
   private prefillIds(prefill: string, affinity: string, signal?: AbortSignal): Promise<number[]> {
-    let ids = this.prefills.get(prefill);
-    if (!ids) {
-      ids = prefill === "" ? Promise.resolve([]) : this.tokenize(prefill, affinity, signal);
-      this.prefills.set(prefill, ids);
-    }
-    return ids;
+    if (prefill === "") return Promise.resolve([]);
+    return this.orAbort(
+      this.constant(`prefill:${prefill}`, () => this.tokenize(prefill, affinity)),
+      signal,
+    );
   }
 
   /**
    * What the template writes between an assistant message's content and the next message
    * (e.g. "<|im_end|>\n"), as ids: the text after a marked content up to the next user block.
    */
-  private async closingIds(affinity: string, signal?: AbortSignal): Promise<number[]> {
+  private closingIds(affinity: string, signal?: AbortSignal): Promise<number[]> {
+    return this.orAbort(
+      this.constant("closing", () => this.computeClosing(affinity)),
+      signal,
+    );
+  }
+
+  private async computeClosing(affinity: string, signal?: AbortSignal): Promise<number[]> {
     const user: ChatMessage = { role: "user", content: "x" };
     const [full, withUser, alone] = await Promise.all([
       this.renderedText([ANCHOR, user, { role: "assistant", content: MARK }, user], affinity, signal),
@@ -176,8 +225,7 @@ export class TokenEngine {
    * the model ended with it, belongs to the template; any other end token is content.
    */
   async assistantText(sampled: readonly number[], affinity: string, signal?: AbortSignal): Promise<string> {
-    this.closing ??= this.closingIds(affinity, signal);
-    const closing = await this.closing;
+    const closing = await this.closingIds(affinity, signal);
     const content =
       closing.length > 0 && sampled[sampled.length - 1] === closing[0] ? sampled.slice(0, -1) : sampled;
     return content.length === 0 ? "" : this.decode(content, affinity, signal);
@@ -190,7 +238,9 @@ export class TokenEngine {
     affinity: string,
     signal?: AbortSignal,
   ): Promise<TokenSample> {
-    const { model, headers, timeoutMs, grammar } = this.policy.transport;
+    const { model, headers, timeoutMs, grammar, extraBody } = this.policy.transport;
+    // The extra body goes along except what only the chat route reads.
+    const extra = Object.fromEntries(Object.entries(extraBody).filter(([key]) => !CHAT_ONLY_FIELDS.has(key)));
     return this.policy.routed(affinity, signal, async (url) => {
       const fields = samplingFields(sampling, this.dialect);
       const options = { signal, timeoutMs, headers };
@@ -203,6 +253,7 @@ export class TokenEngine {
               logprobs: 0,
               return_token_ids: true,
               ...(grammar ? { structured_outputs: { grammar } } : {}),
+              ...extra,
             })
           : await this.llamaSample(url, options, {
               prompt: promptIds,
@@ -212,14 +263,16 @@ export class TokenEngine {
               return_tokens: true,
               cache_prompt: true,
               ...(grammar ? { grammar } : {}),
+              ...extra,
             });
-      if (sample.finishReason === "abort") {
-        throw new EngineError("the engine aborted the request (finish_reason abort)", 503);
-      }
+      checkFinishReason(sample.finishReason);
       if (sample.promptIds) {
         this.promptEchoes++;
         const same = sample.promptIds.length === promptIds.length && startsWith(sample.promptIds, promptIds);
-        if (!same) this.promptDrift++;
+        if (!same) {
+          this.promptDrift++;
+          sample.promptDrift = true;
+        }
       }
       return sample;
     });
@@ -255,8 +308,9 @@ export class TokenEngine {
     return this.renderedText(messages, affinity, signal);
   }
 
+  /** chat_template / chat_template_kwargs from the extra body: they change every render. */
   private kwargs(): Record<string, unknown> {
-    return this.templateKwargs ? { chat_template_kwargs: this.templateKwargs } : {};
+    return this.policy.transport.rendering;
   }
 
   /** Ids of the chat template applied to `messages` (vLLM's /tokenize with messages). */
@@ -323,7 +377,7 @@ export class TokenEngine {
     run: (url: string, options: Options) => Promise<T>,
   ): Promise<T> {
     const { headers, timeoutMs } = this.policy.transport;
-    return this.policy.routed(affinity, signal, (url) => run(url, { signal, timeoutMs, headers }));
+    return this.policy.routed(affinity, signal, (url) => run(url, { signal, timeoutMs, headers }), "aux");
   }
 
   private async vllmSample(

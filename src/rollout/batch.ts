@@ -110,6 +110,7 @@ export function episodeView(episode: Episode, request: BatchRequest, turn: numbe
     turn,
     actionNames: episode.actionNames,
     actionsThisTurn: Math.min(request.episode.maxActionsPerTurn, episode.actionsLeft),
+    actionSep: request.episode.actionSep,
     think: request.episode.think,
     solve: () => episode.solve(),
   };
@@ -153,7 +154,7 @@ async function playChatEpisode(
       let messages: ChatMessage[];
       let maxTokens = request.sampling.max_tokens;
       if (policy.meter) {
-        const fitted = await fitContext(episode, request, policy.meter, dropped, hooks.signal);
+        const fitted = await fitContext(episode, request, policy.meter, dropped, affinity, hooks.signal);
         if (fitted === null) {
           episode.endContextFull();
           return;
@@ -196,16 +197,18 @@ async function fitContext(
   request: BatchRequest,
   meter: PromptMeter,
   dropped: number,
+  affinity: string,
   signal?: AbortSignal,
 ): Promise<{ messages: ChatMessage[]; maxTokens: number; dropped: number } | null> {
-  const count = (messages: readonly ChatMessage[]) => meter.count(messages, episode.prefill, signal);
+  const count = (messages: readonly ChatMessage[]) =>
+    meter.count(messages, episode.prefill, signal, affinity);
   const wanted = request.sampling.max_tokens;
   const floor = Math.min(wanted, request.minResponseTokens ?? 32);
   const fits = (tokens: number) => (tokens + wanted <= meter.limit ? wanted : meter.limit - tokens);
   if (request.episode.truncation === "ragen") {
     const full = episode.promptMessages();
     // RAGEN counts the template with its generation prompt but without the "<think>" prefill.
-    const cut = await ragenTruncate(full, (m) => meter.count(m, "", signal), meter.limit);
+    const cut = await ragenTruncate(full, (m) => meter.count(m, "", signal, affinity), meter.limit);
     const room = fits(await count(cut.messages));
     return room >= floor ? { messages: cut.messages, maxTokens: room, dropped: cut.droppedTurns } : null;
   }
@@ -235,7 +238,7 @@ export async function runBatch(
     );
   }
   const batchId = ++batchCounter;
-  const context = { "rollgym/context_shortened_turns": 0, "rollgym/context_full_episodes": 0 };
+  const context = emptyTally();
   const byGroup: EpisodeRecord[][] = [];
   let next = 0;
   const playGroups = async (): Promise<void> => {
@@ -293,13 +296,30 @@ export async function runBatch(
   return { mode: request.mode, seed: request.seed, episodes: records, groups, metrics, failed };
 }
 
-/** Counts how often the context window shortened a prompt or ended an episode. */
-function tallyContext(
-  tally: { "rollgym/context_shortened_turns": number; "rollgym/context_full_episodes": number },
-  record: EpisodeRecord,
-): void {
-  for (const t of record.turns) if (t.context_dropped) tally["rollgym/context_shortened_turns"]++;
+function emptyTally() {
+  return {
+    "rollgym/context_shortened_turns": 0,
+    "rollgym/context_full_episodes": 0,
+    "rollgym/ambiguous_splits": 0,
+    "rollgym/prompt_drift_requests": 0,
+    "rollgym/template_drift_episodes": 0,
+  };
+}
+
+/**
+ * Counts how often the context window shortened a prompt or ended an episode, reasoning splits
+ * that could not be undone, and (token mode) prompt and template drift.
+ */
+function tallyContext(tally: ReturnType<typeof emptyTally>, record: EpisodeRecord): void {
+  for (const t of record.turns) {
+    if (t.context_dropped) tally["rollgym/context_shortened_turns"]++;
+    if (t.ambiguous_split) tally["rollgym/ambiguous_splits"]++;
+  }
   if (record.end_reason === "context_full") tally["rollgym/context_full_episodes"]++;
+  if (record.tokens) {
+    tally["rollgym/prompt_drift_requests"] += record.tokens.prompt_drift;
+    if (record.tokens.template_drift !== null) tally["rollgym/template_drift_episodes"]++;
+  }
 }
 
 /** RAGEN's shortcut: top_p 1.0 with include_zero returns the batch unchanged (base.yaml's default). */

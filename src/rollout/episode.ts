@@ -273,9 +273,9 @@ export class Episode {
     this.truncated = true;
   }
 
-  /** Stop the episode with a reason; it is reported as failed, never as a silent zero. */
+  /** Stop the episode with a reason; it is reported as failed, never as a silent zero. The first reason stays. */
   fail(reason: string): void {
-    this.failure = reason;
+    this.failure ??= reason;
   }
 
   record(): EpisodeRecord {

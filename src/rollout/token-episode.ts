@@ -37,14 +37,13 @@ export async function playTokenEpisode(
       episode.endContextFull();
       return;
     }
-    const drift = engine.promptDrift;
     const sample = await engine.generate(
       log.ids,
       { ...request.sampling, max_tokens: room, seed: requestSeed(request.seed, episode.envId, turn) },
       affinity,
       signal,
     );
-    log.promptDrift += engine.promptDrift - drift;
+    if (sample.promptDrift) log.promptDrift++;
     const promptTokens = log.length;
     log.sampled(sample.ids, sample.logprobs);
     const raw = prefill + sample.text;
@@ -62,8 +61,10 @@ export async function playTokenEpisode(
     log.inserted(await engine.continuation(log.last, user, prefill, affinity, signal));
   });
 
-  const finished = log as TokenLog | null;
-  if (finished !== null && !signal?.aborted) {
+  // An episode that failed before its first prompt still gets a (empty) log, so its group's arrays stay whole.
+  const finished = (log as TokenLog | null) ?? new TokenLog([]);
+  const turns = finished.record().turn_ends.length;
+  if (turns > 0 && episode.record().failure === null && !signal?.aborted) {
     try {
       // The conversation as the template would show it, with each turn's content exactly as sampled.
       const record = finished.record();
@@ -76,13 +77,15 @@ export async function playTokenEpisode(
       const shown = conversation.map((m) =>
         m.role === "assistant" ? { ...m, content: prefill + contents[turn++] } : m,
       );
+      // Up to the last sampled id: after it the log may hold the next turn's prompt (context_full).
       const [text, rendering] = await Promise.all([
-        engine.decode(finished.ids, affinity, signal),
+        engine.decode(record.ids.slice(0, record.turn_ends[turns - 1]), affinity, signal),
         engine.renderText(shown, affinity, signal),
       ]);
       finished.templateDrift = textDrift(text, rendering);
-    } catch (error) {
-      episode.fail(`template check: ${error instanceof Error ? error.message : String(error)}`);
+    } catch {
+      // A diagnostic: when it cannot be computed the figure stays unknown and the episode stands.
+      finished.templateChecked = false;
     }
   }
   return finished;

@@ -24,6 +24,8 @@ export interface TokenRecord {
    * conversation (a character offset), or null when the log is that rendering.
    */
   template_drift: number | null;
+  /** Present (false) when the engine could not render the conversation for the drift check. */
+  template_checked?: false;
 }
 
 export class TokenLog {
@@ -36,6 +38,8 @@ export class TokenLog {
   private readonly promptLength: number;
   promptDrift = 0;
   templateDrift: number | null = null;
+  /** False when the template check could not run (the engine failed it); drift is then unknown. */
+  templateChecked = true;
 
   constructor(prompt: readonly number[]) {
     this.ids = [...prompt];
@@ -98,7 +102,8 @@ export class TokenLog {
       turn_ends: this.ends,
       prompt_length: this.promptLength,
       prompt_drift: this.promptDrift,
-      template_drift: this.templateDrift,
+      template_drift: this.templateChecked ? this.templateDrift : null,
+      ...(this.templateChecked ? {} : { template_checked: false }),
     };
   }
 }

@@ -1,5 +1,6 @@
-// The server factory: a fastify app with the HTTP routes (/healthz, /metrics, /v1/envs) and the
-// WebSocket route /v1/rollouts (ws, attached at the HTTP upgrade after the token check).
+// The server factory: a fastify app with the HTTP routes (/healthz, /metrics, /v1/envs, the web
+// page at / and its routes) and the WebSocket route /v1/rollouts (ws, attached at the HTTP
+// upgrade after the token check).
 // Tests call buildServer directly and listen on 127.0.0.1:0.
 import { readFileSync } from "node:fs";
 import type { IncomingMessage } from "node:http";
@@ -17,6 +18,9 @@ import { handleConnection } from "./connection.ts";
 import { createMetrics, instrumentPolicy } from "./metrics.ts";
 import type { Session } from "./session.ts";
 import { DEFAULT_LIMITS, type ServerLimits, type ServerState } from "./state.ts";
+import { WatchHub, type WatchLimits } from "./watch.ts";
+import type { FileLimits } from "./web/files.ts";
+import { registerWeb, webOptions } from "./web/routes.ts";
 
 export interface ServerOptions extends Partial<ServerLimits> {
   config?: RollgymConfig;
@@ -30,6 +34,12 @@ export interface ServerOptions extends Partial<ServerLimits> {
   /** How long a SIGTERM lets running rollouts finish before cancelling them. */
   shutdownDeadlineMs?: number;
   logger?: boolean | { level: string };
+  /** Directory of episode files the web page's Replay may list and open; none when omitted. */
+  share?: string | null;
+  /** Watch subscriptions (the web page's Watch and other read-only observers). */
+  watch?: Partial<WatchLimits>;
+  /** Episode-file uploads and shared files for the web page. */
+  files?: Partial<FileLimits>;
 }
 
 export interface RollgymServer {
@@ -83,6 +93,7 @@ export async function buildServer(options: ServerOptions = {}): Promise<RollgymS
       metrics,
       maxBufferedGroups: limits.maxBufferedGroups,
       groupConcurrency: options.groupConcurrency ?? 64,
+      watch: new WatchHub(options.watch),
     },
     limits: () => ({
       max_frame_bytes: limits.maxFrameBytes,
@@ -111,6 +122,7 @@ export async function buildServer(options: ServerOptions = {}): Promise<RollgymS
       };
     }),
   }));
+  registerWeb(app, state, webOptions(options.share, options.files));
 
   wss.on("connection", (socket) => handleConnection(state, socket));
   app.server.on("upgrade", (request: IncomingMessage, socket: Duplex, head: Buffer) => {

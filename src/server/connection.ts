@@ -6,6 +6,7 @@ import { CLOSE_CODES, decodeFrame, encodeMessage } from "../../protocol/codec.ts
 import { type ClientMessage, hasFrameEnvelope, validateClientMessage } from "../../protocol/messages.ts";
 import { PROTOCOL_VERSION } from "../../protocol/version.ts";
 import { groupLocalScores, validateBatchRequest } from "../rollout/batch.ts";
+import { checkRolloutShape, RolloutLimitError } from "../rollout/limits.ts";
 import { EnvHostError, HostedEnvs } from "./env-host.ts";
 import { envOpenRequest, rolloutBatchRequest } from "./requests.ts";
 import { runRollout } from "./rollouts.ts";
@@ -71,7 +72,8 @@ export function handleConnection(state: ServerState, socket: WebSocket): void {
         session = handshake(state, socket, message, reply);
         return;
       }
-      dispatch(state, session, hosted, message, fail, reply);
+      if (message.type === "watch" || message.type === "unwatch") watch(state, socket, message.type, fail);
+      else dispatch(state, session, hosted, message, fail, reply);
     } catch (error) {
       state.log.error({ err: error }, "frame handler failed");
       fail("internal", error instanceof Error ? error.message : String(error));
@@ -79,6 +81,8 @@ export function handleConnection(state: ServerState, socket: WebSocket): void {
   });
 
   socket.on("close", () => {
+    state.rolloutContext.watch?.unsubscribe(socket);
+    for (const envs of hosted.values()) envs.dispose();
     const current = session as Session | null;
     if (current && state.sessions.get(current.id) === current && !state.closing)
       current.detach(socket, state.options.resumeGraceMs);
@@ -136,6 +140,19 @@ function handshake(
   });
   session.attach(socket, resumed);
   return session;
+}
+
+/** Watch subscriptions belong to the connection, not the session: they are not resumed. */
+function watch(
+  state: ServerState,
+  socket: WebSocket,
+  type: "watch" | "unwatch",
+  fail: (code: ErrorCode, message: string, extra?: Record<string, unknown>) => void,
+): void {
+  const hub = state.rolloutContext.watch;
+  if (type === "unwatch") hub?.unsubscribe(socket);
+  else if (!hub?.subscribe(socket))
+    fail("limit", `max_watchers is ${hub?.limits.maxWatchers ?? 0}; every watch subscription is taken`);
 }
 
 function dispatch(
@@ -204,17 +221,6 @@ function dispatch(
         return;
       }
       const groups = message.tags.reduce((n, t) => n + t.groups, 0);
-      if (groups > options.maxGroupsPerRollout) {
-        fail(
-          "limit",
-          `max_groups_per_rollout is ${options.maxGroupsPerRollout}; this rollout asks for ${groups}`,
-          {
-            rollout: message.id,
-            field: "tags",
-          },
-        );
-        return;
-      }
       const unknownTag = message.tags.find((t) => !state.registry.hasTag(t.tag));
       if (unknownTag) {
         fail(
@@ -228,17 +234,17 @@ function dispatch(
         return;
       }
       const episodes = groups * message.group_size;
-      if (state.episodesInFlight + episodes > options.maxEpisodesInFlight) {
-        fail(
-          "limit",
-          `max_episodes_in_flight is ${options.maxEpisodesInFlight}; ${state.episodesInFlight} are running and this rollout adds ${episodes}`,
-          { rollout: message.id },
-        );
-        return;
-      }
       let request: ReturnType<typeof rolloutBatchRequest>;
       try {
         request = rolloutBatchRequest(state.config, message);
+        // The same limits and seed range the CLI checks (src/rollout/limits.ts).
+        checkRolloutShape(request, options, state.episodesInFlight);
+      } catch (error) {
+        if (!(error instanceof RolloutLimitError)) throw error;
+        fail(error.code, error.message, { rollout: message.id, field: error.field });
+        return;
+      }
+      try {
         validateBatchRequest(request);
         if (message.delivery === "stream" && !groupLocalScores(request)) {
           throw new RangeError(
@@ -275,16 +281,51 @@ function dispatch(
         );
         return;
       }
-      if (message.groups > options.maxGroupsPerRollout) {
+      const hostedRequest = envOpenRequest(state.config, message);
+      try {
+        // An env session is bounded like a rollout, and its seeds never wrap either.
+        checkRolloutShape(hostedRequest, options);
+      } catch (error) {
+        if (!(error instanceof RolloutLimitError)) throw error;
+        fail(error.code, error.message, {
+          id: message.id,
+          field: error.field === "tags" ? "groups" : error.field,
+        });
+        return;
+      }
+      const tokens = message.tokens ? (state.rolloutContext.policy.tokenEngine?.() ?? null) : null;
+      if (message.tokens && !tokens) {
         fail(
-          "limit",
-          `max_groups_per_rollout is ${options.maxGroupsPerRollout}; env_open asks for ${message.groups}`,
+          "bad_frame",
+          `tokens: true needs the server to run against a remote engine (--llm) that renders the chat template; it serves the built-in ${state.rolloutContext.policy.name} policy`,
+          { field: "tokens", id: message.id },
         );
         return;
       }
-      const envs = new HostedEnvs(state.registry, envOpenRequest(state.config, message));
+      const envs = new HostedEnvs(
+        state.registry,
+        hostedRequest,
+        tokens,
+        `env:${session.id}:${message.id}`,
+        (key) => state.rolloutContext.policy.forget?.(key),
+      );
       hosted.set(message.id, envs);
-      reply({ type: "env_opened", id: message.id, episodes: envs.opened() });
+      if (!envs.tokenSession) {
+        reply({ type: "env_opened", id: message.id, episodes: envs.opened() });
+        return;
+      }
+      void envs
+        .serial(() => envs.renderPrompts())
+        .then(
+          () => reply({ type: "env_opened", id: message.id, episodes: envs.opened() }),
+          (error: unknown) => {
+            hosted.delete(message.id);
+            envs.dispose();
+            fail("internal", `engine: ${error instanceof Error ? error.message : String(error)}`, {
+              id: message.id,
+            });
+          },
+        );
       return;
     }
     case "env_step": {
@@ -295,12 +336,30 @@ function dispatch(
         });
         return;
       }
+      const refuse = (error: unknown): void => {
+        if (error instanceof EnvHostError)
+          fail(error.code, error.message, { field: "responses", id: message.id });
+        else if (envs.tokenSession) {
+          // Its responses are applied but its next ids are not known: the session cannot go on.
+          hosted.delete(message.id);
+          envs.dispose();
+          fail(
+            "internal",
+            `engine: ${error instanceof Error ? error.message : String(error)}; env session ${JSON.stringify(message.id)} is closed, open a new one`,
+            { id: message.id },
+          );
+        } else throw error;
+      };
+      if (envs.tokenSession) {
+        void envs
+          .serial(() => envs.stepTokens(message.responses))
+          .then((results) => reply({ type: "env_stepped", id: message.id, results }), refuse);
+        return;
+      }
       try {
         reply({ type: "env_stepped", id: message.id, results: envs.step(message.responses) });
       } catch (error) {
-        if (error instanceof EnvHostError)
-          fail(error.code, error.message, { field: "responses", id: message.id });
-        else throw error;
+        refuse(error);
       }
       return;
     }
@@ -313,7 +372,13 @@ function dispatch(
         return;
       }
       hosted.delete(message.id);
-      reply({ type: "env_closed", id: message.id, ...envs.close() });
+      // A token session closes after the steps it has queued.
+      if (envs.tokenSession)
+        void envs.serial(async () => {
+          reply({ type: "env_closed", id: message.id, ...envs.close() });
+          envs.dispose();
+        });
+      else reply({ type: "env_closed", id: message.id, ...envs.close() });
       return;
     }
   }

@@ -1,10 +1,14 @@
 // Env hosting: the trainer owns inference and rollgym plays RAGEN's env manager and context
 // manager. Episodes are the engine's own, so given the same responses they end exactly as
-// `rollgym rollout` would end them.
+// `rollgym rollout` would end them. In a token session the trainer sends the ids its engine
+// sampled and gets back the ids to append before the next turn, rendered by rollgym's engine
+// exactly as a token-mode rollout renders them, so the episode's token log travels too.
 import type { EnvRegistry } from "../../envs/registry.ts";
 import type { EnvStep } from "../../protocol/messages.ts";
+import type { TokenEngine } from "../llm/token-engine.ts";
 import { type BatchRequest, groupEpisodes, groupTags, tagMetrics } from "../rollout/batch.ts";
 import type { Episode, EpisodeRecord } from "../rollout/episode.ts";
+import { TokenLog } from "../rollout/token-log.ts";
 
 export class EnvHostError extends Error {
   readonly code: "unknown_env" | "episode_done" | "bad_frame";
@@ -15,13 +19,63 @@ export class EnvHostError extends Error {
   }
 }
 
+type Responses = EnvStep["responses"];
+
 export class HostedEnvs {
   readonly request: BatchRequest;
   private readonly episodes: Episode[];
+  /** Token sessions only: the engine that renders deltas, and one log per episode. */
+  private readonly tokens: TokenEngine | null;
+  private readonly logs: TokenLog[] = [];
+  private readonly affinity: string;
+  /** Token steps await the engine; they run one after another, in arrival order. */
+  private queue: Promise<unknown> = Promise.resolve();
+  /** Aborts the session's engine requests when it is closed or its connection goes. */
+  private readonly stop = new AbortController();
+  private readonly forget: (affinity: string) => void;
 
-  constructor(registry: EnvRegistry, request: BatchRequest) {
+  constructor(
+    registry: EnvRegistry,
+    request: BatchRequest,
+    tokens: TokenEngine | null = null,
+    affinity = "env",
+    forget: (affinity: string) => void = () => {},
+  ) {
     this.request = request;
+    this.tokens = tokens;
+    this.affinity = affinity;
+    this.forget = forget;
     this.episodes = groupTags(request).flatMap((tag, group) => groupEpisodes(registry, request, group, tag));
+  }
+
+  get tokenSession(): boolean {
+    return this.tokens !== null;
+  }
+
+  /** Runs `task` after every earlier queued task of this session. */
+  serial<T>(task: () => Promise<T>): Promise<T> {
+    const run = this.queue.then(task, task);
+    this.queue = run.catch(() => undefined);
+    return run;
+  }
+
+  /** Ends the session's engine work (a closed session or connection) and its routing state. */
+  dispose(): void {
+    this.stop.abort(new Error("env session closed"));
+    this.forget(this.affinity);
+  }
+
+  /** Token sessions: render every episode's first prompt (once) before `opened()`. */
+  async renderPrompts(): Promise<void> {
+    const engine = this.tokens;
+    const signal = this.stop.signal;
+    if (!engine) return;
+    const prompts = await Promise.all(
+      this.episodes.map((e) => engine.firstPrompt(e.promptMessages(), e.prefill, this.affinity, signal)),
+    );
+    prompts.forEach((ids, i) => {
+      this.logs[i] = new TokenLog(ids);
+    });
   }
 
   opened(): {
@@ -29,19 +83,21 @@ export class HostedEnvs {
     group: number;
     seed: number;
     messages: ReturnType<Episode["promptMessages"]>;
+    prompt_ids?: number[];
   }[] {
-    return this.episodes.map((e) => ({
+    return this.episodes.map((e, i) => ({
       env_id: e.envId,
       group: e.groupId,
       seed: e.seed,
       messages: e.promptMessages(),
+      ...(this.tokens ? { prompt_ids: [...this.logs[i].ids] } : {}),
     }));
   }
 
-  /** Apply one response per listed episode; all are checked before any is applied. */
-  step(responses: EnvStep["responses"]): Record<string, unknown>[] {
+  /** Every response names an open, active episode once (and carries its ids in a token session). */
+  private check(responses: Responses): void {
     const seen = new Set<number>();
-    for (const { env_id } of responses) {
+    for (const { env_id, sampled_ids, logprobs } of responses) {
       const episode = this.episodes[env_id];
       if (!episode)
         throw new EnvHostError(
@@ -53,27 +109,83 @@ export class HostedEnvs {
       if (seen.has(env_id))
         throw new EnvHostError("bad_frame", `env_id ${env_id} appears twice in one env_step`);
       seen.add(env_id);
+      if (this.tokens && sampled_ids === undefined)
+        throw new EnvHostError(
+          "bad_frame",
+          `env_id ${env_id}: a token session needs sampled_ids with each response`,
+        );
+      if (logprobs !== undefined && logprobs.length !== (sampled_ids?.length ?? -1))
+        throw new EnvHostError(
+          "bad_frame",
+          `env_id ${env_id}: logprobs has ${logprobs.length} entries for ${sampled_ids?.length ?? 0} sampled_ids`,
+        );
     }
-    return responses.map(({ env_id, text }) => {
-      const episode = this.episodes[env_id];
-      const turn = episode.applyResponse(episode.prefill + text, "stop");
-      const record = episode.active ? null : episode.record();
-      return {
-        env_id,
-        parsed: turn.parsed,
-        actions: turn.actions,
-        reward: turn.reward,
-        reward_text: turn.reward_text,
-        format_penalty: turn.format_penalty,
-        done: !episode.active,
-        success: record?.success ?? false,
-        messages: episode.active ? episode.promptMessages() : null,
-      };
+  }
+
+  /** Apply one response per listed episode; all are checked before any is applied. */
+  step(responses: Responses): Record<string, unknown>[] {
+    if (this.tokens) throw new Error("a token session steps through stepTokens");
+    this.check(responses);
+    return responses.map(({ env_id, text }) => this.apply(env_id, text));
+  }
+
+  /** A token session's step: the sampled ids join the log, and each reply carries the ids to append. */
+  async stepTokens(responses: Responses): Promise<Record<string, unknown>[]> {
+    const engine = this.tokens;
+    const signal = this.stop.signal;
+    if (!engine) throw new Error("not a token session");
+    this.check(responses);
+    const results = responses.map(({ env_id, text, sampled_ids, logprobs }) => {
+      const log = this.logs[env_id];
+      // Unknown logprobs stay unknown (NaN), never a made-up certainty.
+      log.sampled(sampled_ids!, logprobs ?? new Array<number>(sampled_ids!.length).fill(Number.NaN));
+      const result = this.apply(env_id, text);
+      log.reward(result.reward as number);
+      return result;
     });
+    return Promise.all(
+      results.map(async (result, i) => {
+        const { env_id } = responses[i];
+        const episode = this.episodes[env_id];
+        if (!episode.active) return { ...result, next_ids: null };
+        const log = this.logs[env_id];
+        const messages = episode.promptMessages();
+        const next = await engine.continuation(
+          log.last,
+          messages[messages.length - 1].content,
+          episode.prefill,
+          this.affinity,
+          signal,
+        );
+        log.inserted(next);
+        return { ...result, next_ids: next };
+      }),
+    );
+  }
+
+  private apply(envId: number, text: string): Record<string, unknown> {
+    const episode = this.episodes[envId];
+    const turn = episode.applyResponse(episode.prefill + text, "stop");
+    const record = episode.active ? null : episode.record();
+    return {
+      env_id: envId,
+      parsed: turn.parsed,
+      actions: turn.actions,
+      reward: turn.reward,
+      reward_text: turn.reward_text,
+      format_penalty: turn.format_penalty,
+      done: !episode.active,
+      success: record?.success ?? false,
+      messages: episode.active ? episode.promptMessages() : null,
+    };
   }
 
   close(): { episodes: EpisodeRecord[]; metrics: Record<string, number> } {
-    const episodes = this.episodes.map((e) => e.record());
+    const episodes = this.episodes.map((e, i) => {
+      const record = e.record();
+      if (this.tokens && this.logs[i]) record.tokens = this.logs[i].record();
+      return record;
+    });
     return { episodes, metrics: tagMetrics(episodes, this.request) };
   }
 }

@@ -10,6 +10,7 @@ import { type BatchRequest, runBatch } from "../rollout/batch.ts";
 import type { EpisodeRecord } from "../rollout/episode.ts";
 import type { ServerMetrics } from "./metrics.ts";
 import type { RolloutDelivery, Session } from "./session.ts";
+import type { WatchHub } from "./watch.ts";
 
 export interface RolloutContext {
   registry: EnvRegistry;
@@ -17,6 +18,8 @@ export interface RolloutContext {
   metrics: ServerMetrics;
   maxBufferedGroups: number;
   groupConcurrency: number;
+  /** Watchers get copies of every group and verdict (read-only, lossy). */
+  watch?: WatchHub;
 }
 
 export function groupFrame(
@@ -97,6 +100,14 @@ export async function runRollout(
   let failed = 0;
   let groupsDone = 0;
   let lastProgress = 0;
+  const watched = ctx.watch?.start({
+    rollout: frame.id,
+    mode: request.mode,
+    delivery: frame.delivery,
+    tags: request.tags.map(({ tag, groups }) => ({ tag, groups })),
+    group_size: request.groupSize,
+    seed: request.seed,
+  });
   ctx.metrics.rollouts.inc({ mode: request.mode, delivery: frame.delivery });
   ctx.metrics.activeRollouts.inc();
 
@@ -133,6 +144,7 @@ export async function runRollout(
         },
         onGroup: (group, episodes) => {
           groupsDone++;
+          watched?.group(group, episodes);
           if (stream) {
             // Its place in the buffer was reserved when the group was admitted.
             session.enqueueGroup(frame.id, group, groupFrame(frame.id, group, episodes, null, null));
@@ -166,7 +178,9 @@ export async function runRollout(
       };
       delivery.batch = verdict;
       session.enqueue(verdict);
+      watched?.verdict(verdict, batch.groups);
     } catch (error) {
+      watched?.failed(error instanceof Error ? error.message : String(error));
       session.sendNow({
         type: "error",
         code: "internal",

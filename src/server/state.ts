@@ -3,6 +3,7 @@ import type { FastifyBaseLogger } from "fastify";
 import type { EnvRegistry } from "../../envs/registry.ts";
 import type { RollgymConfig } from "../config/index.ts";
 import type { Policy } from "../llm/policy.ts";
+import { DEFAULT_ROLLOUT_LIMITS } from "../rollout/limits.ts";
 import type { ServerMetrics } from "./metrics.ts";
 import type { RolloutContext } from "./rollouts.ts";
 import type { Session } from "./session.ts";
@@ -20,8 +21,7 @@ export interface ServerLimits {
 export const DEFAULT_LIMITS: ServerLimits = {
   maxFrameBytes: 1 << 20,
   maxRolloutsPerConnection: 16,
-  maxGroupsPerRollout: 4096,
-  maxEpisodesInFlight: 65_536,
+  ...DEFAULT_ROLLOUT_LIMITS,
   maxBufferedGroups: 64,
   resumeGraceMs: 60_000,
 };

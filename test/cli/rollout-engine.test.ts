@@ -61,4 +61,21 @@ describe.concurrent("rollgym rollout against engines", () => {
     for (const engine of replicas) expect(engine.stats().completed).toBeGreaterThan(0);
     expect(r.stderr).toMatch(/vllm engine at .*, context 32768 tokens/);
   });
+
+  it("built-in policies answer with agent_proxy.action_sep", async () => {
+    const r = await rollgym([
+      "rollout",
+      "--tag",
+      "SimpleSokoban",
+      "--groups",
+      "4",
+      "agent_proxy.action_sep=,",
+      "--json",
+    ]);
+    expect(r.code, r.stderr).toBe(0);
+    const { metrics } = JSON.parse(r.stdout) as { metrics: Record<string, number> };
+    // The oracle solves SimpleSokoban when its "Up , Left" answers parse.
+    expect(metrics["train/SimpleSokoban/success"]).toBe(1);
+    expect(metrics["train/SimpleSokoban/action_is_valid"]).toBe(1);
+  });
 });

@@ -101,6 +101,8 @@ describe("defaults", () => {
       tokens: false,
       binary_reward: false,
       max_obs_length: null,
+      plugins: [],
+      limits: { max_groups_per_rollout: 4096, max_episodes_in_flight: 65_536 },
     });
   });
 

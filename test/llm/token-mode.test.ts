@@ -71,13 +71,17 @@ async function checkDecoding(engine: TokenEngine, e: EpisodeRecord): Promise<voi
 describe("token mode against the mock vLLM engine", () => {
   let engine: MockEngine;
   beforeAll(async () => {
-    engine = await startMockEngine({ model: "mock", seed: 4 });
+    // The real Qwen3 tokenizer, so the ids are the ones production sees.
+    engine = await startMockEngine({ model: "mock", seed: 4, tokenizer: "qwen3" });
   });
   afterAll(async () => {
     await engine?.close();
   });
 
-  async function play(request: BatchRequest, maxModelLen?: number): Promise<{ batch: BatchResult; policy: ChatPolicy }> {
+  async function play(
+    request: BatchRequest,
+    maxModelLen?: number,
+  ): Promise<{ batch: BatchResult; policy: ChatPolicy }> {
     const policy = new ChatPolicy({ baseURL: engine.url, model: "mock", concurrency: 16, maxModelLen });
     await policy.preflight();
     const batch = await runBatch(registry, request, policy);
@@ -100,10 +104,37 @@ describe("token mode against the mock vLLM engine", () => {
     await policy.close();
   });
 
+  it("reports template drift under Qwen3's template, which drops earlier <think> blocks", async () => {
+    const qwen3 = await startMockEngine({
+      model: "mock",
+      seed: 4,
+      tokenizer: "qwen3",
+      chatTemplate: "qwen3",
+    });
+    try {
+      const policy = new ChatPolicy({ baseURL: qwen3.url, model: "mock", concurrency: 16 });
+      await policy.preflight();
+      const batch = await runBatch(registry, tokenBatch(2, 2, 64), policy);
+      await policy.close();
+      expect(batch.failed).toBe(0);
+      for (const e of batch.episodes) {
+        checkLog(e);
+        if (e.turns.length > 1) expect(e.tokens!.template_drift).toEqual(expect.any(Number));
+      }
+    } finally {
+      await qwen3.close();
+    }
+  });
+
   it("never sends max_tokens past the context: at the boundary it lowers them, then ends context_full", async () => {
     const limit = 700;
     const sent: { prompt: number; maxTokens: number }[] = [];
-    const policy = new ChatPolicy({ baseURL: engine.url, model: "mock", concurrency: 16, maxModelLen: limit });
+    const policy = new ChatPolicy({
+      baseURL: engine.url,
+      model: "mock",
+      concurrency: 16,
+      maxModelLen: limit,
+    });
     await policy.preflight();
     const tokens = policy.tokenEngine()!;
     const generate = tokens.generate.bind(tokens);
@@ -122,7 +153,61 @@ describe("token mode against the mock vLLM engine", () => {
     for (const e of full) {
       checkLog(e);
       expect(e.tokens!.ids.length + 40).toBeGreaterThan(limit);
+      // The log ends in the next turn's prompt; it is still the template's rendering.
+      expect(e.tokens!.template_drift).toBeNull();
     }
+  });
+
+  it("at the engine's own limit (max_model_len auto) no request is refused for length", async () => {
+    const small = await startMockEngine({ model: "mock", seed: 4, tokenizer: "qwen3", maxModelLen: 700 });
+    try {
+      // dialect vllm: no GET /props probe, so every request the engine refuses would count below.
+      const policy = new ChatPolicy({ baseURL: small.url, model: "mock", concurrency: 16, dialect: "vllm" });
+      expect((await policy.preflight()).contextLength).toBe(700);
+      const batch = await runBatch(registry, { ...tokenBatch(2, 4, 200, 10), minResponseTokens: 40 }, policy);
+      await policy.close();
+      expect(batch.failed).toBe(0);
+      expect(small.stats().rejected).toBe(0);
+      expect(batch.episodes.some((e) => e.end_reason === "context_full")).toBe(true);
+    } finally {
+      await small.close();
+    }
+  });
+
+  it("aborted answers are re-requested, never logged: 20% aborts give the same logs as none", async () => {
+    const aborting = await startMockEngine({ model: "mock", seed: 4, tokenizer: "qwen3", abortRate: 0.2 });
+    try {
+      const policy = new ChatPolicy({ baseURL: aborting.url, model: "mock", concurrency: 16, backoffMs: 1 });
+      await policy.preflight();
+      const batch = await runBatch(registry, tokenBatch(4, 4, 64), policy);
+      const reference = (await play(tokenBatch(4, 4, 64))).batch;
+      await policy.close();
+      expect(aborting.stats().injectedAborts).toBeGreaterThan(5);
+      expect(batch.failed).toBe(0);
+      expect(batch.episodes.map((e) => e.tokens!.ids)).toEqual(reference.episodes.map((e) => e.tokens!.ids));
+      // An abort is the engine pausing, not the replica failing: it stays in rotation.
+      expect(policy.replicas().every((r) => r.healthy && r.failures === 0)).toBe(true);
+    } finally {
+      await aborting.close();
+    }
+  });
+
+  it("a cancelled rollout leaves the engine's shared renders intact for the next one", async () => {
+    const policy = new ChatPolicy({ baseURL: engine.url, model: "mock", concurrency: 16 });
+    await policy.preflight();
+    const controller = new AbortController();
+    let turns = 0;
+    const cancelled = await runBatch(registry, tokenBatch(2, 4, 64), policy, {
+      signal: controller.signal,
+      onTurn: () => {
+        if (++turns === 1) controller.abort();
+      },
+    });
+    expect(cancelled.episodes.some((e) => e.failure === "cancelled")).toBe(true);
+    const next = await runBatch(registry, tokenBatch(2, 4, 64), policy);
+    await policy.close();
+    expect(next.failed).toBe(0);
+    for (const e of next.episodes) checkLog(e);
   });
 });
 
@@ -173,7 +258,10 @@ describe("token mode against llama.cpp (real Qwen3 tokenizer)", () => {
   }, 300_000);
 
   it("a template that rewrites earlier turns is caught", async () => {
-    const batch = await play(["--chat-template-file", join(FIXTURES, "templates", "rewrites-earlier-turns.jinja")]);
+    const batch = await play([
+      "--chat-template-file",
+      join(FIXTURES, "templates", "rewrites-earlier-turns.jinja"),
+    ]);
     expect(batch.failed).toBe(0);
     const multi = batch.episodes.filter((e) => e.turns.length > 1);
     expect(multi.length).toBeGreaterThan(0);

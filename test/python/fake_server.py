@@ -4,8 +4,9 @@ It implements the parts of protocol/PROTOCOL.md the client depends on, with the 
 session semantics as src/server/session.ts: handshake and version check, bearer-token check
 at the upgrade (HTTP 401), credit and acknowledgements, an ordered outbox where group frames
 spend credit, resume within a grace period (unacknowledged groups resent in seq order, then
-unconfirmed batch frames), cancel, `progress`, `closing` + 1001 on shutdown, and env hosting
-on a toy environment. Episodes are synthetic but deterministic in (seed, env id).
+unconfirmed batch frames), cancel, `progress`, `closing` + 1001 on shutdown, env hosting
+on a toy environment, and `tokens: true` (group frames with synthetic token logs in the wire
+format, `token_log`/`token_fields`). Episodes are synthetic but deterministic in (seed, env id).
 
 Test hooks: `drop_after_groups` (abort the TCP connection, no close frame, right after the
 n-th group frame of a connection), `drop_on_frame` (abort when the client sends a frame of a
@@ -32,6 +33,8 @@ import websockets
 PROTOCOL = 1
 TAGS = ["Fake", "FakeB"]
 ACTIONS = ["Up", "Down", "Left", "Right"]
+#: Token ids of the synthetic token logs are in [0, VOCAB).
+VOCAB = 64
 
 
 def encode(frame: Dict[str, Any]) -> bytes:
@@ -77,8 +80,66 @@ def episode(env_id: int, group: int, tag: str, seed: int, cancelled: bool = Fals
     }
 
 
-def group_frame(rollout: str, group: int, episodes: List[Dict[str, Any]], kept, score) -> Dict[str, Any]:
+def token_log(env_id: int, seed: int, reward: float) -> Dict[str, Any]:
+    """A deterministic synthetic token log with the fields of the server's TokenRecord: the
+    prompt, then per turn inserted ids (from the second turn on) and sampled ids, each turn's
+    reward on its last sampled id. Env ids = 5 (mod 6) start with an empty turn, env ids
+    = 4 (mod 6) have no turn at all (the context was full at once)."""
+    rng = np.random.default_rng([seed, env_id])
+    prompt = int(rng.integers(2, 7))
+    ids = [int(t) for t in rng.integers(0, VOCAB, prompt)]
+    mask, logprobs, rewards = [0] * prompt, [0.0] * prompt, [0.0] * prompt
+    starts: List[int] = []
+    ends: List[int] = []
+    turns = 0 if env_id % 6 == 4 else int(rng.integers(1, 4))
+    for k in range(turns):
+        if k > 0:
+            inserted = [int(t) for t in rng.integers(0, VOCAB, int(rng.integers(1, 4)))]
+            ids += inserted
+            mask += [0] * len(inserted)
+            logprobs += [0.0] * len(inserted)
+            rewards += [0.0] * len(inserted)
+        n = 0 if (k == 0 and env_id % 6 == 5) else int(rng.integers(1, 6))
+        starts.append(len(ids))
+        ids += [int(t) for t in rng.integers(0, VOCAB, n)]
+        mask += [1] * n
+        logprobs += [float(-0.01 - 3 * x) for x in rng.random(n)]
+        rewards += [0.0] * n
+        ends.append(len(ids))
+        if n:
+            rewards[-1] = reward if k == turns - 1 else 0.25 * (k + 1)
     return {
+        "ids": ids, "loss_mask": mask, "logprobs": logprobs, "rewards": rewards,
+        "turn_starts": starts, "turn_ends": ends, "prompt_length": prompt,
+    }
+
+
+def token_fields(logs: List[Dict[str, Any]]) -> Dict[str, bytes]:
+    """The token arrays of a group frame (PROTOCOL.md "Token logs"), from per-episode logs."""
+    offsets = [0]
+    for log in logs:
+        offsets.append(offsets[-1] + len(log["ids"]))
+
+    def cat(key: str) -> List[Any]:
+        return [v for log in logs for v in log[key]]
+
+    return {
+        "token_offsets_i32": i32(offsets),
+        "token_ids_i32": i32(cat("ids")),
+        "loss_mask_u8": u8(cat("loss_mask")),
+        "logprobs_f32": f32(cat("logprobs")),
+        "token_rewards_f32": f32(cat("rewards")),
+        "prompt_lengths_i32": i32([log["prompt_length"] for log in logs]),
+        "turn_counts_i32": i32([len(log["turn_starts"]) for log in logs]),
+        "turn_starts_i32": i32(cat("turn_starts")),
+        "turn_ends_i32": i32(cat("turn_ends")),
+    }
+
+
+def group_frame(rollout: str, group: int, episodes: List[Dict[str, Any]], kept, score, tokens: bool = False) -> Dict[str, Any]:
+    """A group frame; with ``tokens``, the token arrays too (not for groups with a cancelled
+    episode: like the server's, a group carries token logs only when every episode has one)."""
+    frame = {
         "type": "group",
         "rollout": rollout,
         "group": group,
@@ -94,6 +155,9 @@ def group_frame(rollout: str, group: int, episodes: List[Dict[str, Any]], kept, 
         "penalties_f32": f32([e["penalty"] for e in episodes]),
         "success_u8": u8([1 if e["success"] else 0 for e in episodes]),
     }
+    if tokens and all(e["failure"] is None for e in episodes):
+        frame.update(token_fields([token_log(e["env_id"], e["seed"], e["reward"]) for e in episodes]))
+    return frame
 
 
 def expected_batch(tags, group_size: int, mode: str, seed: int):
@@ -551,6 +615,7 @@ class FakeServer:
         total_groups = sum(g for _, g in tags)
         seed = frame.get("seed", 123 if mode == "val" else 10000 + frame.get("step", 0) * total_groups)
         stream = frame["delivery"] == "stream"
+        tokens = frame.get("tokens") is True
         all_eps: List[List[Dict[str, Any]]] = []
         kept: List[int] = []
         dropped: List[int] = []
@@ -581,13 +646,13 @@ class FakeServer:
                 })
                 if stream:
                     r.buffered += 1
-                    session.enqueue_group(r.id, g, group_frame(r.id, g, eps, None, None))
+                    session.enqueue_group(r.id, g, group_frame(r.id, g, eps, None, None, tokens))
                 g += 1
         if not stream:
             for gid in kept:
                 r.buffered += 1
                 eps = all_eps[gid]
-                session.enqueue_group(r.id, gid, group_frame(r.id, gid, eps, True, float(np.var([e["reward"] for e in eps]))))
+                session.enqueue_group(r.id, gid, group_frame(r.id, gid, eps, True, float(np.var([e["reward"] for e in eps])), tokens))
         r.batch = {
             "type": "batch",
             "rollout": r.id,

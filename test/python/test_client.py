@@ -591,7 +591,9 @@ class ExampleTests(FakeServerCase):
 
         scores = np.array([1, 3, 5, 5, 0, 2], dtype=np.float32)
         adv = grpo_advantages(scores, np.array([0, 0, 1, 1, 2, 2], dtype=np.int32))
-        np.testing.assert_allclose(adv, [-1, 1, 0, 0, -1, 1], atol=1e-5)
+        # unbiased group std (verl's torch.std): [1, 3] → mean 2, std √2
+        h = 1 / np.sqrt(2)
+        np.testing.assert_allclose(adv, [-h, h, 0, 0, -h, h], atol=1e-5)
 
 
 class AbandonedStreamTests(unittest.TestCase):
@@ -649,11 +651,12 @@ class PureTests(unittest.TestCase):
         eps = [fake_server.episode(i, 0, "Fake", 1) for i in range(3)]
         frame = fake_server.group_frame("r", 0, eps, None, None)
         frame["seq"] = 4
-        frame["logprobs_f32"] = np.zeros(7, dtype="<f4").tobytes()  # an array a newer server adds
+        frame["values_f32"] = np.zeros(7, dtype="<f4").tobytes()  # an array a newer server adds
         group = Group.from_frame(frame)
         self.assertEqual((group.rollout, group.group, group.seq, group.tag, group.seed), ("r", 0, 4, "Fake", 1))
         self.assertEqual(group.success.dtype, np.bool_)
-        self.assertEqual(group.arrays["logprobs"].shape, (7,))
+        self.assertEqual(group.arrays["values"].shape, (7,))
+        self.assertIsNone(group.tokens)  # no token log without tokens: true
         bad = dict(frame, scores_f32=b"\0" * 8)
         with self.assertRaises(ProtocolError):
             Group.from_frame(bad)

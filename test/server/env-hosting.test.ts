@@ -76,13 +76,10 @@ describe("env hosting", () => {
     expect((closed.episodes as Record<string, unknown>[]).map(strip)).toEqual(
       batch.episodes.map((e) => strip(e as unknown as Record<string, unknown>)),
     );
-    // Rollout-only counters: env hosting has no inference to fail and no context window to manage.
-    const {
-      ["rollgym/failed_episodes"]: _failed,
-      ["rollgym/context_shortened_turns"]: _shortened,
-      ["rollgym/context_full_episodes"]: _full,
-      ...expectedMetrics
-    } = batch.metrics;
+    // Rollout-only counters (inference failures, the context window, engine splits and drift).
+    const expectedMetrics = Object.fromEntries(
+      Object.entries(batch.metrics).filter(([key]) => !key.startsWith("rollgym/")),
+    );
     expect(closed.metrics).toEqual(expectedMetrics);
     expect(episodes[0].messages).toEqual([
       { role: "system", content: expect.stringContaining("You are solving the Sokoban puzzle.") },

@@ -13,15 +13,10 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from rollgym_client import Client  # noqa: E402
+from rollgym_client import Client, grpo_advantages  # noqa: E402
 
-
-def grpo_advantages(scores: np.ndarray, group_ids: np.ndarray, eps: float = 1e-6) -> np.ndarray:
-    """(score − group mean) / (group std + eps), vectorised over the batch."""
-    _, inverse, counts = np.unique(group_ids, return_inverse=True, return_counts=True)
-    mean = np.bincount(inverse, weights=scores) / counts
-    var = np.bincount(inverse, weights=(scores - mean[inverse]) ** 2) / counts
-    return ((scores - mean[inverse]) / (np.sqrt(var)[inverse] + eps)).astype(np.float32)
+# grpo_advantages(scores, group_ids): (score − group mean) / (group std + 1e-6) per episode,
+# vectorised, as verl computes GRPO's outcome advantage (sample std; a group of one keeps its score).
 
 
 def main(url: str) -> None:

@@ -780,7 +780,10 @@ class AsyncClient:
             timeout: seconds; on expiry the rollout is cancelled and ``RollgymError("timeout")`` raised.
             **options: more request fields, sent as given: ``max_turn``, ``max_actions_per_turn``,
                 ``think``, ``sampling={temperature, top_p, top_k, min_p, max_tokens}``,
-                ``filter={strategy, value, top_p_mode, type, include_zero, metric}``.
+                ``filter={strategy, value, top_p_mode, type, include_zero, metric}``,
+                ``tokens=True`` (token in, token out: every group carries its episodes' token
+                logs, ``Group.tokens``/``Batch.tokens``, ready for :func:`pack_batch`; needs a
+                server running against a remote engine).
 
         Raises:
             RollgymError: the server refused the request (``unknown_tag``, ``limit``, ``bad_frame``...).

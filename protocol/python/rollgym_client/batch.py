@@ -11,6 +11,7 @@ import numpy as np
 
 from .codec import array_dtype, decode_array
 from .errors import ProtocolError
+from .tokens import TOKEN_ARRAYS, TokenLog, token_logs_from_frame
 
 #: The per-episode arrays every ``group`` frame carries: attribute name → wire field.
 EPISODE_ARRAYS = {
@@ -40,6 +41,10 @@ class Group:
     frame's bytes (``numpy.frombuffer``); copy them to modify. ``kept`` is the filter's
     verdict: known on arrival in ``batch`` delivery, ``None`` until the rollout's verdict
     arrives in ``stream`` delivery (the client fills it in then).
+
+    ``tokens`` is ``None`` unless the rollout was requested with ``tokens=True``; then it
+    holds one :class:`~rollgym_client.tokens.TokenLog` per episode (views of the frame's
+    token arrays, checked on arrival).
     """
 
     rollout: str
@@ -60,6 +65,8 @@ class Group:
     arrays: Dict[str, np.ndarray] = field(default_factory=dict, repr=False)
     #: True when the verdict listed this group under ``failed_groups`` (an episode failed).
     failed: bool = False
+    #: One token log per episode in token mode (``tokens=True``), else ``None``.
+    tokens: Optional[List[TokenLog]] = field(default=None, repr=False)
 
     @property
     def group_ids(self) -> np.ndarray:
@@ -86,6 +93,7 @@ class Group:
                 per_episode[attr] = decode_array(wire, frame[wire], n)
             per_episode["success"] = per_episode["success"] != 0
             arrays["success"] = per_episode["success"]
+            tokens = token_logs_from_frame(frame, n)
             kept = frame.get("kept")
             score = frame.get("score")
             return cls(
@@ -98,10 +106,23 @@ class Group:
                 score=None if score is None else float(score),
                 episodes=episodes,
                 arrays=arrays,
+                tokens=tokens,
                 **per_episode,
             )
         except KeyError as missing:
             raise ProtocolError(f"group frame lacks {missing.args[0]!r}") from None
+
+
+def token_groups(groups: Iterable[Group]) -> List[Group]:
+    """The groups, after checking that each carries token logs (``ValueError`` otherwise)."""
+    groups = list(groups)
+    missing = [g.group for g in groups if g.tokens is None]
+    if missing:
+        raise ValueError(
+            f"group(s) {missing} carry no token logs: request the rollout with tokens=True "
+            "(a failed group may lack them when an episode failed before its first prompt)"
+        )
+    return groups
 
 
 def _concat(groups: List[Group], attr: str) -> np.ndarray:
@@ -130,6 +151,9 @@ class Batch:
         failed: episodes that failed (inference failed for good, or cancelled).
         env_ids, group_ids (int32), scores, rewards, penalties (float32), success (bool):
             one entry per episode of the kept groups.
+        tokens: token mode (``tokens=True``) only: one :class:`TokenLog` per episode of the
+            kept groups (``None`` otherwise); :meth:`token_arrays` has them concatenated and
+            :func:`rollgym_client.pack_batch` padded for a trainer.
     """
 
     def __init__(self, rollout: str, delivery: str, groups: Iterable[Group], verdict: Dict[str, Any]):
@@ -152,6 +176,42 @@ class Batch:
         self.episodes: List[Dict[str, Any]] = [e for g in self.kept_groups for e in g.episodes]
         for attr in ARRAY_DTYPES:
             setattr(self, attr, _concat(self.kept_groups, attr))
+        self._tokens: Optional[List[TokenLog]] = None
+
+    @property
+    def tokens(self) -> Optional[List[TokenLog]]:
+        """Token mode: one :class:`TokenLog` per episode of the kept groups, row *i* ↔
+        ``episodes[i]``; ``None`` when the kept groups carry no token logs (no ``tokens=True``),
+        ``ValueError`` when only some do."""
+        if self._tokens is None:
+            if self.kept_groups and all(g.tokens is None for g in self.kept_groups):
+                return None
+            self._tokens = [log for g in token_groups(self.kept_groups) for log in g.tokens or ()]
+        return self._tokens
+
+    def token_arrays(self, which: str = "kept") -> Dict[str, np.ndarray]:
+        """Token mode: the groups' token arrays concatenated as on the wire, over ``"kept"``
+        groups or ``"all"`` received groups. Names drop the dtype suffix: ``token_offsets``
+        (n_episodes + 1, rebased over the whole batch, so usable as ``cu_seqlens``),
+        ``token_ids``, ``loss_mask``, ``logprobs``, ``token_rewards``, ``prompt_lengths``,
+        ``turn_counts``, ``turn_starts``, ``turn_ends`` (still relative to each episode's start).
+        Raises ``ValueError`` when a group has no token logs."""
+        if which not in ("kept", "all"):
+            raise ValueError(f'which must be "kept" or "all", not {which!r}')
+        groups = token_groups(self.kept_groups if which == "kept" else self.groups)
+        out: Dict[str, np.ndarray] = {}
+        for name, wire in TOKEN_ARRAYS.items():
+            dtype = array_dtype(wire).newbyteorder("=")
+            if name == "token_offsets":
+                lengths = [np.diff(g.arrays[name].astype(np.int64)) for g in groups] or [np.empty(0, np.int64)]
+                offsets = np.concatenate(([0], np.cumsum(np.concatenate(lengths))))
+                if offsets[-1] > np.iinfo(np.int32).max:
+                    raise ValueError(f"{int(offsets[-1])} tokens do not fit int32 offsets")
+                out[name] = offsets.astype(dtype)
+            else:
+                parts = [g.arrays[name] for g in groups]
+                out[name] = np.concatenate(parts).astype(dtype, copy=False) if parts else np.empty(0, dtype)
+        return out
 
     @property
     def all_episodes(self) -> List[Dict[str, Any]]:

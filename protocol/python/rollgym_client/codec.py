@@ -45,14 +45,14 @@ def decode_array(name: str, data: Any, length: int = -1) -> np.ndarray:
     """
     dtype = array_dtype(name)
     if dtype is None:
-        raise ProtocolError(f"field {name!r} is not a typed-array field (*_i32, *_f32, *_u8)")
+        raise ProtocolError(f"field {name!r} is not a typed-array field (*_i32, *_f32, *_u8)", field=name)
     if not isinstance(data, (bytes, bytearray, memoryview)):
-        raise ProtocolError(f"field {name!r} must be msgpack bin, got {type(data).__name__}")
+        raise ProtocolError(f"field {name!r} must be msgpack bin, got {type(data).__name__}", field=name)
     if len(data) % dtype.itemsize != 0:
-        raise ProtocolError(f"field {name!r} holds {len(data)} bytes, not a multiple of {dtype.itemsize}")
+        raise ProtocolError(f"field {name!r} holds {len(data)} bytes, not a multiple of {dtype.itemsize}", field=name)
     array = np.frombuffer(data, dtype=dtype)
     if length >= 0 and array.shape[0] != length:
-        raise ProtocolError(f"field {name!r} has {array.shape[0]} entries, the frame has {length} episodes")
+        raise ProtocolError(f"field {name!r} has {array.shape[0]} entries, the frame has {length} episodes", field=name)
     # "<i4" on a little-endian machine is plain int32; normalise so users see native dtypes.
     native = dtype.newbyteorder("=")
     return array if array.dtype == native else array.astype(native)

@@ -1,0 +1,216 @@
+"""Token logs of a token-mode rollout (``tokens=True``): :class:`TokenLog`, one per episode,
+made of numpy views of a ``group`` frame's typed arrays (PROTOCOL.md, "Token logs").
+
+A group frame of a token-mode rollout carries every episode's log concatenated:
+
+- ``token_offsets_i32``: n_episodes + 1 offsets; episode *i* is ``[off[i], off[i + 1])`` of
+  the four per-token arrays below.
+- ``token_ids_i32``: the first prompt, then per turn the exact sampled ids and the ids
+  inserted before the next turn.
+- ``loss_mask_u8``: 1 exactly at sampled ids, 0 elsewhere.
+- ``logprobs_f32``: the engine's logprob of each sampled id, 0 elsewhere.
+- ``token_rewards_f32``: each turn's reward on the turn's last sampled id, 0 elsewhere.
+- ``prompt_lengths_i32``: per episode, the length of the first prompt.
+- ``turn_counts_i32``: per episode, the number of model turns.
+- ``turn_starts_i32``, ``turn_ends_i32``: concatenated over episodes (episode *i* owns the
+  next ``turn_counts[i]`` entries): ``[start, end)`` of each turn's sampled ids, relative to
+  the episode's first token.
+
+:func:`token_logs_from_frame` checks all of that (vectorised, no per-token loops) and slices
+the arrays per episode without copying.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+
+from .codec import decode_array
+from .errors import ProtocolError
+
+#: The token-log arrays of a token-mode ``group`` frame: name (as in ``Group.arrays``) → wire field.
+TOKEN_ARRAYS = {
+    "token_offsets": "token_offsets_i32",
+    "token_ids": "token_ids_i32",
+    "loss_mask": "loss_mask_u8",
+    "logprobs": "logprobs_f32",
+    "token_rewards": "token_rewards_f32",
+    "prompt_lengths": "prompt_lengths_i32",
+    "turn_counts": "turn_counts_i32",
+    "turn_starts": "turn_starts_i32",
+    "turn_ends": "turn_ends_i32",
+}
+
+
+@dataclass(frozen=True, eq=False)
+class TokenLog:
+    """One episode's token log: a single sequence that only ever grew during the episode.
+
+    Every array is a read-only view of the ``group`` frame's bytes (copy it to modify);
+    all have one entry per token except ``turn_starts``/``turn_ends`` (one per model turn).
+
+    Attributes:
+        ids: int32 token ids: the first prompt, then per turn the exact sampled ids followed
+            by the ids inserted before the next turn (env feedback, chat-template glue).
+        loss_mask: uint8, 1 exactly at sampled ids (the tokens to train on), 0 elsewhere.
+        logprobs: float32, the engine's logprob of each sampled id, 0 elsewhere.
+        rewards: float32, each turn's reward on that turn's last sampled id, 0 elsewhere.
+        turn_starts, turn_ends: int32, ``ids[turn_starts[k]:turn_ends[k]]`` are turn *k*'s
+            sampled ids (positions relative to the episode's first token).
+        prompt_length: the length of the first prompt (``ids[:prompt_length]``).
+    """
+
+    ids: np.ndarray
+    loss_mask: np.ndarray
+    logprobs: np.ndarray
+    rewards: np.ndarray
+    turn_starts: np.ndarray
+    turn_ends: np.ndarray
+    prompt_length: int
+
+    def __len__(self) -> int:
+        return int(self.ids.shape[0])
+
+    @property
+    def num_turns(self) -> int:
+        return int(self.turn_starts.shape[0])
+
+    @property
+    def prompt_ids(self) -> np.ndarray:
+        """The first prompt's ids (a view)."""
+        return self.ids[: self.prompt_length]
+
+    @property
+    def sampled_ids(self) -> np.ndarray:
+        """Every sampled id, turn after turn (a copy: ``ids[loss_mask == 1]``)."""
+        return self.ids[self.loss_mask != 0]
+
+    def turn(self, k: int) -> np.ndarray:
+        """Turn *k*'s sampled ids (a view)."""
+        return self.ids[int(self.turn_starts[k]) : int(self.turn_ends[k])]
+
+    def __repr__(self) -> str:
+        return (
+            f"TokenLog(tokens={len(self)}, prompt_length={self.prompt_length}, turns={self.num_turns}, "
+            f"sampled={int(np.count_nonzero(self.loss_mask))})"
+        )
+
+
+def _bad(field: str, message: str) -> ProtocolError:
+    return ProtocolError(f"group frame: {field}: {message}", field=field)
+
+
+def _first(condition: np.ndarray) -> int:
+    return int(np.flatnonzero(condition)[0])
+
+
+def token_logs_from_frame(frame: Dict[str, Any], n_episodes: int) -> Optional[List[TokenLog]]:
+    """The episodes' :class:`TokenLog` s from a ``group`` frame, or ``None`` when the frame has
+    no token log (the rollout was not requested with ``tokens=True``).
+
+    Raises :class:`ProtocolError` (its ``field`` names the wire field) when only some token
+    fields are present, when lengths or offsets disagree, or when the loss mask, logprobs or
+    token rewards are not where the turn boundaries say.
+    """
+    present = [wire for wire in TOKEN_ARRAYS.values() if wire in frame]
+    if not present:
+        return None
+    for wire in TOKEN_ARRAYS.values():
+        if wire not in frame:
+            raise _bad(wire, f"missing (the frame has {present[0]!r}: token logs need all of {list(TOKEN_ARRAYS.values())})")
+    a = {name: decode_array(wire, frame[wire]) for name, wire in TOKEN_ARRAYS.items()}
+    n = n_episodes
+
+    # Offsets: n + 1 of them, from 0, never decreasing, ending at the token count.
+    off = a["token_offsets"]
+    total = a["token_ids"].shape[0]
+    if off.shape[0] != n + 1:
+        raise _bad("token_offsets_i32", f"{off.shape[0]} entries, expected n_episodes + 1 = {n + 1}")
+    if off[0] != 0:
+        raise _bad("token_offsets_i32", f"starts at {int(off[0])}, not 0")
+    lengths = np.diff(off.astype(np.int64))
+    if np.any(lengths < 0):
+        i = _first(lengths < 0)
+        raise _bad("token_offsets_i32", f"decreases at episode {i} ({int(off[i])} → {int(off[i + 1])})")
+    if off[-1] != total:
+        raise _bad("token_offsets_i32", f"ends at {int(off[-1])}, but token_ids_i32 has {total} ids")
+    for name in ("loss_mask", "logprobs", "token_rewards"):
+        if a[name].shape[0] != total:
+            raise _bad(TOKEN_ARRAYS[name], f"{a[name].shape[0]} entries, token_ids_i32 has {total}")
+
+    # Per-episode arrays.
+    prompt = a["prompt_lengths"]
+    counts = a["turn_counts"]
+    for name, values in (("prompt_lengths", prompt), ("turn_counts", counts)):
+        if values.shape[0] != n:
+            raise _bad(TOKEN_ARRAYS[name], f"{values.shape[0]} entries, the frame has {n} episodes")
+        if np.any(values < 0):
+            raise _bad(TOKEN_ARRAYS[name], f"negative at episode {_first(values < 0)}")
+    if np.any(prompt > lengths):
+        i = _first(prompt > lengths)
+        raise _bad("prompt_lengths_i32", f"episode {i}'s prompt ({int(prompt[i])} ids) is longer than its log ({int(lengths[i])} ids)")
+
+    # Turns: sum(turn_counts) of each; inside the episode, after the prompt, in order.
+    starts = a["turn_starts"].astype(np.int64)
+    ends = a["turn_ends"].astype(np.int64)
+    n_turns = int(counts.sum(dtype=np.int64))
+    for name, values in (("turn_starts", starts), ("turn_ends", ends)):
+        if values.shape[0] != n_turns:
+            raise _bad(TOKEN_ARRAYS[name], f"{values.shape[0]} entries, turn_counts_i32 sums to {n_turns}")
+    episode_of = np.repeat(np.arange(n), counts)
+    if np.any(starts < prompt[episode_of]):
+        k = _first(starts < prompt[episode_of])
+        raise _bad("turn_starts_i32", f"turn {k} (episode {int(episode_of[k])}) starts at {int(starts[k])}, inside the prompt")
+    if np.any(ends < starts):
+        k = _first(ends < starts)
+        raise _bad("turn_ends_i32", f"turn {k} (episode {int(episode_of[k])}) ends at {int(ends[k])} before it starts at {int(starts[k])}")
+    if np.any(ends > lengths[episode_of]):
+        k = _first(ends > lengths[episode_of])
+        raise _bad("turn_ends_i32", f"turn {k} (episode {int(episode_of[k])}) ends at {int(ends[k])}, past the episode's {int(lengths[episode_of[k]])} ids")
+    same = episode_of[1:] == episode_of[:-1]
+    overlap = same & (starts[1:] < ends[:-1])
+    if np.any(overlap):
+        k = _first(overlap) + 1
+        raise _bad("turn_starts_i32", f"turn {k} (episode {int(episode_of[k])}) starts at {int(starts[k])}, before the previous turn ends")
+
+    # The loss mask is 1 exactly inside the turns; logprobs and rewards are 0 outside them.
+    first = off[:-1].astype(np.int64)[episode_of]
+    abs_starts, abs_ends = first + starts, first + ends
+    inside = np.cumsum(np.bincount(abs_starts, minlength=total + 1) - np.bincount(abs_ends, minlength=total + 1))[:total]
+    mask = a["loss_mask"]
+    if np.any(mask != inside):
+        t = _first(mask != inside)
+        i = int(np.searchsorted(off, t, side="right")) - 1
+        raise _bad("loss_mask_u8", f"{int(mask[t])} at token {t - int(off[i])} of episode {i}, where the turn boundaries say {int(inside[t])}")
+    outside = inside == 0
+    if np.any(a["logprobs"][outside] != 0):
+        t = _first(outside & (a["logprobs"] != 0))
+        raise _bad("logprobs_f32", f"nonzero at token {t}, which was not sampled")
+    last = np.zeros(total, dtype=bool)
+    last[abs_ends[ends > starts] - 1] = True
+    if np.any(a["token_rewards"][~last] != 0):
+        t = _first(~last & (a["token_rewards"] != 0))
+        raise _bad("token_rewards_f32", f"nonzero at token {t}, which is not the last sampled id of a turn")
+
+    # One view per episode.
+    turn_off = np.concatenate(([0], np.cumsum(counts, dtype=np.int64)))
+    ids, lp, rw = a["token_ids"], a["logprobs"], a["token_rewards"]
+    ts, te = a["turn_starts"], a["turn_ends"]
+    logs = []
+    for i in range(n):
+        lo, hi = int(off[i]), int(off[i + 1])
+        tlo, thi = int(turn_off[i]), int(turn_off[i + 1])
+        logs.append(
+            TokenLog(
+                ids=ids[lo:hi],
+                loss_mask=mask[lo:hi],
+                logprobs=lp[lo:hi],
+                rewards=rw[lo:hi],
+                turn_starts=ts[tlo:thi],
+                turn_ends=te[tlo:thi],
+                prompt_length=int(prompt[i]),
+            )
+        )
+    return logs

@@ -1,0 +1,172 @@
+// The env registry a configuration describes: RAGEN's tags, the env types and tags of plugin
+// modules, then `custom_envs` entries merged into the tags they name (Hydra merges a partial
+// `custom_envs.CoordFrozenLake.env_config.success_rate: 1` into envs.yaml's entry) or added as
+// new tags. Errors are ConfigErrors naming the full dotted key and where it was set.
+import { existsSync } from "node:fs";
+import { createRequire } from "node:module";
+import { isAbsolute, join, resolve } from "node:path";
+import { pathToFileURL } from "node:url";
+import { createRegistry } from "../../envs/catalog.ts";
+import type { EnvRegistry, TagSpec } from "../../envs/registry.ts";
+import { EnvConfigError } from "../../envs/types.ts";
+import { originOf } from "./load.ts";
+import { ConfigError, type CustomEnvEntry, formatValue, type RollgymConfig } from "./schema.ts";
+
+/** What a plugin module exports as `register` (or as its default export). */
+export type RegisterEnvs = (registry: EnvRegistry) => void | Promise<void>;
+
+export interface PluginRef {
+  /** A path (from the current directory) or a package name. */
+  module: string;
+  /** Where it was named, for errors: "--plugin" or "rollgym.plugins (set in run.yaml:3)". */
+  from: string;
+}
+
+export interface RegistryOptions {
+  /** LoadedConfig.origins, so errors can say where a key was set. */
+  origins?: Readonly<Record<string, string>>;
+  /** Plugins beyond config.rollgym.plugins (e.g. from --plugin). */
+  plugins?: readonly PluginRef[];
+  /** Where relative plugin paths start (default: the current directory). */
+  cwd?: string;
+}
+
+const TAG_FIELDS = ["env_type", "max_actions_per_traj", "env_instruction", "max_tokens"] as const;
+
+function isPlainObject(value: unknown): value is Record<string, unknown> {
+  return typeof value === "object" && value !== null && !Array.isArray(value);
+}
+
+/** OmegaConf merge: mappings key by key, anything else replaces; null replaces too. */
+function mergeData(base: unknown, over: unknown): unknown {
+  if (!isPlainObject(base) || !isPlainObject(over)) return structuredClone(over);
+  const out: Record<string, unknown> = structuredClone(base);
+  for (const [key, value] of Object.entries(over)) out[key] = mergeData(out[key], value);
+  return out;
+}
+
+/** A custom_envs entry merged into the tag it names, or a new tag when it names none. */
+export function mergeTagSpec(
+  tag: string,
+  base: TagSpec | undefined,
+  entry: CustomEnvEntry,
+): Partial<TagSpec> {
+  const merged: Record<string, unknown> = base ? { ...structuredClone(base) } : { tag };
+  for (const [field, value] of Object.entries(entry)) {
+    merged[field] = field === "env_config" ? mergeData(merged.env_config, value) : value;
+  }
+  merged.tag = tag;
+  return merged as Partial<TagSpec>;
+}
+
+function suffix(origins: Readonly<Record<string, string>>, key: string): string {
+  const origin = originOf(origins, key);
+  return origin === undefined ? "" : ` (set in ${origin})`;
+}
+
+/** Registers every custom_envs entry; throws ConfigError with the full key and its origin. */
+export function applyCustomEnvs(
+  registry: EnvRegistry,
+  config: RollgymConfig,
+  origins: Readonly<Record<string, string>> = {},
+): void {
+  for (const [tag, entry] of Object.entries(config.custom_envs)) {
+    const prefix = `custom_envs.${tag}`;
+    const base = registry.hasTag(tag) ? registry.tag(tag).spec : undefined;
+    const spec = mergeTagSpec(tag, base, entry);
+    const missing = TAG_FIELDS.filter((f) => spec[f] === undefined);
+    if (missing.length > 0) {
+      const key = `${prefix}.${missing[0]}`;
+      throw new ConfigError(
+        key,
+        `${key} is not set, and ${tag} is a new tag (not one of ${registry.tagNames().join(", ")}), so ` +
+          `${prefix} needs ${TAG_FIELDS.join(", ")}; missing: ${missing.join(", ")}${suffix(origins, prefix)}`,
+      );
+    }
+    try {
+      registry.registerTag(spec as TagSpec);
+    } catch (error) {
+      if (!(error instanceof EnvConfigError)) throw error;
+      const field = error.field;
+      const key = (TAG_FIELDS as readonly string[]).includes(field)
+        ? `${prefix}.${field}`
+        : `${prefix}.env_config.${field}`;
+      const detail = error.message.startsWith(`${field}: `)
+        ? error.message.slice(field.length + 2)
+        : error.message;
+      throw new ConfigError(key, `${key}: ${detail}${suffix(origins, key)}`);
+    }
+  }
+}
+
+/** Imports each plugin module and calls its register(registry). */
+export async function loadPlugins(
+  registry: EnvRegistry,
+  plugins: readonly PluginRef[],
+  cwd = process.cwd(),
+): Promise<void> {
+  for (const plugin of plugins) {
+    const fail = (why: string): never => {
+      throw new ConfigError(
+        plugin.from.startsWith("rollgym.plugins") ? "rollgym.plugins" : null,
+        `${plugin.from}: ${formatValue(plugin.module)} ${why}; allowed: a module (a path from the ` +
+          "current directory, or a package name) exporting register(registry)",
+      );
+    };
+    let exports: Record<string, unknown>;
+    try {
+      exports = await importPlugin(plugin.module, cwd);
+    } catch (error) {
+      return fail(`cannot be loaded: ${oneLine(error)}`);
+    }
+    const register = exports.register ?? exports.default;
+    if (typeof register !== "function") return fail("exports no register(registry) function");
+    try {
+      await (register as RegisterEnvs)(registry);
+    } catch (error) {
+      return fail(`failed to register its envs: ${oneLine(error)}`);
+    }
+  }
+}
+
+function oneLine(error: unknown): string {
+  const text = error instanceof Error ? error.message : String(error);
+  return text.split("\n")[0].replace(/ imported from \S+$/, "");
+}
+
+/**
+ * Paths resolve from `cwd` (an existing file, or anything starting with . or /); other names are
+ * packages, found beside rollgym (a project's node_modules) or else installed in `cwd`.
+ */
+async function importPlugin(spec: string, cwd: string): Promise<Record<string, unknown>> {
+  const path = resolve(cwd, spec);
+  if (spec.startsWith(".") || isAbsolute(spec) || existsSync(path)) return import(pathToFileURL(path).href);
+  try {
+    return await import(spec);
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== "ERR_MODULE_NOT_FOUND") throw error;
+    let found: string;
+    try {
+      found = createRequire(join(cwd, "package.json")).resolve(spec);
+    } catch {
+      throw error;
+    }
+    return import(pathToFileURL(found).href);
+  }
+}
+
+/** RAGEN's tags, then the plugins (config's rollgym.plugins and options.plugins), then custom_envs. */
+export async function buildRegistry(
+  config: RollgymConfig,
+  options: RegistryOptions = {},
+): Promise<EnvRegistry> {
+  const origins = options.origins ?? {};
+  const registry = createRegistry();
+  const fromConfig = config.rollgym.plugins.map((module) => ({
+    module,
+    from: `rollgym.plugins${suffix(origins, "rollgym.plugins")}`,
+  }));
+  await loadPlugins(registry, [...fromConfig, ...(options.plugins ?? [])], options.cwd);
+  applyCustomEnvs(registry, config, origins);
+  return registry;
+}

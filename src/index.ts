@@ -1,0 +1,44 @@
+// `import { … } from "rollgym"`: the package's public API. Environments (and what a plugin needs
+// to write its own), configuration, rollouts, policies, the server, episode files and the CLI.
+
+// Config checks for an env type's resolveConfig (what envs/ and examples/ use).
+export { integerIn, numberIn, oneOf, overlayConfig, pairOf, stringMap } from "../envs/config.ts";
+export * from "../envs/index.ts";
+export { run as runCli } from "./cli/main.ts";
+export {
+  ConfigError,
+  type CustomEnvEntry,
+  defaultConfig,
+  describeConfig,
+  type LoadConfigInput,
+  type LoadedConfig,
+  loadConfig,
+  originOf,
+  type RollgymConfig,
+  validateConfig,
+} from "./config/index.ts";
+export {
+  applyCustomEnvs,
+  buildRegistry,
+  loadPlugins,
+  type PluginRef,
+  type RegisterEnvs,
+  type RegistryOptions,
+} from "./config/registry.ts";
+export { oraclePolicy, randomPolicy } from "./llm/builtin.ts";
+export { ChatPolicy, type ChatPolicyOptions } from "./llm/openai-chat.ts";
+export type { EpisodeView, Policy, PolicyRequest, PolicyResponse, SamplingParams } from "./llm/policy.ts";
+export {
+  type EpisodeFile,
+  type EpisodeFileHeader,
+  readEpisodeFile,
+  writeEpisodeFile,
+} from "./record/episode-file.ts";
+export { type BatchRequest, type BatchResult, type GroupResult, runBatch } from "./rollout/batch.ts";
+export type { EpisodeRecord, TurnRecord } from "./rollout/episode.ts";
+export { type FilterConfig, runGroupFilter } from "./rollout/filter.ts";
+export { checkRolloutShape, DEFAULT_ROLLOUT_LIMITS, type RolloutLimits } from "./rollout/limits.ts";
+export { mapActions, parseResponse } from "./rollout/parse.ts";
+export { type ChatMessage, firstTurnMessages } from "./rollout/prompt.ts";
+export { batchRequest } from "./rollout/request.ts";
+export { buildServer, type RollgymServer, type ServerOptions } from "./server/app.ts";

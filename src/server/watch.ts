@@ -1,0 +1,184 @@
+// Watch subscriptions: read-only copies of every rollout's groups and verdicts for the web page
+// and other observers. A watcher takes no part in credit, acknowledgement or resume, and a slow
+// one loses frames (and is told so with a `watch_gap`) rather than hold anything back: frames
+// are encoded once for all watchers and dropped for a watcher whose socket already buffers more
+// than `maxBufferBytes`.
+import type { WebSocket } from "ws";
+import { encodeMessage } from "../../protocol/codec.ts";
+import type {
+  BatchFrame,
+  WatchBatch,
+  WatchedRollout,
+  WatchGap,
+  WatchGroup,
+  Watching,
+} from "../../protocol/messages.ts";
+import type { GroupResult } from "../rollout/batch.ts";
+import type { EpisodeRecord } from "../rollout/episode.ts";
+
+export interface WatchLimits {
+  /** Watch subscriptions open at once over the whole server. */
+  maxWatchers: number;
+  /** A watcher whose socket buffers more than this many bytes loses frames until it drains. */
+  maxBufferBytes: number;
+}
+
+export const DEFAULT_WATCH_LIMITS: WatchLimits = { maxWatchers: 32, maxBufferBytes: 4 << 20 };
+
+/** How often a watcher that lost frames is checked for room to send its gap notice. */
+const GAP_POLL_MS = 200;
+
+interface Watcher {
+  socket: WebSocket;
+  dropped: number;
+  streams: Set<number>;
+  timer: NodeJS.Timeout | null;
+}
+
+/** What a running rollout reports to its watchers. */
+export interface WatchedStream {
+  group(group: number, episodes: readonly EpisodeRecord[]): void;
+  verdict(batch: BatchFrame, groups: readonly GroupResult[]): void;
+  failed(message: string): void;
+}
+
+export class WatchHub {
+  readonly limits: WatchLimits;
+  private readonly watchers = new Map<WebSocket, Watcher>();
+  private readonly running = new Map<number, WatchedRollout>();
+  private lastStream = 0;
+
+  constructor(limits: Partial<WatchLimits> = {}) {
+    this.limits = { ...DEFAULT_WATCH_LIMITS, ...limits };
+  }
+
+  get size(): number {
+    return this.watchers.size;
+  }
+
+  /** The most any watcher's socket buffers, and the frames lost and not yet reported. */
+  stats(): { maxBuffered: number; unreported: number } {
+    let maxBuffered = 0;
+    let unreported = 0;
+    for (const w of this.watchers.values()) {
+      maxBuffered = Math.max(maxBuffered, w.socket.bufferedAmount);
+      unreported += w.dropped;
+    }
+    return { maxBuffered, unreported };
+  }
+
+  /** Subscribe `socket`; false when the server already has `maxWatchers` subscriptions. */
+  subscribe(socket: WebSocket): boolean {
+    if (!this.watchers.has(socket)) {
+      if (this.watchers.size >= this.limits.maxWatchers) return false;
+      this.watchers.set(socket, { socket, dropped: 0, streams: new Set(), timer: null });
+    }
+    const watching: Watching = {
+      type: "watching",
+      limits: {
+        max_watchers: this.limits.maxWatchers,
+        max_watch_buffer_bytes: this.limits.maxBufferBytes,
+      },
+      rollouts: [...this.running.values()].map((r) => ({ ...r })),
+    };
+    socket.send(encodeMessage(watching));
+    return true;
+  }
+
+  unsubscribe(socket: WebSocket): void {
+    const watcher = this.watchers.get(socket);
+    if (watcher?.timer) clearInterval(watcher.timer);
+    this.watchers.delete(socket);
+  }
+
+  /** A rollout started: announce it and return what its engine reports through. */
+  start(rollout: Omit<WatchedRollout, "stream" | "groups_done">): WatchedStream {
+    const stream = ++this.lastStream;
+    const info: WatchedRollout = { stream, ...rollout, groups_done: 0 };
+    this.running.set(stream, info);
+    this.broadcast(stream, { type: "watch_rollout", ...info });
+    const end = (frame: WatchBatch) => {
+      this.running.delete(stream);
+      this.broadcast(stream, frame);
+    };
+    return {
+      group: (group, episodes) => {
+        info.groups_done++;
+        if (this.watchers.size === 0) return;
+        const frame: WatchGroup = {
+          type: "watch_group",
+          stream,
+          rollout: info.rollout,
+          group,
+          tag: episodes[0]?.tag ?? "",
+          seed: episodes[0]?.seed ?? 0,
+          // Token logs stay with the trainer; watchers get the readable record.
+          episodes: episodes.map(({ tokens: _tokens, ...record }) => record),
+        };
+        this.broadcast(stream, frame);
+      },
+      verdict: (batch, groups) => {
+        const scores: (number | null)[] = [];
+        for (const g of groups) scores[g.group_id] = g.failed ? null : g.score;
+        const { type: _type, ...verdict } = batch;
+        end({
+          ...verdict,
+          type: "watch_batch",
+          stream,
+          group_scores: Array.from(scores, (s) => s ?? null),
+        });
+      },
+      failed: (message) =>
+        end({
+          type: "watch_batch",
+          stream,
+          rollout: info.rollout,
+          kept: [],
+          dropped: [],
+          failed_groups: [],
+          group_scores: [],
+          metrics: {},
+          episodes: 0,
+          failed: 0,
+          error: message,
+        }),
+    };
+  }
+
+  private broadcast(
+    stream: number,
+    frame: WatchGroup | WatchBatch | (WatchedRollout & { type: string }),
+  ): void {
+    if (this.watchers.size === 0) return;
+    // One encoding shared by every watcher.
+    const bytes = encodeMessage(frame);
+    for (const watcher of this.watchers.values()) this.deliver(watcher, stream, bytes);
+  }
+
+  private deliver(watcher: Watcher, stream: number, bytes: Uint8Array): void {
+    const { socket } = watcher;
+    if (socket.readyState !== socket.OPEN) return;
+    if (socket.bufferedAmount > this.limits.maxBufferBytes) {
+      watcher.dropped++;
+      watcher.streams.add(stream);
+      // Tell the watcher about the gap once it drains, even if no further frame comes.
+      watcher.timer ??= setInterval(() => this.flushGap(watcher), GAP_POLL_MS).unref();
+      return;
+    }
+    this.flushGap(watcher);
+    socket.send(bytes);
+  }
+
+  private flushGap(watcher: Watcher): void {
+    const { socket } = watcher;
+    if (watcher.dropped > 0 && socket.readyState === socket.OPEN) {
+      if (socket.bufferedAmount > this.limits.maxBufferBytes) return;
+      const gap: WatchGap = { type: "watch_gap", dropped: watcher.dropped, streams: [...watcher.streams] };
+      socket.send(encodeMessage(gap));
+    }
+    watcher.dropped = 0;
+    watcher.streams.clear();
+    if (watcher.timer) clearInterval(watcher.timer);
+    watcher.timer = null;
+  }
+}

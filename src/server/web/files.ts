@@ -1,0 +1,139 @@
+// Episode files for Replay: the ones in the directory `rollgym serve --share DIR` names, and
+// uploads held in memory. A shared file is found by listing DIR and matching the name, never by
+// joining a client's string onto a path, so nothing outside DIR can be read; uploads are checked
+// to be episode files and kept within a count and a byte budget, the oldest evicted first.
+import { randomBytes } from "node:crypto";
+import { createReadStream, type ReadStream } from "node:fs";
+import { lstat, readdir } from "node:fs/promises";
+import { join } from "node:path";
+import { EPISODE_FILE_FORMAT, EPISODE_FILE_VERSION } from "../../record/episode-file.ts";
+import { Refusal } from "./refusal.ts";
+
+export interface FileLimits {
+  /** Largest upload accepted (bytes). */
+  maxUploadBytes: number;
+  /** Uploads kept at once; a new one evicts the oldest. */
+  maxUploads: number;
+  /** Bytes of uploads kept at once; a new one evicts the oldest until it fits. */
+  maxUploadTotalBytes: number;
+  /** Files listed from the shared directory (the newest first). */
+  maxListed: number;
+  /** Largest shared file served (bytes). */
+  maxSharedBytes: number;
+}
+
+export const DEFAULT_FILE_LIMITS: FileLimits = {
+  maxUploadBytes: 32 << 20,
+  maxUploads: 16,
+  maxUploadTotalBytes: 128 << 20,
+  maxListed: 500,
+  maxSharedBytes: 256 << 20,
+};
+
+export interface SharedFile {
+  name: string;
+  bytes: number;
+  modified: string;
+}
+
+/** Episode files directly in `dir`: regular `.jsonl` files (symbolic links are not followed). */
+export async function listShared(dir: string, limits: FileLimits): Promise<SharedFile[]> {
+  const entries = await readdir(dir, { withFileTypes: true });
+  const files: (SharedFile & { mtime: number })[] = [];
+  for (const entry of entries) {
+    if (!entry.isFile() || !entry.name.endsWith(".jsonl")) continue;
+    const info = await lstat(join(dir, entry.name)).catch(() => null);
+    if (!info?.isFile()) continue;
+    files.push({
+      name: entry.name,
+      bytes: info.size,
+      modified: info.mtime.toISOString(),
+      mtime: info.mtimeMs,
+    });
+  }
+  files.sort((a, b) => b.mtime - a.mtime || a.name.localeCompare(b.name));
+  return files.slice(0, limits.maxListed).map(({ mtime: _mtime, ...file }) => file);
+}
+
+/** A stream of the shared file called `name`, if DIR lists it. */
+export async function openShared(dir: string, name: string, limits: FileLimits): Promise<ReadStream> {
+  const listed = (await listShared(dir, { ...limits, maxListed: Number.POSITIVE_INFINITY })).find(
+    (f) => f.name === name,
+  );
+  if (!listed) throw new Refusal(404, `no episode file ${JSON.stringify(name)} is shared`);
+  if (listed.bytes > limits.maxSharedBytes)
+    throw new Refusal(413, `${name} has ${listed.bytes} bytes; at most ${limits.maxSharedBytes} are served`);
+  return createReadStream(join(dir, listed.name));
+}
+
+/** Checks that `text` is an episode file, naming the first bad line ("line N: why") if not. */
+export function checkEpisodeText(text: string): { episodes: number } {
+  let header = false;
+  let summary = false;
+  let episodes = 0;
+  for (const [i, line] of text.split("\n").entries()) {
+    if (line.trim() === "") continue;
+    const bad = (why: string) => new Refusal(400, `line ${i + 1}: ${why}`);
+    let value: { type?: unknown; format?: unknown; version?: unknown } | null;
+    try {
+      value = JSON.parse(line);
+    } catch {
+      throw bad("not a JSON line");
+    }
+    if (typeof value !== "object" || value === null) throw bad("not a JSON object");
+    if (!header) {
+      if (value.type !== "header" || value.format !== EPISODE_FILE_FORMAT)
+        throw bad(`not a rollgym episode file (the first line must be a ${EPISODE_FILE_FORMAT} header)`);
+      if (value.version !== EPISODE_FILE_VERSION)
+        throw bad(`version ${value.version} is not supported (this rollgym reads ${EPISODE_FILE_VERSION})`);
+      header = true;
+    } else if (value.type === "episode") episodes++;
+    else if (value.type === "summary") summary = true;
+    else if (value.type !== "group") throw bad(`unknown line type ${JSON.stringify(value.type)}`);
+  }
+  if (!header) throw new Refusal(400, "the file is empty");
+  if (!summary) throw new Refusal(400, "no summary line (was the file cut short?)");
+  return { episodes };
+}
+
+/** Uploaded episode files, in memory only, under the count and byte limits. */
+export class UploadStore {
+  private readonly files = new Map<string, string>();
+  private bytes = 0;
+  private readonly limits: FileLimits;
+
+  constructor(limits: FileLimits) {
+    this.limits = limits;
+  }
+
+  /** Check and keep `text`; returns its id (unguessable, so a shared URL is the only way in). */
+  add(text: string): { id: string; episodes: number; bytes: number } {
+    const size = Buffer.byteLength(text);
+    if (size > this.limits.maxUploadBytes)
+      throw new Refusal(
+        413,
+        `the upload has ${size} bytes; at most ${this.limits.maxUploadBytes} are accepted`,
+      );
+    const { episodes } = checkEpisodeText(text);
+    while (
+      this.files.size > 0 &&
+      (this.files.size >= this.limits.maxUploads || this.bytes + size > this.limits.maxUploadTotalBytes)
+    ) {
+      const [oldest, body] = this.files.entries().next().value!;
+      this.files.delete(oldest);
+      this.bytes -= Buffer.byteLength(body);
+    }
+    const id = randomBytes(16).toString("hex");
+    this.files.set(id, text);
+    this.bytes += size;
+    return { id, episodes, bytes: size };
+  }
+
+  get(id: string): string | undefined {
+    return this.files.get(id);
+  }
+
+  get size(): number {
+    return this.files.size;
+  }
+}

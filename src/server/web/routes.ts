@@ -1,0 +1,115 @@
+// The web page's routes: the page itself at `/` (static, no secrets), and the JSON routes it
+// uses besides the WebSocket protocol: Play (`/v1/envs/:tag/play`), episode files for Replay
+// (shared directory listing, uploads) and a little server info. The JSON routes sit behind the
+// same token as the WebSocket (header, or `?token=` as browsers use).
+import type { FastifyInstance, FastifyReply } from "fastify";
+import { authorized } from "../auth.ts";
+import type { ServerState } from "../state.ts";
+import { DEFAULT_FILE_LIMITS, type FileLimits, listShared, openShared, UploadStore } from "./files.ts";
+import { play } from "./play.ts";
+import { Refusal } from "./refusal.ts";
+import { loadStaticFiles } from "./static.ts";
+
+export interface WebOptions {
+  /** Directory whose episode files Replay lists; null shares none. */
+  share: string | null;
+  files: FileLimits;
+}
+
+export function webOptions(share: string | null = null, files: Partial<FileLimits> = {}): WebOptions {
+  return { share, files: { ...DEFAULT_FILE_LIMITS, ...files } };
+}
+
+const MAX_SEED = 2 ** 32 - 1;
+
+export function registerWeb(app: FastifyInstance, state: ServerState, options: WebOptions): void {
+  const uploads = new UploadStore(options.files);
+
+  for (const [path, file] of loadStaticFiles()) {
+    app.get(path, async (_request, reply) => {
+      reply.header("content-type", file.type);
+      reply.header("cache-control", "no-cache");
+      return reply.send(file.body);
+    });
+  }
+
+  // The JSON routes: each throws a Refusal for what it turns down.
+  app.register(async (api) => {
+    api.setErrorHandler((error, _request, reply) => {
+      if (error instanceof Refusal) return refuse(reply, error.status, error.message, error.field);
+      return reply.send(error);
+    });
+    api.addHook("preHandler", async (request) => {
+      if (!authorized(request.raw, state.options.token))
+        throw new Refusal(401, "a valid bearer token is required (Authorization: Bearer TOKEN or ?token=)");
+    });
+
+    api.get("/v1/web", async () => ({
+      version: state.version,
+      policy: state.policy.name,
+      share: options.share !== null,
+      limits: { ...options.files },
+    }));
+
+    api.get<{ Params: { tag: string }; Querystring: Record<string, string | undefined> }>(
+      "/v1/envs/:tag/play",
+      async (request) => {
+        const q = request.query;
+        const seed = Number(q.seed ?? "0");
+        if (!/^\d+$/.test(q.seed ?? "0") || seed > MAX_SEED)
+          throw new Refusal(
+            400,
+            `seed: got ${JSON.stringify(q.seed)}, expected an integer in [0, ${MAX_SEED}]`,
+            "seed",
+          );
+        const actions = q.actions ? q.actions.split(",") : [];
+        const { enable_think: think, action_sep: actionSep } = state.config.agent_proxy;
+        return play(
+          state.registry,
+          { tag: request.params.tag, seed, actions, solve: q.solve === "1" },
+          { think, actionSep },
+        );
+      },
+    );
+
+    api.get("/v1/episode-files", async () => ({
+      shared: options.share !== null,
+      files: options.share === null ? [] : await listShared(options.share, options.files),
+    }));
+
+    api.get<{ Params: { name: string } }>("/v1/episode-files/shared/:name", async (request, reply) => {
+      if (options.share === null)
+        throw new Refusal(404, "this server shares no directory (rollgym serve --share DIR)");
+      const stream = await openShared(options.share, request.params.name, options.files);
+      return reply.header("content-type", NDJSON).send(stream);
+    });
+
+    api.get<{ Params: { id: string } }>("/v1/episode-files/uploads/:id", async (request, reply) => {
+      const text = uploads.get(request.params.id);
+      if (text === undefined)
+        throw new Refusal(404, "no such upload (uploads are kept in memory and the oldest are evicted)");
+      return reply.header("content-type", NDJSON).send(text);
+    });
+
+    // Uploads: episode files as text, kept in memory only (never written to disk).
+    api.register(async (scope) => {
+      scope.removeAllContentTypeParsers();
+      scope.addContentTypeParser(
+        "*",
+        { parseAs: "string", bodyLimit: options.files.maxUploadBytes },
+        (_r, body, done) => done(null, body),
+      );
+      scope.post("/v1/episode-files", async (request) => {
+        if (typeof request.body !== "string")
+          throw new Refusal(400, "send the episode file as the request body");
+        return uploads.add(request.body);
+      });
+    });
+  });
+}
+
+const NDJSON = "application/x-ndjson; charset=utf-8";
+
+function refuse(reply: FastifyReply, status: number, message: string, field?: string): FastifyReply {
+  return reply.code(status).send({ error: { code: status, message, ...(field ? { field } : {}) } });
+}

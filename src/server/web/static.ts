@@ -1,0 +1,61 @@
+// The page's static files. Its TypeScript modules are served as JavaScript by stripping their
+// types (Node's own type stripping, the same erasable-syntax rule the server's code follows), so
+// there is no build step, no bundler and nothing to go stale; the browser loads the modules by
+// their `.ts` URLs. @msgpack/msgpack's ESM build is served from node_modules for the protocol.
+import { readdirSync, readFileSync } from "node:fs";
+import { createRequire, stripTypeScriptTypes } from "node:module";
+import { dirname, extname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+
+export interface StaticFile {
+  body: Buffer;
+  type: string;
+}
+
+const CLIENT_DIR = fileURLToPath(new URL("./client/", import.meta.url));
+const MSGPACK_DIR = join(
+  dirname(createRequire(import.meta.url).resolve("@msgpack/msgpack/package.json")),
+  "dist.esm",
+);
+
+const TYPES: Record<string, string> = {
+  ".html": "text/html; charset=utf-8",
+  ".css": "text/css; charset=utf-8",
+  ".ts": "text/javascript; charset=utf-8",
+  ".mjs": "text/javascript; charset=utf-8",
+};
+
+/** JavaScript from an erasable-syntax TypeScript module (type-only imports vanish). */
+export function stripTypes(source: string): string {
+  // The API is marked experimental in Node 24 and warns once; the warning is noise for a server.
+  const emit = process.emitWarning;
+  process.emitWarning = () => {};
+  try {
+    return stripTypeScriptTypes(source, { mode: "strip" });
+  } finally {
+    process.emitWarning = emit;
+  }
+}
+
+/** Every file the page may load, by URL path, read and prepared once. */
+export function loadStaticFiles(): Map<string, StaticFile> {
+  const files = new Map<string, StaticFile>();
+  for (const name of readdirSync(CLIENT_DIR)) {
+    const type = TYPES[extname(name)];
+    // A compiled package (dist/) also holds declarations and JavaScript beside the sources.
+    if (!type || name.endsWith(".d.ts")) continue;
+    const text = readFileSync(join(CLIENT_DIR, name), "utf8");
+    const body = Buffer.from(extname(name) === ".ts" ? stripTypes(text) : text);
+    files.set(name === "index.html" ? "/" : `/web/${name}`, { body, type });
+  }
+  for (const entry of readdirSync(MSGPACK_DIR, { recursive: true, encoding: "utf8" })) {
+    if (!entry.endsWith(".mjs")) continue;
+    // Source map comments would make the browser ask for maps nobody serves.
+    const text = readFileSync(join(MSGPACK_DIR, entry), "utf8").replace(/^\/\/# sourceMappingURL=.*$/m, "");
+    files.set(`/vendor/msgpack/${entry.split("\\").join("/")}`, {
+      body: Buffer.from(text),
+      type: TYPES[".mjs"],
+    });
+  }
+  return files;
+}

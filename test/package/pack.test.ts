@@ -1,0 +1,139 @@
+// The package as a dependency: `npm pack`, installed into a fresh project (from npm's cache),
+// gives a working `npx rollgym` and `import { … } from "rollgym"`, and the walk-through of
+// docs/environments.md (a new env file to a rollout and a served rollout) runs there as written.
+import { execFileSync, spawn } from "node:child_process";
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { delimiter, dirname, join } from "node:path";
+import { createInterface } from "node:readline";
+import { beforeAll, describe, expect, it } from "vitest";
+import { ROOT } from "../helpers/cli.ts";
+
+const work = mkdtempSync(join(tmpdir(), "rollgym-pack-"));
+const project = join(work, "project");
+// The pinned Node 24 first on PATH, as a user with Node 24 installed has it.
+const env = { ...process.env, PATH: `${dirname(process.execPath)}${delimiter}${process.env.PATH}` };
+
+function sh(command: string, args: readonly string[], cwd = project): string {
+  return execFileSync(command, args, { cwd, env, encoding: "utf8", stdio: ["ignore", "pipe", "pipe"] });
+}
+
+function npx(args: readonly string[]): { code: number; stdout: string; stderr: string } {
+  try {
+    return { code: 0, stdout: sh("npx", ["--no-install", "rollgym", ...args]), stderr: "" };
+  } catch (error) {
+    const e = error as { status: number; stdout: string; stderr: string };
+    return { code: e.status, stdout: e.stdout, stderr: e.stderr };
+  }
+}
+
+/** A fenced block of docs/environments.md by its first line. */
+function docBlock(firstLine: string): string {
+  const docs = readFileSync(join(ROOT, "docs", "environments.md"), "utf8");
+  const block = docs.split("```").find((b) => b.split("\n")[1] === firstLine);
+  if (!block) throw new Error(`docs/environments.md has no block starting ${firstLine}`);
+  return block.slice(block.indexOf("\n") + 1);
+}
+
+describe("the packed package in a fresh project", () => {
+  beforeAll(() => {
+    sh("npm", ["pack", "--pack-destination", work], ROOT);
+    const tarball = readdirSync(work).find((f) => f.endsWith(".tgz"))!;
+    mkdirSync(project);
+    writeFileSync(join(project, "package.json"), '{ "name": "fresh", "private": true, "type": "module" }\n');
+    sh("npm", ["install", "--prefer-offline", "--no-audit", "--no-fund", join(work, tarball)]);
+    writeFileSync(
+      join(project, "corridor.ts"),
+      docBlock("// corridor.ts: a corridor with a door somewhere to the right; walk to it."),
+    );
+    writeFileSync(join(project, "run.yaml"), docBlock("# run.yaml"));
+  }, 240_000);
+
+  it("ships compiled JavaScript and no TypeScript sources, and says which Node it needs", () => {
+    const installed = join(project, "node_modules", "rollgym");
+    const pkg = JSON.parse(readFileSync(join(installed, "package.json"), "utf8"));
+    expect(pkg.engines.node).toMatch(/>=24/);
+    expect(readdirSync(installed).sort()).toEqual(["README.md", "bin", "dist", "docs", "package.json"]);
+    const files = readdirSync(join(installed, "dist"), { recursive: true, encoding: "utf8" });
+    expect(files.filter((f) => f.endsWith(".ts") && !f.endsWith(".d.ts") && !f.includes("client"))).toEqual(
+      [],
+    );
+    expect(files).toContain(join("src", "index.js"));
+  });
+
+  it("npx rollgym runs: help, envs, a rollout and its episode file", () => {
+    expect(npx(["--version"]).stdout.trim()).toBe(
+      JSON.parse(readFileSync(join(ROOT, "package.json"), "utf8")).version,
+    );
+    expect(npx(["--help"]).stdout).toContain("rollgym rollout");
+    expect(npx(["envs", "list"]).stdout.split("\n")[0]).toContain('"tag":"SimpleSokoban"');
+    const r = npx(["rollout", "--tag", "Bandit", "--groups", "2", "--json", "--out", "bandit.jsonl"]);
+    expect(r.code, r.stderr).toBe(0);
+    expect(JSON.parse(r.stdout)).toMatchObject({ episodes: 32, failed: 0 });
+    expect(npx(["show", "bandit.jsonl", "--episode", "0"]).stdout).toContain("━━ episode 0");
+    const bad = npx(["rollout", "--seed", "4294967295"]);
+    expect(bad.code).toBe(2);
+    expect(bad.stderr.trim().split("\n")).toHaveLength(1);
+  });
+
+  it('import { … } from "rollgym" works', () => {
+    const script = [
+      'import { buildRegistry, loadConfig, batchRequest, runBatch, oraclePolicy, buildServer } from "rollgym";',
+      'const { config } = loadConfig({ overrides: ["es_manager.train.env_configs.tags=[Bandit]"] });',
+      "const batch = await runBatch(await buildRegistry(config), batchRequest(config), oraclePolicy());",
+      "console.log(JSON.stringify({ episodes: batch.episodes.length, server: typeof buildServer }));",
+    ].join("\n");
+    expect(JSON.parse(sh("node", ["--input-type=module", "-e", script]))).toEqual({
+      episodes: 128,
+      server: "function",
+    });
+  });
+
+  it("the docs' walk-through: a new env file checked, sampled, rolled out, shown and served", async () => {
+    const plugin = ["--plugin", "./corridor.ts"];
+    const check = npx(["envs", "check", "Corridor", ...plugin]);
+    expect(check.code, check.stderr).toBe(0);
+    expect(JSON.parse(check.stdout)).toMatchObject({ tag: "Corridor", ok: true });
+    const sample = npx(["envs", "sample", "Corridor", "--seeds", "1..3", "--solve", ...plugin, "--pretty"]);
+    expect(sample.stdout).toMatch(/^observation: [_PD]{8}$/m);
+    const rollout = npx([
+      "rollout",
+      "--config",
+      "run.yaml",
+      "--policy",
+      "random",
+      "--out",
+      "run.jsonl",
+      "--json",
+    ]);
+    expect(rollout.code, rollout.stderr).toBe(0);
+    expect(JSON.parse(rollout.stdout).metrics).toHaveProperty(["train/Corridor/success"]);
+    expect(npx(["show", "run.jsonl", "--group", "0"]).stdout).toMatch(/^ {2}│ P_{0,11}D/m);
+    const bad = npx(["rollout", "--config", "run.yaml", "custom_envs.Corridor.env_config.length=1"]);
+    expect(bad.stderr).toContain("custom_envs.Corridor.env_config.length: 1 is not an integer in [2, 100]");
+
+    // Its own process group: npx does not pass SIGTERM on to rollgym.
+    const child = spawn("npx", ["--no-install", "rollgym", "serve", "--port", "0", "--config", "run.yaml"], {
+      cwd: project,
+      env,
+      stdio: ["ignore", "pipe", "pipe"],
+      detached: true,
+    });
+    try {
+      let url = "";
+      for await (const line of createInterface({ input: child.stdout! })) {
+        const match = /serving on (http:\/\/\S+)/.exec(line);
+        if (match) {
+          url = match[1];
+          break;
+        }
+      }
+      const envs = (await (await fetch(`${url}/v1/envs`)).json()) as {
+        envs: { tag: string; config: object }[];
+      };
+      expect(envs.envs.find((e) => e.tag === "Corridor")?.config).toEqual({ length: 12 });
+    } finally {
+      process.kill(-child.pid!, "SIGTERM");
+    }
+  });
+});

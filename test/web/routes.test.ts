@@ -1,0 +1,218 @@
+// The page's HTTP routes under attack and in normal use: Play's validation and trajectories,
+// the static files, the shared directory (no path outside it, no symbolic links, size limits)
+// and uploads (checked, size- and count-limited, oldest evicted), all behind the token.
+import { mkdirSync, mkdtempSync, symlinkSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createRegistry } from "../../envs/catalog.ts";
+import { buildServer, type RollgymServer } from "../../src/server/app.ts";
+
+const TOKEN = "routes-token";
+const auth = { authorization: `Bearer ${TOKEN}` };
+
+const header = JSON.stringify({
+  type: "header",
+  format: "rollgym.episodes",
+  version: 1,
+  mode: "train",
+  seed: 1,
+  group_size: 1,
+  tags: [{ tag: "Bandit", groups: 1 }],
+  policy: "oracle",
+  settings: {},
+});
+const summary = JSON.stringify({ type: "summary", episodes: 0, failed: 0, kept_groups: [], metrics: {} });
+const episodeFile = (padding = "") =>
+  `${header}\n${JSON.stringify({ type: "group", group_id: 0, padding })}\n${summary}\n`;
+
+let server: RollgymServer;
+let url: string;
+let share: string;
+let outside: string;
+
+beforeAll(async () => {
+  const root = mkdtempSync(join(tmpdir(), "rollgym-share-"));
+  share = join(root, "share");
+  outside = join(root, "secret.jsonl");
+  mkdirSync(share);
+  writeFileSync(outside, episodeFile());
+  writeFileSync(join(share, "a.jsonl"), episodeFile());
+  writeFileSync(join(share, "big.jsonl"), episodeFile("x".repeat(5000)));
+  writeFileSync(join(share, "notes.txt"), "not an episode file");
+  mkdirSync(join(share, "sub.jsonl"));
+  symlinkSync(outside, join(share, "link.jsonl"));
+  server = await buildServer({
+    token: TOKEN,
+    share,
+    files: { maxUploads: 2, maxUploadBytes: 4096, maxUploadTotalBytes: 1500, maxSharedBytes: 4096 },
+  });
+  url = await server.listen(0);
+});
+afterAll(async () => {
+  await server.shutdown();
+});
+
+const get = (path: string, headers: Record<string, string> = auth) => fetch(`${url}${path}`, { headers });
+const upload = (body: string, headers: Record<string, string> = auth) =>
+  fetch(`${url}/v1/episode-files`, {
+    method: "POST",
+    headers: { ...headers, "content-type": "application/x-ndjson" },
+    body,
+  });
+
+describe("Play route", () => {
+  it("returns the trajectory the env plays, with the prompt and the budget", async () => {
+    const res = await get("/v1/envs/SimpleSokoban/play?seed=10&actions=Up,Left");
+    expect(res.status).toBe(200);
+    const body = await res.json();
+    const env = createRegistry().tag("SimpleSokoban").make();
+    const states = [env.reset(10), env.step(1).observation, env.step(3).observation];
+    expect(body).toMatchObject({
+      tag: "SimpleSokoban",
+      env_type: "sokoban",
+      seed: 10,
+      budget: 10,
+      states,
+      done: false,
+    });
+    expect(body.steps.map((s: { action: string }) => s.action)).toEqual(["Up", "Left"]);
+    expect(body.messages[0].role).toBe("system");
+    expect(body.messages[1].content).toContain("You have 8 actions left");
+  });
+
+  it("reveals a shortest solution that solves the level", async () => {
+    const solved = await (await get("/v1/envs/SimpleSokoban/play?seed=10&solve=1")).json();
+    const played = await (
+      await get(`/v1/envs/SimpleSokoban/play?seed=10&actions=${solved.solution.join(",")}`)
+    ).json();
+    expect(played).toMatchObject({ done: true, success: true, end_reason: "done" });
+  });
+
+  it("ends at the action budget", async () => {
+    const tenDowns = Array.from({ length: 10 }, () => "Down").join(",");
+    const body = await (await get(`/v1/envs/SimpleSokoban/play?seed=10&actions=${tenDowns}`)).json();
+    expect(body).toMatchObject({ done: true, success: false, end_reason: "action_budget" });
+  });
+
+  it("refuses bad input with a message naming the field", async () => {
+    const cases: [string, number, string][] = [
+      ["/v1/envs/Nope/play?seed=1", 404, "unknown tag"],
+      ["/v1/envs/SimpleSokoban/play?seed=-1", 400, "seed"],
+      ["/v1/envs/SimpleSokoban/play?seed=4294967296", 400, "seed"],
+      ["/v1/envs/SimpleSokoban/play?seed=1e3", 400, "seed"],
+      ["/v1/envs/SimpleSokoban/play?seed=1&actions=Jump", 400, "allowed: Up, Down, Left, Right"],
+      [`/v1/envs/SimpleSokoban/play?seed=1&actions=${Array(11).fill("Up").join(",")}`, 400, "budget of 10"],
+      ["/v1/envs/Bandit/play?seed=1&actions=x,y", 400, "budget of 1"],
+    ];
+    for (const [path, status, text] of cases) {
+      const res = await get(path);
+      expect(res.status, path).toBe(status);
+      expect((await res.json()).error.message, path).toContain(text);
+    }
+    const bandit = await (await get("/v1/envs/Bandit/play?seed=1")).json();
+    const res = await get(`/v1/envs/BanditTest/play?seed=1&actions=${bandit.action_names[0]}`);
+    expect(res.status).toBe(400);
+  });
+
+  it("needs the token (header or ?token=)", async () => {
+    expect((await get("/v1/envs/SimpleSokoban/play?seed=1", {})).status).toBe(401);
+    expect((await get(`/v1/envs/SimpleSokoban/play?seed=1&token=${TOKEN}`, {})).status).toBe(200);
+    expect((await get("/v1/web", { authorization: "Bearer nope" })).status).toBe(401);
+  });
+});
+
+describe("static files", () => {
+  it("serves the page and its modules as JavaScript without types, and nothing else", async () => {
+    const page = await get("/", {});
+    expect(page.status).toBe(200);
+    expect(page.headers.get("content-type")).toContain("text/html");
+    const module = await get("/web/play.ts", {});
+    expect(module.headers.get("content-type")).toContain("text/javascript");
+    const js = await module.text();
+    expect(js).not.toMatch(/import type|: PlayResult/);
+    expect((await get("/vendor/msgpack/index.mjs", {})).status).toBe(200);
+    for (const path of [
+      "/web/../app.ts",
+      "/web/%2e%2e/app.ts",
+      "/web/nope.ts",
+      "/vendor/msgpack/../package.json",
+    ])
+      expect((await get(path, {})).status, path).toBe(404);
+  });
+});
+
+describe("shared episode files", () => {
+  it("lists only regular .jsonl files directly in the shared directory", async () => {
+    const body = await (await get("/v1/episode-files")).json();
+    expect(body.shared).toBe(true);
+    expect(body.files.map((f: { name: string }) => f.name).sort()).toEqual(["a.jsonl", "big.jsonl"]);
+    expect((await get("/v1/episode-files", {})).status).toBe(401);
+  });
+
+  it("serves a listed file and nothing outside the directory", async () => {
+    const res = await get("/v1/episode-files/shared/a.jsonl");
+    expect(res.status).toBe(200);
+    expect(await res.text()).toBe(episodeFile());
+    for (const name of [
+      "link.jsonl",
+      "..%2Fsecret.jsonl",
+      "%2E%2E%2Fsecret.jsonl",
+      "notes.txt",
+      "sub.jsonl",
+      "nope.jsonl",
+    ])
+      expect((await get(`/v1/episode-files/shared/${name}`)).status, name).toBe(404);
+    expect((await get(`/v1/episode-files/shared/${encodeURIComponent(outside)}`)).status).toBe(404);
+  });
+
+  it("refuses a shared file over the size limit", async () => {
+    const res = await get("/v1/episode-files/shared/big.jsonl");
+    expect(res.status).toBe(413);
+  });
+});
+
+describe("uploads", () => {
+  it("keeps a checked episode file in memory and serves it back by its id", async () => {
+    const res = await upload(episodeFile());
+    expect(res.status).toBe(200);
+    const { id, episodes } = await res.json();
+    expect(id).toMatch(/^[0-9a-f]{32}$/);
+    expect(episodes).toBe(0);
+    expect(await (await get(`/v1/episode-files/uploads/${id}`)).text()).toBe(episodeFile());
+  });
+
+  it("refuses what is not an episode file, naming the line", async () => {
+    const cases: [string, string][] = [
+      ["", "empty"],
+      ["not json\n", "line 1: not a JSON line"],
+      [`${JSON.stringify({ type: "header", format: "other" })}\n`, "line 1: not a rollgym episode file"],
+      [`${header}\n{"type":"weird"}\n${summary}\n`, 'line 2: unknown line type "weird"'],
+      [`${header}\n`, "no summary line"],
+      [`${header}\n[1,2]\n${summary}\n`, "line 2"],
+    ];
+    for (const [body, message] of cases) {
+      const res = await upload(body);
+      expect(res.status, message).toBe(400);
+      expect((await res.json()).error.message).toContain(message);
+    }
+  });
+
+  it("refuses an upload over the size limit and without the token", async () => {
+    expect((await upload(episodeFile("x".repeat(5000)))).status).toBe(413);
+    expect((await upload(episodeFile(), {})).status).toBe(401);
+  });
+
+  it("keeps at most maxUploads files and maxUploadTotalBytes bytes, evicting the oldest", async () => {
+    const ids: string[] = [];
+    for (let i = 0; i < 3; i++) ids.push((await (await upload(episodeFile(String(i)))).json()).id);
+    expect((await get(`/v1/episode-files/uploads/${ids[0]}`)).status).toBe(404);
+    expect((await get(`/v1/episode-files/uploads/${ids[2]}`)).status).toBe(200);
+    // A file near the byte budget pushes out everything older.
+    const large = (await (await upload(episodeFile("y".repeat(1100)))).json()).id;
+    expect((await get(`/v1/episode-files/uploads/${ids[1]}`)).status).toBe(404);
+    expect((await get(`/v1/episode-files/uploads/${ids[2]}`)).status).toBe(404);
+    expect((await get(`/v1/episode-files/uploads/${large}`)).status).toBe(200);
+    expect((await get("/v1/episode-files/uploads/0123", {})).status).toBe(401);
+  });
+});

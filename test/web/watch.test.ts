@@ -1,0 +1,260 @@
+// Watch subscriptions against a trainer's stream rollout: the trainer receives the same frames
+// byte for byte and its acknowledgements are the same with watchers attached; a watcher can
+// neither cancel nor acknowledge the trainer's rollout; a watcher that never reads holds back
+// nothing, costs the server a bounded buffer and is told what it lost; the count is limited.
+import type { Socket } from "node:net";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import WebSocket from "ws";
+import { decodeFrame, encodeMessage } from "../../protocol/codec.ts";
+import { validateServerMessage } from "../../protocol/messages.ts";
+import { buildServer, type RollgymServer } from "../../src/server/app.ts";
+import type { Frame } from "../helpers/ws-client.ts";
+
+const TOKEN = "watch-token";
+const WATCH_BUFFER = 32 * 1024;
+
+/** A raw protocol client that keeps every frame's bytes as they arrived. */
+class RawClient {
+  readonly ws: WebSocket;
+  readonly raw: Buffer[] = [];
+  readonly frames: Frame[] = [];
+  private waiters: (() => void)[] = [];
+
+  private constructor(ws: WebSocket) {
+    this.ws = ws;
+    ws.on("message", (data: Buffer) => {
+      this.raw.push(Buffer.from(data));
+      this.frames.push(decodeFrame(new Uint8Array(data)) as Frame);
+      for (const wake of this.waiters.splice(0)) wake();
+    });
+  }
+
+  static async connect(url: string, token = TOKEN): Promise<RawClient> {
+    const ws = new WebSocket(`${url.replace(/^http/, "ws")}/v1/rollouts`, {
+      headers: { authorization: `Bearer ${token}` },
+    });
+    await new Promise((resolve, reject) => ws.once("open", resolve).once("error", reject));
+    const client = new RawClient(ws);
+    client.send({ type: "hello", protocol: 1, client: "watch-test" });
+    await client.until((f) => f.type === "welcome");
+    return client;
+  }
+
+  send(frame: Record<string, unknown>): void {
+    this.ws.send(encodeMessage(frame));
+  }
+
+  async until(match: (f: Frame) => boolean, timeoutMs = 60_000): Promise<Frame> {
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      const found = this.frames.find(match);
+      if (found) return found;
+      if (Date.now() > deadline) throw new Error("timed out waiting for a frame");
+      await new Promise<void>((resolve) => {
+        this.waiters.push(resolve);
+        setTimeout(resolve, 200);
+      });
+    }
+  }
+
+  of(type: string): Frame[] {
+    return this.frames.filter((f) => f.type === type);
+  }
+
+  /** Stop reading: the kernel buffers fill, then the server's. */
+  pause(): void {
+    (this.ws as unknown as { _socket: Socket })._socket.pause();
+  }
+
+  resume(): void {
+    (this.ws as unknown as { _socket: Socket })._socket.resume();
+  }
+
+  close(): void {
+    this.ws.close();
+  }
+}
+
+const rolloutFrame = (id: string, groups: number) => ({
+  type: "rollout",
+  id,
+  tags: [{ tag: "CoordSokoban", groups }],
+  mode: "train",
+  group_size: 8,
+  seed: 4242,
+  delivery: "stream",
+});
+
+/** A trainer's stream rollout: credit up front, every group acknowledged as it arrives. */
+async function train(
+  url: string,
+  id: string,
+  groups: number,
+  during?: () => void,
+): Promise<{ client: RawClient; groupBytes: Buffer[]; batchBytes: Buffer; acks: number[] }> {
+  const client = await RawClient.connect(url);
+  const acks: number[] = [];
+  client.ws.on("message", () => {
+    const frame = client.frames.at(-1)!;
+    if (frame.type === "group") {
+      acks.push(frame.group as number);
+      client.send({ type: "ack", rollout: id, groups: [frame.group as number] });
+    }
+  });
+  client.send({ type: "credit", groups: 100_000 });
+  client.send(rolloutFrame(id, groups));
+  during?.();
+  await client.until((f) => f.type === "batch");
+  client.send({ type: "ack", rollout: id, groups: [], batch: true });
+  const groupBytes = client.raw.filter((_, i) => client.frames[i].type === "group");
+  const batchBytes = client.raw[client.frames.findIndex((f) => f.type === "batch")];
+  return { client, groupBytes, batchBytes, acks };
+}
+
+describe("watch subscriptions", () => {
+  let server: RollgymServer;
+  let url: string;
+  beforeAll(async () => {
+    // One group at a time, so two runs of the same rollout finish groups in the same order.
+    server = await buildServer({
+      token: TOKEN,
+      groupConcurrency: 1,
+      watch: { maxWatchers: 3, maxBufferBytes: WATCH_BUFFER },
+    });
+    url = await server.listen(0);
+  });
+  afterAll(async () => {
+    await server.shutdown();
+  });
+
+  it("change nothing a trainer receives or acknowledges, and cannot cancel or acknowledge its rollout", async () => {
+    const alone = await train(url, "run", 12);
+    alone.client.close();
+
+    const reader = await RawClient.connect(url);
+    reader.send({ type: "watch" });
+    await reader.until((f) => f.type === "watching");
+    const idle = await RawClient.connect(url);
+    idle.send({ type: "watch" });
+    await idle.until((f) => f.type === "watching");
+    idle.pause();
+
+    const watched = await train(url, "run", 12, () => {
+      // The watcher knows the rollout's id and tries to act on it.
+      reader.send({ type: "cancel", rollout: "run" });
+      reader.send({ type: "ack", rollout: "run", groups: [0, 1, 2] });
+    });
+    watched.client.close();
+
+    expect(watched.groupBytes).toHaveLength(12);
+    expect(watched.groupBytes).toEqual(alone.groupBytes);
+    expect(watched.batchBytes).toEqual(alone.batchBytes);
+    expect(watched.acks).toEqual(alone.acks);
+    expect(watched.client.of("error")).toEqual([]);
+    const batch = watched.client.of("batch")[0];
+    expect(batch.failed).toBe(0);
+
+    const errors = reader.of("error").map((e) => e.code);
+    expect(errors).toEqual(["unknown_rollout", "unknown_group"]);
+    // The watcher saw the rollout start, all 12 groups and the verdict, all valid frames.
+    await reader.until((f) => f.type === "watch_batch");
+    const seen = reader.frames.filter((f) => f.type.startsWith("watch"));
+    for (const frame of seen) expect(validateServerMessage(frame)).toMatchObject({ ok: true });
+    const stream = reader.of("watch_rollout")[0].stream;
+    expect(reader.of("watch_rollout")[0]).toMatchObject({
+      rollout: "run",
+      mode: "train",
+      group_size: 8,
+      seed: 4242,
+    });
+    expect(
+      reader
+        .of("watch_group")
+        .filter((f) => f.stream === stream)
+        .map((f) => f.group),
+    ).toEqual(watched.acks);
+    expect(reader.of("watch_batch")[0]).toMatchObject({ stream, kept: batch.kept, dropped: batch.dropped });
+    // Watch frames need no credit: the reader never sent any.
+    expect(reader.of("group")).toEqual([]);
+    reader.close();
+    idle.resume();
+    idle.close();
+  });
+
+  it("a watcher that never reads holds nothing back, costs a bounded buffer and is told what it lost", async () => {
+    const idle = await RawClient.connect(url);
+    idle.send({ type: "watch" });
+    await idle.until((f) => f.type === "watching");
+    idle.pause();
+    let peak = 0;
+    let largest = 0;
+    const poll = setInterval(() => {
+      peak = Math.max(peak, server.state.rolloutContext.watch!.stats().maxBuffered);
+    }, 5);
+    // Enough watch traffic to fill the kernel's socket buffers on both ends many times over.
+    const runs = 4;
+    let groups = 0;
+    for (let i = 0; i < runs; i++) {
+      const run = await train(url, `big-${i}`, 150);
+      groups += run.groupBytes.length;
+      largest = Math.max(largest, ...run.groupBytes.map((b) => b.byteLength));
+      run.client.close();
+    }
+    clearInterval(poll);
+    expect(groups).toBe(runs * 150);
+    expect(server.state.rolloutContext.watch!.stats().unreported).toBeGreaterThan(0);
+    // At most the limit plus the one frame that crossed it (watch frames are about a group frame's size).
+    expect(peak).toBeLessThanOrEqual(WATCH_BUFFER + 2 * largest);
+
+    idle.resume();
+    await idle.until((f) => f.type === "watch_gap");
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    const gaps = idle.of("watch_gap");
+    const lost = gaps.reduce((n, g) => n + (g.dropped as number), 0);
+    const got = idle.frames.filter((f) => /^watch_(rollout|group|batch)$/.test(f.type)).length;
+    // Every frame was either delivered or counted as lost: runs × (start + groups + verdict).
+    expect(got + lost).toBe(runs * (150 + 2));
+    expect(lost).toBeGreaterThan(0);
+    expect(new Set(gaps.flatMap((g) => g.streams as number[])).size).toBeGreaterThan(0);
+    idle.close();
+  });
+
+  it("limits the number of watch subscriptions; unwatch frees one and stops the frames", async () => {
+    // Earlier tests' watchers are gone once their closes have arrived.
+    await expect.poll(() => server.state.rolloutContext.watch!.size).toBe(0);
+    const clients = await Promise.all([0, 1, 2, 3].map(() => RawClient.connect(url)));
+    for (const c of clients) c.send({ type: "watch" });
+    await Promise.all(clients.map((c) => c.until((f) => f.type === "watching" || f.type === "error")));
+    const refused = clients.filter((c) => c.of("error").length > 0);
+    expect(refused).toHaveLength(1);
+    expect(refused[0].of("error")[0]).toMatchObject({ code: "limit" });
+    expect(refused[0].of("error")[0].message).toContain("max_watchers is 3");
+
+    const first = clients.find((c) => c !== refused[0])!;
+    first.send({ type: "unwatch" });
+    refused[0].send({ type: "watch" });
+    await refused[0].until((f) => f.type === "watching");
+    const before = first.frames.length;
+    const run = await train(url, "after-unwatch", 2);
+    await refused[0].until((f) => f.type === "watch_batch");
+    expect(first.frames.length).toBe(before);
+    run.client.close();
+    for (const c of clients) c.close();
+  });
+
+  it("a watcher's connection closing ends its subscription", async () => {
+    const hub = server.state.rolloutContext.watch!;
+    await expect.poll(() => hub.size).toBe(0);
+    const before = hub.size;
+    const c = await RawClient.connect(url);
+    c.send({ type: "watch" });
+    await c.until((f) => f.type === "watching");
+    expect(hub.size).toBe(before + 1);
+    c.close();
+    await expect.poll(() => hub.size).toBe(before);
+  });
+
+  it("watch sits behind the same token as the rest of the protocol", async () => {
+    await expect(RawClient.connect(url, "wrong")).rejects.toThrow("401");
+  });
+});

@@ -142,6 +142,8 @@ export class Evidence {
   readonly slotUse = new Map<number, number>();
   /** Episodes whose decoded log differs from the template's rendering, and where (char offset). */
   templateDriftEpisodes = 0;
+  /** Episodes whose drift check could not run (template_checked false): drift unknown. */
+  templateUnchecked = 0;
   templateDriftMultiTurn = 0;
   readonly templateDriftOffsets: number[] = [];
   /** Of those, drift located at the log's final id, a sampled <|im_end|> (see add()). */
@@ -194,6 +196,7 @@ export class Evidence {
       this.logIds += t.ids.length;
       this.maxLogLength = Math.max(this.maxLogLength, t.ids.length);
       this.promptDrift += t.prompt_drift;
+      if (t.template_checked === false) this.templateUnchecked++;
       if (t.template_drift !== null) {
         this.templateDriftEpisodes++;
         if (e.turns.length > 1) this.templateDriftMultiTurn++;

@@ -216,6 +216,7 @@ async function llama(): Promise<void> {
       prompt_drift: evidence.promptDrift,
       prompt_echoes: engine.promptEchoes,
       template_drift_episodes: evidence.templateDriftEpisodes,
+      template_unchecked_episodes: evidence.templateUnchecked,
       template_drift_multi_turn_episodes: evidence.templateDriftMultiTurn,
       template_drift_offsets: summary(evidence.templateDriftOffsets),
       template_drift_at_final_im_end: evidence.templateDriftAtFinalImEnd,
@@ -252,7 +253,8 @@ function llamaTable(
     ),
     `cache_n − (previous turn_end − 1): ${JSON.stringify(r.cache_n_minus_previous_end_less_1)}; slots used ${JSON.stringify(r.slot_use)}`,
     `prompt drift ${r.prompt_drift} (engine echoes: ${r.prompt_echoes}); template drift in ${r.template_drift_episodes} episodes ` +
-      `(${r.template_drift_multi_turn_episodes} multi-turn), offsets ${JSON.stringify(r.template_drift_offsets)}`,
+      `(${r.template_drift_multi_turn_episodes} multi-turn), offsets ${JSON.stringify(r.template_drift_offsets)}, ` +
+      `unchecked ${r.template_unchecked_episodes}`,
     `  of which at the log's final sampled <|im_end|> ${r.template_drift_at_final_im_end} ` +
       `(episodes ending with <|im_end|>: ${r.episodes_ending_with_im_end}), elsewhere ${r.template_drift_elsewhere}`,
     `  example elsewhere: ${JSON.stringify(r.template_drift_example)}`,

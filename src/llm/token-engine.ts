@@ -221,14 +221,25 @@ export class TokenEngine {
   }
 
   /**
-   * A turn's sampled ids as assistant message text: the template's own end-of-turn token, when
-   * the model ended with it, belongs to the template; any other end token is content.
+   * A turn's content as the template shows it: the text the engine decoded (special tokens
+   * skipped), plus the end token's text when the model stopped on an end-of-generation token
+   * other than the template's own end-of-turn (llama.cpp stops on any of several).
    */
-  async assistantText(sampled: readonly number[], affinity: string, signal?: AbortSignal): Promise<string> {
+  async assistantContent(
+    text: string,
+    lastId: number | undefined,
+    stopped: boolean,
+    affinity: string,
+    signal?: AbortSignal,
+  ): Promise<string> {
+    if (!stopped || lastId === undefined) return text;
     const closing = await this.closingIds(affinity, signal);
-    const content =
-      closing.length > 0 && sampled[sampled.length - 1] === closing[0] ? sampled.slice(0, -1) : sampled;
-    return content.length === 0 ? "" : this.decode(content, affinity, signal);
+    if (closing[0] === lastId) return text;
+    const end = await this.orAbort(
+      this.constant(`token:${lastId}`, () => this.decode([lastId], affinity)),
+      signal,
+    );
+    return text + end;
   }
 
   /** Samples from `promptIds`. Retried like chat requests (aborts, outages). */
@@ -305,7 +316,12 @@ export class TokenEngine {
     affinity: string,
     signal?: AbortSignal,
   ): Promise<string> {
-    return this.renderedText(messages, affinity, signal);
+    // A user message after a final assistant turn makes every template close it (llama.cpp
+    // leaves a final assistant message open, as a prefill).
+    const last = messages[messages.length - 1];
+    const closed: readonly ChatMessage[] =
+      last?.role === "assistant" ? [...messages, { role: "user", content: "x" }] : messages;
+    return this.renderedText(closed, affinity, signal);
   }
 
   /** chat_template / chat_template_kwargs from the extra body: they change every render. */

@@ -20,8 +20,9 @@ export async function playTokenEpisode(
   const { signal } = hooks;
   const prefill = episode.prefill;
   let log: TokenLog | null = null;
-  // The conversation as chat messages, for the template-drift check.
+  // The conversation as chat messages, and each turn's end, for the template-drift check.
   const conversation: ChatMessage[] = [];
+  const ends: { text: string; lastId: number | undefined; stopped: boolean }[] = [];
   const wanted = request.sampling.max_tokens;
   const floor = Math.min(wanted, request.minResponseTokens ?? 32);
 
@@ -48,6 +49,7 @@ export async function playTokenEpisode(
     log.sampled(sample.ids, sample.logprobs);
     const raw = prefill + sample.text;
     conversation.push({ role: "assistant", content: raw });
+    ends.push({ text: sample.text, lastId: sample.ids.at(-1), stopped: sample.finishReason === "stop" });
     const record = episode.applyResponse(raw, sample.finishReason, {
       prompt: promptTokens,
       completion: sample.ids.length,
@@ -69,9 +71,7 @@ export async function playTokenEpisode(
       // The conversation as the template would show it, with each turn's content exactly as sampled.
       const record = finished.record();
       const contents = await Promise.all(
-        record.turn_starts.map((start, k) =>
-          engine.assistantText(record.ids.slice(start, record.turn_ends[k]), affinity, signal),
-        ),
+        ends.map((end) => engine.assistantContent(end.text, end.lastId, end.stopped, affinity, signal)),
       );
       let turn = 0;
       const shown = conversation.map((m) =>

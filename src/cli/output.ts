@@ -45,6 +45,14 @@ function isScalar(value: unknown): boolean {
   return value === null || typeof value !== "object";
 }
 
+/** A multi-line text as indented lines under a bar ("  │ …"), its final newline dropped. */
+export function blockLines(text: string, indent = ""): string[] {
+  return text
+    .replace(/\n$/, "")
+    .split("\n")
+    .map((line) => `${indent}  │ ${line}`);
+}
+
 function scalarText(value: unknown): string {
   return typeof value === "string" ? value : JSON.stringify(value);
 }
@@ -61,8 +69,7 @@ export function prettyLines(value: unknown, indent = ""): string[] {
   const lines: string[] = [];
   for (const [key, v] of entries) {
     if (typeof v === "string" && v.includes("\n")) {
-      lines.push(`${indent}${key}:`);
-      for (const line of v.replace(/\n$/, "").split("\n")) lines.push(`${indent}  │ ${line}`);
+      lines.push(`${indent}${key}:`, ...blockLines(v, indent));
     } else if (isScalar(v)) {
       lines.push(`${indent}${key}: ${scalarText(v)}`);
     } else if (Array.isArray(v) && v.every(isScalar)) {

@@ -215,9 +215,7 @@ export async function readyPolicy(config: RollgymConfig): Promise<Policy> {
         info.contextLength === null
           ? "unknown context length: prompts are sent whole"
           : `context ${info.contextLength} tokens`;
-      process.stderr.write(
-        `rollgym: ${info.dialect} engine at ${config.rollgym.llm.base_url?.join(", ")}, ${limit}\n`,
-      );
+      say(`${info.dialect} engine at ${config.rollgym.llm.base_url?.join(", ")}, ${limit}`);
     } catch (error) {
       await policy.close();
       if (error instanceof PolicyError) {

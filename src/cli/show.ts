@@ -4,6 +4,7 @@ import type { EpisodeRecord } from "../rollout/episode.ts";
 import { expectPositionals, type FlagSpec, parseArgs, parseChoice } from "./args.ts";
 import { parseIdList, readEpisodeFileOrExplain } from "./episode-files.ts";
 import { io } from "./io.ts";
+import { blockLines as block } from "./output.ts";
 
 const OUTCOMES = ["solved", "unsolved", "failed"] as const;
 type Outcome = (typeof OUTCOMES)[number];
@@ -68,12 +69,6 @@ export async function showCommand(argv: readonly string[]): Promise<void> {
   const { stdout } = io();
   stdout.write(`${lines.join("\n")}\n`);
 }
-
-const block = (text: string): string[] =>
-  text
-    .replace(/\n$/, "")
-    .split("\n")
-    .map((l) => `  │ ${l}`);
 
 function episodeLines(e: EpisodeRecord, raw: boolean): string[] {
   const outcome = outcomeOf(e);

@@ -81,8 +81,6 @@ export interface TokenCounterOptions {
 export class EngineTokenCounter {
   private readonly options: TokenCounterOptions;
   private readonly cache = new Map<string, number>();
-  /** Count requests sent. */
-  requests = 0;
 
   constructor(options: TokenCounterOptions) {
     this.options = options;
@@ -103,7 +101,6 @@ export class EngineTokenCounter {
     const key = JSON.stringify([messages, prefill]);
     const cached = this.cache.get(key);
     if (cached !== undefined) return cached;
-    this.requests++;
     const count = await this.fetchCount(baseURL, messages, prefill, signal);
     const limit = this.options.cacheSize ?? 4096;
     if (this.cache.size >= limit) this.cache.delete(this.cache.keys().next().value as string);

@@ -1,6 +1,7 @@
 // JSON over HTTP for inference engines. The `openai` SDK drops the message of vLLM's older
-// flat error body ({"object":"error","message":…}: it reads only body.error) and hides
-// Retry-After, so engine requests go through this small fetch wrapper instead.
+// flat error body ({"object":"error","message":…}: it reads only body.error), and token mode
+// needs routes it does not cover (/tokenize, llama.cpp's /completion), so engine requests go
+// through this small fetch wrapper instead.
 import { deadline } from "./deadline.ts";
 
 /** An engine request that did not produce a usable answer. */
@@ -9,20 +10,17 @@ export class EngineError extends Error {
   readonly status: number | null;
   /** Seconds the server asked us to wait (Retry-After), when it said. */
   readonly retryAfterS: number | null;
-  readonly timedOut: boolean;
   private readonly fault: boolean | undefined;
   constructor(
     message: string,
     status: number | null,
     retryAfterS: number | null = null,
-    timedOut = false,
     replicaFault?: boolean,
   ) {
     super(message);
     this.name = "EngineError";
     this.status = status;
     this.retryAfterS = retryAfterS;
-    this.timedOut = timedOut;
     this.fault = replicaFault;
   }
 
@@ -100,8 +98,7 @@ export async function requestJson(
     text = await response.text();
   } catch (error) {
     if (options.signal?.aborted) throw options.signal.reason;
-    if (limit.expired)
-      throw new EngineError(`request timed out after ${options.timeoutMs / 1000} s`, null, null, true);
+    if (limit.expired) throw new EngineError(`request timed out after ${options.timeoutMs / 1000} s`, null);
     throw new EngineError(`connection error (${describeCause(error)})`, null);
   } finally {
     limit.dispose();

@@ -107,7 +107,7 @@ export function checkFinishReason(reason: string | null): asserts reason is "sto
     case "length":
       return;
     case "abort":
-      throw new EngineError("the engine aborted the request (finish_reason abort)", 503, null, false, false);
+      throw new EngineError("the engine aborted the request (finish_reason abort)", 503, null, false);
     case "error":
       throw new EngineError("the engine failed the request (finish_reason error)", 500);
     default:
@@ -255,11 +255,6 @@ export class ChatPolicy implements Policy {
   /** The dialect requests are sent in (detected by preflight when "auto"). */
   get engineDialect(): Dialect {
     return this.dialect;
-  }
-
-  /** Token-count requests sent for context fitting. */
-  get countRequests(): number {
-    return this.counter?.requests ?? 0;
   }
 
   /** Token in, token out on the same replicas; null before preflight (the dialect is not known). */

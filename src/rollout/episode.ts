@@ -141,6 +141,11 @@ export class Episode {
     );
   }
 
+  /** Stopped by a failure (inference gave up, cancelled). */
+  get failed(): boolean {
+    return this.failure !== null;
+  }
+
   get turnIndex(): number {
     return this.turns.length;
   }

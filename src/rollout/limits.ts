@@ -37,11 +37,6 @@ export interface RolloutShape {
   seed: number;
 }
 
-/** The last seed a rollout plays (group g plays seed + g). */
-export function lastSeed(shape: RolloutShape): number {
-  return shape.seed + shape.tags.reduce((n, t) => n + t.groups, 0) - 1;
-}
-
 /**
  * Refuses a rollout over the limits (`running` episodes already in flight) or one whose seeds
  * would pass 2^32 − 1. Messages name the limit or the range and the value asked for.
@@ -68,7 +63,7 @@ export function checkRolloutShape(shape: RolloutShape, limits: RolloutLimits, ru
 }
 
 /** Group g plays seed + g; every one of them must be a seed in [0, 2^32). */
-export function checkSeedRange(seed: number, groups: number): void {
+function checkSeedRange(seed: number, groups: number): void {
   if (!Number.isSafeInteger(seed) || seed < 0 || seed + Math.max(groups, 1) - 1 > SEED_MAX) {
     const last = seed + Math.max(groups, 1) - 1;
     throw new RolloutLimitError(

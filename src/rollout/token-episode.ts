@@ -65,11 +65,11 @@ export async function playTokenEpisode(
 
   // An episode that failed before its first prompt still gets a (empty) log, so its group's arrays stay whole.
   const finished = (log as TokenLog | null) ?? new TokenLog([]);
-  const turns = finished.record().turn_ends.length;
-  if (turns > 0 && episode.record().failure === null && !signal?.aborted) {
+  const record = finished.record();
+  const turns = record.turn_ends.length;
+  if (turns > 0 && !episode.failed && !signal?.aborted) {
     try {
       // The conversation as the template would show it, with each turn's content exactly as sampled.
-      const record = finished.record();
       const contents = await Promise.all(
         ends.map((end) => engine.assistantContent(end.text, end.lastId, end.stopped, affinity, signal)),
       );

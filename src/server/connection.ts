@@ -90,6 +90,11 @@ export function handleConnection(state: ServerState, socket: WebSocket): void {
   socket.on("error", (error) => state.log.warn({ err: error }, "socket error"));
 }
 
+/** Why `tokens: true` is refused: token mode renders and samples through the server's engine. */
+function needsEngine(state: ServerState): string {
+  return `tokens: true needs the server to run against a remote engine (--llm); it serves the built-in ${state.rolloutContext.policy.name} policy`;
+}
+
 function handshake(
   state: ServerState,
   socket: WebSocket,
@@ -251,11 +256,8 @@ function dispatch(
             "stream delivery needs scores that are final when a group finishes: use reward_normalization grouping state or method identity",
           );
         }
-        if (request.tokens && !state.rolloutContext.policy.tokenEngine?.()) {
-          throw new RangeError(
-            `tokens: true needs the server to run against a remote engine (--llm); it serves the built-in ${state.rolloutContext.policy.name} policy`,
-          );
-        }
+        if (request.tokens && !state.rolloutContext.policy.tokenEngine?.())
+          throw new RangeError(needsEngine(state));
       } catch (error) {
         fail("bad_frame", error instanceof Error ? error.message : String(error), { rollout: message.id });
         return;
@@ -295,11 +297,7 @@ function dispatch(
       }
       const tokens = message.tokens ? (state.rolloutContext.policy.tokenEngine?.() ?? null) : null;
       if (message.tokens && !tokens) {
-        fail(
-          "bad_frame",
-          `tokens: true needs the server to run against a remote engine (--llm) that renders the chat template; it serves the built-in ${state.rolloutContext.policy.name} policy`,
-          { field: "tokens", id: message.id },
-        );
+        fail("bad_frame", needsEngine(state), { field: "tokens", id: message.id });
         return;
       }
       const envs = new HostedEnvs(

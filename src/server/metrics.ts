@@ -113,7 +113,10 @@ export function instrumentPolicy(policy: Policy, metrics: ServerMetrics): Policy
         throw error;
       }
     },
-    meter: policy.meter,
+    // Read through: a remote policy's meter appears at preflight, which may come after wrapping.
+    get meter() {
+      return policy.meter;
+    },
     replicas: policy.replicas?.bind(policy),
     tokenEngine: policy.tokenEngine?.bind(policy),
     forget: policy.forget?.bind(policy),

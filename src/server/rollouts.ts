@@ -57,7 +57,7 @@ function withoutTokenArrays(episode: EpisodeRecord): EpisodeRecord | Record<stri
 }
 
 /** Every episode's token log, concatenated into one typed array per field (PROTOCOL.md). */
-export function tokenArrays(episodes: readonly EpisodeRecord[]): Partial<GroupFrame> {
+function tokenArrays(episodes: readonly EpisodeRecord[]): Partial<GroupFrame> {
   if (episodes.length === 0 || !episodes.every((e) => e.tokens)) return {};
   const logs = episodes.map((e) => e.tokens!);
   const offsets = [0];

@@ -273,7 +273,7 @@ describe("generated bad input: exit 2, one line, empty stdout, no trace", () => 
     );
   });
 
-  it("show refuses files that are not episode files and ids that are not in them", async () => {
+  it("show refuses files that are not episode files", async () => {
     const { writeFileSync } = await import("node:fs");
     let n = 0;
     const content = fc.oneof(

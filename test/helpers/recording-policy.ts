@@ -1,7 +1,32 @@
 // A policy wrapper that records every request a rollout sends and the engine's answer, so
 // tests can check what reached the engine (prompt shape, max_tokens, counted vs. reported tokens).
-import type { Policy, PolicyRequest, PolicyResponse, PromptMeter } from "../../src/llm/policy.ts";
+import type {
+  Policy,
+  PolicyRequest,
+  PolicyResponse,
+  PromptMeter,
+  SamplingParams,
+} from "../../src/llm/policy.ts";
 import type { ChatMessage } from "../../src/rollout/prompt.ts";
+import { defaultBatchRequest } from "../../src/rollout/request.ts";
+
+/** One request outside any episode: a user line, RAGEN's default sampling, `sampling` on top. */
+export function singleRequest(content: string, sampling: Partial<SamplingParams> = {}): PolicyRequest {
+  return {
+    messages: [{ role: "user", content }],
+    prefill: "<think>",
+    sampling: { ...defaultBatchRequest("train").sampling, seed: 7, ...sampling },
+    episode: {
+      tag: "SimpleSokoban",
+      envId: 0,
+      turn: 0,
+      actionNames: ["Up"],
+      actionsThisTurn: 1,
+      think: true,
+      solve: () => null,
+    },
+  };
+}
 
 export interface RecordedRequest {
   messages: readonly ChatMessage[];

@@ -5,27 +5,13 @@ import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ChatPolicy } from "../../src/llm/openai-chat.ts";
-import type { PolicyRequest } from "../../src/llm/policy.ts";
-import { defaultBatchRequest } from "../../src/rollout/request.ts";
+import { singleRequest } from "../helpers/recording-policy.ts";
 
 let server: Server;
 let url: string;
 const bodies: Record<string, unknown>[] = [];
 
-const request: PolicyRequest = {
-  messages: [{ role: "user", content: "go" }],
-  prefill: "<think>",
-  sampling: { ...defaultBatchRequest("train").sampling, seed: 7 },
-  episode: {
-    tag: "SimpleSokoban",
-    envId: 0,
-    turn: 0,
-    actionNames: ["Up"],
-    actionsThisTurn: 1,
-    think: true,
-    solve: () => null,
-  },
-};
+const request = singleRequest("go");
 
 beforeAll(async () => {
   server = createServer((req, res) => {

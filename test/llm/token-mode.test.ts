@@ -55,6 +55,14 @@ function checkLog(e: EpisodeRecord): void {
   expect(t.prompt_drift).toBe(0);
 }
 
+/** Every multi-turn episode reports drift, and there are some (else the check proves nothing). */
+function expectDriftOnMultiTurn(episodes: readonly EpisodeRecord[]): void {
+  const multi = episodes.filter((e) => e.turns.length > 1);
+  expect(multi.length).toBeGreaterThan(0);
+  for (const e of episodes) checkLog(e);
+  for (const e of multi) expect(e.tokens!.template_drift).toEqual(expect.any(Number));
+}
+
 /**
  * Decoding each turn's sampled ids gives the recorded text (the prefill came from the prompt);
  * a turn that stopped ends with the end-of-generation token, whose text the record leaves out.
@@ -117,10 +125,7 @@ describe("token mode against the mock vLLM engine", () => {
       const batch = await runBatch(registry, tokenBatch(2, 2, 64), policy);
       await policy.close();
       expect(batch.failed).toBe(0);
-      for (const e of batch.episodes) {
-        checkLog(e);
-        if (e.turns.length > 1) expect(e.tokens!.template_drift).toEqual(expect.any(Number));
-      }
+      expectDriftOnMultiTurn(batch.episodes);
     } finally {
       await qwen3.close();
     }
@@ -243,7 +248,6 @@ describe("token mode against llama.cpp (real Qwen3 tokenizer)", () => {
       for (let k = 1; k < e.turns.length; k++) {
         // llama.cpp never evaluates the last sampled token, so it is the one id not cached.
         expect(e.turns[k].cached_tokens).toBeGreaterThanOrEqual(t.turn_ends[k - 1] - 1);
-        expect(e.turns[k].prompt_tokens).toBe(t.turn_starts[k]);
       }
     }
   }, 300_000);
@@ -251,10 +255,7 @@ describe("token mode against llama.cpp (real Qwen3 tokenizer)", () => {
   it("Qwen3's template (it drops earlier <think> blocks) shows up as template drift per episode", async () => {
     const batch = await play([]);
     expect(batch.failed).toBe(0);
-    for (const e of batch.episodes) {
-      checkLog(e);
-      if (e.turns.length > 1) expect(e.tokens!.template_drift).toEqual(expect.any(Number));
-    }
+    expectDriftOnMultiTurn(batch.episodes);
   }, 300_000);
 
   it("a template that rewrites earlier turns is caught", async () => {

@@ -1,5 +1,6 @@
 // The chat policy against the mock engine doing what a stock vLLM does: generation-config
 // defaults for omitted fields, `abort` answers, reasoning parsers, the older flat error shape.
+
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type MockEngine, startMockEngine } from "../../bench/mock-engine/server.ts";
 import { createRegistry } from "../../envs/catalog.ts";
@@ -8,6 +9,7 @@ import { ChatPolicy } from "../../src/llm/openai-chat.ts";
 import { PolicyError } from "../../src/llm/policy.ts";
 import { type BatchRequest, type BatchResult, runBatch } from "../../src/rollout/batch.ts";
 import { batchRequest } from "../../src/rollout/request.ts";
+import { singleRequest } from "../helpers/recording-policy.ts";
 
 const registry = createRegistry();
 
@@ -164,23 +166,9 @@ describe("errors", () => {
   it("keep their message in vLLM's older flat shape", async () => {
     const policy = new ChatPolicy({ baseURL: flat.url, model: "mock" });
     await policy.preflight();
-    const request = smallBatch(1);
     // vLLM refuses a negative repetition penalty with a 400 naming it.
     const error = await policy
-      .generate({
-        messages: [{ role: "user", content: "hi" }],
-        prefill: "<think>",
-        sampling: { ...request.sampling, repetition_penalty: -1, seed: 1 },
-        episode: {
-          tag: "SimpleSokoban",
-          envId: 0,
-          turn: 0,
-          actionNames: ["Up"],
-          actionsThisTurn: 1,
-          think: true,
-          solve: () => null,
-        },
-      })
+      .generate(singleRequest("hi", { repetition_penalty: -1 }))
       .catch((e: unknown) => e);
     await policy.close();
     expect(error).toBeInstanceOf(PolicyError);

@@ -92,7 +92,9 @@ async function stopServer(server: Server | undefined): Promise<void> {
   const exited = new Promise((resolve) => server.child.once("exit", resolve));
   process.kill(-server.child.pid, "SIGTERM");
   await Promise.race([exited, new Promise((resolve) => setTimeout(resolve, 10_000))]);
-  if (server.child.exitCode === null) process.kill(-server.child.pid, "SIGKILL");
+  // A child ended by a signal has exitCode null but signalCode set: it is gone, not hung.
+  if (server.child.exitCode === null && server.child.signalCode === null)
+    process.kill(-server.child.pid, "SIGKILL");
 }
 
 interface PySummary {

@@ -3,7 +3,7 @@
 // joining a client's string onto a path, so nothing outside DIR can be read; uploads are checked
 // to be episode files and kept within a count and a byte budget, the oldest evicted first.
 import { randomBytes } from "node:crypto";
-import { createReadStream, type ReadStream } from "node:fs";
+import { createReadStream, type Dirent, type ReadStream, type Stats } from "node:fs";
 import { lstat, readdir } from "node:fs/promises";
 import { join } from "node:path";
 import { EPISODE_FILE_FORMAT, EPISODE_FILE_VERSION } from "../../record/episode-file.ts";
@@ -38,12 +38,10 @@ export interface SharedFile {
 
 /** Episode files directly in `dir`: regular `.jsonl` files (symbolic links are not followed). */
 export async function listShared(dir: string, limits: FileLimits): Promise<SharedFile[]> {
-  const entries = await readdir(dir, { withFileTypes: true });
   const files: (SharedFile & { mtime: number })[] = [];
-  for (const entry of entries) {
-    if (!entry.isFile() || !entry.name.endsWith(".jsonl")) continue;
-    const info = await lstat(join(dir, entry.name)).catch(() => null);
-    if (!info?.isFile()) continue;
+  for (const entry of await readdir(dir, { withFileTypes: true })) {
+    const info = await sharedEntry(dir, entry);
+    if (!info) continue;
     files.push({
       name: entry.name,
       bytes: info.size,
@@ -55,19 +53,25 @@ export async function listShared(dir: string, limits: FileLimits): Promise<Share
   return files.slice(0, limits.maxListed).map(({ mtime: _mtime, ...file }) => file);
 }
 
-/** A stream of the shared file called `name`, if DIR lists it. */
+/** A shareable entry's stats: a regular `.jsonl` file (no link, no folder), or null. */
+async function sharedEntry(dir: string, entry: Dirent): Promise<Stats | null> {
+  if (!entry.isFile() || !entry.name.endsWith(".jsonl")) return null;
+  const info = await lstat(join(dir, entry.name)).catch(() => null);
+  return info?.isFile() ? info : null;
+}
+
+/** A stream of the shared file called `name`, if DIR lists it (found by listing, never by path). */
 export async function openShared(dir: string, name: string, limits: FileLimits): Promise<ReadStream> {
-  const listed = (await listShared(dir, { ...limits, maxListed: Number.POSITIVE_INFINITY })).find(
-    (f) => f.name === name,
-  );
-  if (!listed) throw new Refusal(404, `no episode file ${JSON.stringify(name)} is shared`);
-  if (listed.bytes > limits.maxSharedBytes)
-    throw new Refusal(413, `${name} has ${listed.bytes} bytes; at most ${limits.maxSharedBytes} are served`);
-  return createReadStream(join(dir, listed.name));
+  const entry = (await readdir(dir, { withFileTypes: true })).find((e) => e.name === name);
+  const info = entry ? await sharedEntry(dir, entry) : null;
+  if (!entry || !info) throw new Refusal(404, `no episode file ${JSON.stringify(name)} is shared`);
+  if (info.size > limits.maxSharedBytes)
+    throw new Refusal(413, `${name} has ${info.size} bytes; at most ${limits.maxSharedBytes} are served`);
+  return createReadStream(join(dir, entry.name));
 }
 
 /** Checks that `text` is an episode file, naming the first bad line ("line N: why") if not. */
-export function checkEpisodeText(text: string): { episodes: number } {
+function checkEpisodeText(text: string): { episodes: number } {
   let header = false;
   let summary = false;
   let episodes = 0;
@@ -131,9 +135,5 @@ export class UploadStore {
 
   get(id: string): string | undefined {
     return this.files.get(id);
-  }
-
-  get size(): number {
-    return this.files.size;
   }
 }

@@ -26,7 +26,7 @@ const TYPES: Record<string, string> = {
 };
 
 /** JavaScript from an erasable-syntax TypeScript module (type-only imports vanish). */
-export function stripTypes(source: string): string {
+function stripTypes(source: string): string {
   // The API is marked experimental in Node 24 and warns once; the warning is noise for a server.
   const emit = process.emitWarning;
   process.emitWarning = () => {};

@@ -1,7 +1,8 @@
 // The attack benchmark's clients: the tests' protocol client (test/helpers/ws-client.ts), plus
 // a way to stop reading (the kernel's buffers fill, then the server's).
-import type { Socket } from "node:net";
-import { TestClient } from "../../test/helpers/ws-client.ts";
+import { pauseReading, TestClient } from "../../test/helpers/ws-client.ts";
+
+export { pauseReading };
 
 export type Client = TestClient;
 
@@ -10,11 +11,6 @@ export async function connect(url: string, name = "attack"): Promise<Client> {
   const client = await TestClient.connect(url, { hello: { type: "hello", protocol: 1, client: name } });
   client.ws.on("error", () => {});
   return client;
-}
-
-/** Stops reading from the socket: what a client that never reads looks like to the server. */
-export function pauseReading(client: Client): void {
-  (client.ws as unknown as { _socket: Socket })._socket.pause();
 }
 
 /** The well-behaved client: a 2 × 2 batch rollout with the server's built-in policy. */

@@ -1,4 +1,5 @@
 // A minimal protocol client for the server tests: raw frames in, decoded messages out.
+import type { Socket } from "node:net";
 import WebSocket from "ws";
 import { decodeFrame, encodeMessage } from "../../protocol/codec.ts";
 
@@ -7,6 +8,8 @@ export type Frame = Record<string, unknown> & { type: string };
 export class TestClient {
   readonly ws: WebSocket;
   readonly received: Frame[] = [];
+  /** Every frame's bytes as they arrived (for byte-for-byte comparisons). */
+  readonly raw: Buffer[] = [];
   closeCode: number | null = null;
   closeReason = "";
   private waiters: { match: (f: Frame) => boolean; resolve: (f: Frame) => void }[] = [];
@@ -15,6 +18,7 @@ export class TestClient {
   private constructor(ws: WebSocket) {
     this.ws = ws;
     ws.on("message", (data: Buffer) => {
+      this.raw.push(Buffer.from(data));
       const frame = decodeFrame(new Uint8Array(data)) as Frame;
       this.received.push(frame);
       this.waiters = this.waiters.filter((w) => {
@@ -82,4 +86,13 @@ export class TestClient {
   close(): void {
     this.ws.close();
   }
+}
+
+/** Stops reading the socket: the kernel's buffers fill, then the server's (a client that never reads). */
+export function pauseReading(client: TestClient): void {
+  (client.ws as unknown as { _socket: Socket })._socket.pause();
+}
+
+export function resumeReading(client: TestClient): void {
+  (client.ws as unknown as { _socket: Socket })._socket.resume();
 }

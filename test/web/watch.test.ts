@@ -2,78 +2,17 @@
 // byte for byte and its acknowledgements are the same with watchers attached; a watcher can
 // neither cancel nor acknowledge the trainer's rollout; a watcher that never reads holds back
 // nothing, costs the server a bounded buffer and is told what it lost; the count is limited.
-import type { Socket } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import WebSocket from "ws";
-import { decodeFrame, encodeMessage } from "../../protocol/codec.ts";
 import { validateServerMessage } from "../../protocol/messages.ts";
 import { buildServer, type RollgymServer } from "../../src/server/app.ts";
-import type { Frame } from "../helpers/ws-client.ts";
+import { pauseReading, resumeReading, TestClient } from "../helpers/ws-client.ts";
 
 const TOKEN = "watch-token";
 const WATCH_BUFFER = 32 * 1024;
 
-/** A raw protocol client that keeps every frame's bytes as they arrived. */
-class RawClient {
-  readonly ws: WebSocket;
-  readonly raw: Buffer[] = [];
-  readonly frames: Frame[] = [];
-  private waiters: (() => void)[] = [];
-
-  private constructor(ws: WebSocket) {
-    this.ws = ws;
-    ws.on("message", (data: Buffer) => {
-      this.raw.push(Buffer.from(data));
-      this.frames.push(decodeFrame(new Uint8Array(data)) as Frame);
-      for (const wake of this.waiters.splice(0)) wake();
-    });
-  }
-
-  static async connect(url: string, token = TOKEN): Promise<RawClient> {
-    const ws = new WebSocket(`${url.replace(/^http/, "ws")}/v1/rollouts`, {
-      headers: { authorization: `Bearer ${token}` },
-    });
-    await new Promise((resolve, reject) => ws.once("open", resolve).once("error", reject));
-    const client = new RawClient(ws);
-    client.send({ type: "hello", protocol: 1, client: "watch-test" });
-    await client.until((f) => f.type === "welcome");
-    return client;
-  }
-
-  send(frame: Record<string, unknown>): void {
-    this.ws.send(encodeMessage(frame));
-  }
-
-  async until(match: (f: Frame) => boolean, timeoutMs = 60_000): Promise<Frame> {
-    const deadline = Date.now() + timeoutMs;
-    for (;;) {
-      const found = this.frames.find(match);
-      if (found) return found;
-      if (Date.now() > deadline) throw new Error("timed out waiting for a frame");
-      await new Promise<void>((resolve) => {
-        this.waiters.push(resolve);
-        setTimeout(resolve, 200);
-      });
-    }
-  }
-
-  of(type: string): Frame[] {
-    return this.frames.filter((f) => f.type === type);
-  }
-
-  /** Stop reading: the kernel buffers fill, then the server's. */
-  pause(): void {
-    (this.ws as unknown as { _socket: Socket })._socket.pause();
-  }
-
-  resume(): void {
-    (this.ws as unknown as { _socket: Socket })._socket.resume();
-  }
-
-  close(): void {
-    this.ws.close();
-  }
-}
+/** A client of the watch tests' server, with its token. */
+const connect = (url: string): Promise<TestClient> =>
+  TestClient.connect(url, { token: TOKEN, hello: { type: "hello", protocol: 1, client: "watch-test" } });
 
 const rolloutFrame = (id: string, groups: number) => ({
   type: "rollout",
@@ -91,11 +30,11 @@ async function train(
   id: string,
   groups: number,
   during?: () => void,
-): Promise<{ client: RawClient; groupBytes: Buffer[]; batchBytes: Buffer; acks: number[] }> {
-  const client = await RawClient.connect(url);
+): Promise<{ client: TestClient; groupBytes: Buffer[]; batchBytes: Buffer; acks: number[] }> {
+  const client = await connect(url);
   const acks: number[] = [];
   client.ws.on("message", () => {
-    const frame = client.frames.at(-1)!;
+    const frame = client.received.at(-1)!;
     if (frame.type === "group") {
       acks.push(frame.group as number);
       client.send({ type: "ack", rollout: id, groups: [frame.group as number] });
@@ -104,10 +43,10 @@ async function train(
   client.send({ type: "credit", groups: 100_000 });
   client.send(rolloutFrame(id, groups));
   during?.();
-  await client.until((f) => f.type === "batch");
+  await client.next((f) => f.type === "batch");
   client.send({ type: "ack", rollout: id, groups: [], batch: true });
-  const groupBytes = client.raw.filter((_, i) => client.frames[i].type === "group");
-  const batchBytes = client.raw[client.frames.findIndex((f) => f.type === "batch")];
+  const groupBytes = client.raw.filter((_, i) => client.received[i].type === "group");
+  const batchBytes = client.raw[client.received.findIndex((f) => f.type === "batch")];
   return { client, groupBytes, batchBytes, acks };
 }
 
@@ -131,13 +70,13 @@ describe("watch subscriptions", () => {
     const alone = await train(url, "run", 12);
     alone.client.close();
 
-    const reader = await RawClient.connect(url);
+    const reader = await connect(url);
     reader.send({ type: "watch" });
-    await reader.until((f) => f.type === "watching");
-    const idle = await RawClient.connect(url);
+    await reader.next((f) => f.type === "watching");
+    const idle = await connect(url);
     idle.send({ type: "watch" });
-    await idle.until((f) => f.type === "watching");
-    idle.pause();
+    await idle.next((f) => f.type === "watching");
+    pauseReading(idle);
 
     const watched = await train(url, "run", 12, () => {
       // The watcher knows the rollout's id and tries to act on it.
@@ -157,8 +96,8 @@ describe("watch subscriptions", () => {
     const errors = reader.of("error").map((e) => e.code);
     expect(errors).toEqual(["unknown_rollout", "unknown_group"]);
     // The watcher saw the rollout start, all 12 groups and the verdict, all valid frames.
-    await reader.until((f) => f.type === "watch_batch");
-    const seen = reader.frames.filter((f) => f.type.startsWith("watch"));
+    await reader.next((f) => f.type === "watch_batch");
+    const seen = reader.received.filter((f) => f.type.startsWith("watch"));
     for (const frame of seen) expect(validateServerMessage(frame)).toMatchObject({ ok: true });
     const stream = reader.of("watch_rollout")[0].stream;
     expect(reader.of("watch_rollout")[0]).toMatchObject({
@@ -177,15 +116,15 @@ describe("watch subscriptions", () => {
     // Watch frames need no credit: the reader never sent any.
     expect(reader.of("group")).toEqual([]);
     reader.close();
-    idle.resume();
+    resumeReading(idle);
     idle.close();
   });
 
   it("a watcher that never reads holds nothing back, costs a bounded buffer and is told what it lost", async () => {
-    const idle = await RawClient.connect(url);
+    const idle = await connect(url);
     idle.send({ type: "watch" });
-    await idle.until((f) => f.type === "watching");
-    idle.pause();
+    await idle.next((f) => f.type === "watching");
+    pauseReading(idle);
     let peak = 0;
     let largest = 0;
     const poll = setInterval(() => {
@@ -206,12 +145,12 @@ describe("watch subscriptions", () => {
     // At most the limit plus the one frame that crossed it (watch frames are about a group frame's size).
     expect(peak).toBeLessThanOrEqual(WATCH_BUFFER + 2 * largest);
 
-    idle.resume();
-    await idle.until((f) => f.type === "watch_gap");
+    resumeReading(idle);
+    await idle.next((f) => f.type === "watch_gap");
     await new Promise((resolve) => setTimeout(resolve, 500));
     const gaps = idle.of("watch_gap");
     const lost = gaps.reduce((n, g) => n + (g.dropped as number), 0);
-    const got = idle.frames.filter((f) => /^watch_(rollout|group|batch)$/.test(f.type)).length;
+    const got = idle.received.filter((f) => /^watch_(rollout|group|batch)$/.test(f.type)).length;
     // Every frame was either delivered or counted as lost: runs × (start + groups + verdict).
     expect(got + lost).toBe(runs * (150 + 2));
     expect(lost).toBeGreaterThan(0);
@@ -222,9 +161,9 @@ describe("watch subscriptions", () => {
   it("limits the number of watch subscriptions; unwatch frees one and stops the frames", async () => {
     // Earlier tests' watchers are gone once their closes have arrived.
     await expect.poll(() => server.state.rolloutContext.watch!.size).toBe(0);
-    const clients = await Promise.all([0, 1, 2, 3].map(() => RawClient.connect(url)));
+    const clients = await Promise.all([0, 1, 2, 3].map(() => connect(url)));
     for (const c of clients) c.send({ type: "watch" });
-    await Promise.all(clients.map((c) => c.until((f) => f.type === "watching" || f.type === "error")));
+    await Promise.all(clients.map((c) => c.next((f) => f.type === "watching" || f.type === "error")));
     const refused = clients.filter((c) => c.of("error").length > 0);
     expect(refused).toHaveLength(1);
     expect(refused[0].of("error")[0]).toMatchObject({ code: "limit" });
@@ -233,11 +172,11 @@ describe("watch subscriptions", () => {
     const first = clients.find((c) => c !== refused[0])!;
     first.send({ type: "unwatch" });
     refused[0].send({ type: "watch" });
-    await refused[0].until((f) => f.type === "watching");
-    const before = first.frames.length;
+    await refused[0].next((f) => f.type === "watching");
+    const before = first.received.length;
     const run = await train(url, "after-unwatch", 2);
-    await refused[0].until((f) => f.type === "watch_batch");
-    expect(first.frames.length).toBe(before);
+    await refused[0].next((f) => f.type === "watch_batch");
+    expect(first.received.length).toBe(before);
     run.client.close();
     for (const c of clients) c.close();
   });
@@ -246,15 +185,15 @@ describe("watch subscriptions", () => {
     const hub = server.state.rolloutContext.watch!;
     await expect.poll(() => hub.size).toBe(0);
     const before = hub.size;
-    const c = await RawClient.connect(url);
+    const c = await connect(url);
     c.send({ type: "watch" });
-    await c.until((f) => f.type === "watching");
+    await c.next((f) => f.type === "watching");
     expect(hub.size).toBe(before + 1);
     c.close();
     await expect.poll(() => hub.size).toBe(before);
   });
 
   it("watch sits behind the same token as the rest of the protocol", async () => {
-    await expect(RawClient.connect(url, "wrong")).rejects.toThrow("401");
+    await expect(TestClient.connect(url, { token: "wrong" })).rejects.toThrow("401");
   });
 });

@@ -5,8 +5,9 @@ Reads FILE: frames as [u32 little-endian length][msgpack bytes] one after the ot
 server sends per group), then times what the Python client does on arrival: msgpack decode
 (rollgym_client.codec.decode) and Group.from_frame (numpy views of the typed arrays, and in
 token mode the token logs' checks). Repeats the whole file until at least MIN_SECONDS have
-passed and prints one line of JSON: bytes, frames, seconds, MB/s (10^6 bytes), and the share
-spent in msgpack alone.
+passed and prints one line of JSON: bytes, frames, seconds, MB/s (10^6 bytes), MB per CPU-second
+of this process (what a free core would do: steadier than MB/s on a busy machine), and msgpack
+alone.
 
 Usage: /usr/bin/python3 bench/tokens_decode.py FILE [MIN_SECONDS]
 """
@@ -47,7 +48,7 @@ def main():
             tokens += sum(len(t.ids) for t in g.tokens)
 
     reps = 0
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     while True:
         for b in items:
             Group.from_frame(decode(b))
@@ -55,6 +56,7 @@ def main():
         seconds = time.perf_counter() - start
         if seconds >= min_seconds and reps >= 3:
             break
+    cpu_seconds = time.process_time() - cpu
 
     # msgpack alone, for the split.
     mp_reps = 0
@@ -77,6 +79,8 @@ def main():
                 "repetitions": reps,
                 "seconds": seconds,
                 "mb_per_s": total * reps / seconds / 1e6,
+                "cpu_seconds": cpu_seconds,
+                "mb_per_cpu_s": total * reps / cpu_seconds / 1e6,
                 "frames_per_s": len(items) * reps / seconds,
                 "episodes_per_s": episodes * reps / seconds,
                 "msgpack_only_mb_per_s": total * mp_reps / mp_seconds / 1e6,

@@ -9,6 +9,10 @@ export const CLOSE_CODES = {
   noHello: 4000,
   versionMismatch: 4001,
   resumeRefused: 4002,
+  /** The client left the server's replies unread (PROTOCOL.md "Backpressure"). */
+  slowReader: 4008,
+  /** No valid hello within hello_timeout_s, or dropped as the oldest of too many silent sockets. */
+  helloTimeout: 4010,
 } as const;
 export type CloseCode = (typeof CLOSE_CODES)[keyof typeof CLOSE_CODES];
 

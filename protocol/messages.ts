@@ -148,6 +148,11 @@ export const EnvOpenSchema = map({
   max_actions_per_turn: Type.Optional(MaxActions),
   /** Token mode: replies carry the ids to append; responses must carry their sampled ids. */
   tokens: Type.Optional(Type.Boolean()),
+  /**
+   * What each env_stepped result's `messages` holds: "new" (default) the messages after the
+   * first `keep` of the previous turn's chat, "full" the whole chat for the next turn.
+   */
+  messages: Type.Optional(Type.Enum(["new", "full"])),
 });
 export type EnvOpen = Static<typeof EnvOpenSchema>;
 
@@ -233,6 +238,17 @@ export const LimitsSchema = map({
   max_episodes_in_flight: Type.Integer({ minimum: 1 }),
   max_buffered_groups: Type.Integer({ minimum: 1 }),
   resume_grace_s: Type.Number({ minimum: 0 }),
+  // Added later in version 1: present from servers that enforce them (docs/server.md "Limits").
+  max_episodes_per_connection: Type.Optional(Type.Integer({ minimum: 1 })),
+  max_unacked_groups: Type.Optional(Type.Integer({ minimum: 1 })),
+  max_env_sessions_per_connection: Type.Optional(Type.Integer({ minimum: 1 })),
+  max_env_bytes_per_connection: Type.Optional(Type.Integer({ minimum: 1 })),
+  send_pause_bytes: Type.Optional(Type.Integer({ minimum: 1 })),
+  max_send_buffer_bytes: Type.Optional(Type.Integer({ minimum: 1 })),
+  send_stall_s: Type.Optional(Type.Number({ minimum: 0 })),
+  max_connections: Type.Optional(Type.Integer({ minimum: 1 })),
+  max_connections_per_address: Type.Optional(Type.Integer({ minimum: 1 })),
+  hello_timeout_s: Type.Optional(Type.Number({ minimum: 0 })),
 });
 export type Limits = Static<typeof LimitsSchema>;
 
@@ -284,6 +300,8 @@ export const BatchFrameSchema = map({
   metrics: MetricsSchema,
   episodes: Count,
   failed: Count,
+  /** Groups a cancel stopped before they started (also in failed_groups; no group frame comes for them). */
+  not_started: Type.Optional(Type.Array(GroupId)),
 });
 export type BatchFrame = Static<typeof BatchFrameSchema>;
 
@@ -335,6 +353,8 @@ export const StepResultSchema = map({
   done: Type.Boolean(),
   success: Type.Boolean(),
   messages: Type.Union([Type.Array(ChatMessageSchema), Type.Null()]),
+  /** `messages: "new"` sessions: how many messages of the previous chat the next one starts with. */
+  keep: Type.Optional(Type.Integer({ minimum: 0 })),
   /** Token sessions: the ids to append after the sampled ids before the next turn (null when done). */
   next_ids: Type.Optional(Type.Union([Type.Array(Type.Integer()), Type.Null()])),
 });

@@ -1,41 +1,101 @@
-// The attack benchmark's clients: the tests' protocol client (test/helpers/ws-client.ts), plus
-// a way to stop reading (the kernel's buffers fill, then the server's).
-import { pauseReading, TestClient } from "../../test/helpers/ws-client.ts";
+// The attack bench's clients: the tests' protocol client (test/helpers/ws-client.ts), plus
+// a way to stop reading (the kernel's buffers fill, then the server's), and the well-behaved
+// client whose rollouts must keep completing during every attack.
+import { pauseReading, resumeReading, TestClient } from "../../test/helpers/ws-client.ts";
 
-export { pauseReading };
+export { pauseReading, resumeReading };
 
 export type Client = TestClient;
 
 /** Connects and says hello as `name`; socket errors (the server closing on us) are expected here. */
-export async function connect(url: string, name = "attack"): Promise<Client> {
-  const client = await TestClient.connect(url, { hello: { type: "hello", protocol: 1, client: name } });
+export async function connect(url: string, name = "attack", token?: string): Promise<Client> {
+  const client = await TestClient.connect(url, {
+    token,
+    hello: { type: "hello", protocol: 1, client: name },
+  });
   client.ws.on("error", () => {});
   return client;
 }
 
-/** The well-behaved client: a 2 × 2 batch rollout with the server's built-in policy. */
-export async function goodRollout(url: string, id: string, timeoutMs: number): Promise<void> {
-  const c = await connect(url, "good");
+/** Connects without saying hello. */
+export async function connectSilent(url: string, token?: string): Promise<Client> {
+  const client = await TestClient.connect(url, { token, hello: null });
+  client.ws.on("error", () => {});
+  return client;
+}
+
+export interface GoodRolloutShape {
+  groups: number;
+  groupSize: number;
+  delivery: "stream" | "batch";
+  tag?: string;
+  seed?: number;
+}
+
+/**
+ * The well-behaved client: one rollout with the server's built-in policy, credit one group at a
+ * time and an ack for each; checks every group arrived exactly once (stream: all of them; batch:
+ * the kept ones the verdict names) and the verdict came. Throws with what went wrong.
+ */
+export async function goodRollout(
+  url: string,
+  id: string,
+  timeoutMs: number,
+  shape: GoodRolloutShape = { groups: 2, groupSize: 2, delivery: "batch" },
+  token?: string,
+): Promise<void> {
+  const c = await connect(url, "good", token);
   try {
-    c.send({ type: "credit", groups: 100 });
+    await playRollout(c, id, timeoutMs, shape);
+  } finally {
+    c.close();
+  }
+}
+
+/** One rollout on an open connection (see goodRollout). */
+export async function playRollout(
+  c: Client,
+  id: string,
+  timeoutMs: number,
+  shape: GoodRolloutShape,
+): Promise<void> {
+  const seen = new Map<number, number>();
+  const onMessage = () => {
+    const f = c.received.at(-1)!;
+    if (f.type !== "group" || f.rollout !== id) return;
+    const g = f.group as number;
+    seen.set(g, (seen.get(g) ?? 0) + 1);
+    c.send({ type: "ack", rollout: id, groups: [g] });
+    c.send({ type: "credit", groups: 1 });
+  };
+  c.ws.on("message", onMessage);
+  try {
+    c.send({ type: "credit", groups: 4 });
     c.send({
       type: "rollout",
       id,
-      tags: [{ tag: "SimpleSokoban", groups: 2 }],
+      tags: [{ tag: shape.tag ?? "SimpleSokoban", groups: shape.groups }],
       mode: "train",
-      group_size: 2,
-      seed: 7,
-      delivery: "batch",
+      group_size: shape.groupSize,
+      seed: shape.seed ?? 7,
+      delivery: shape.delivery,
     });
     const end = await c.next(
       (f) => f.rollout === id && (f.type === "batch" || f.type === "error"),
       timeoutMs,
     );
-    if (end.type === "error") throw new Error(`good rollout refused: ${end.code} ${end.message}`);
-    if (end.failed !== 0) throw new Error(`good rollout had ${end.failed} failed episodes`);
-    if (c.of("group").length !== 2) throw new Error(`good rollout got ${c.of("group").length} groups`);
+    if (end.type === "error") throw new Error(`refused: ${end.code} ${end.message}`);
+    if (end.failed !== 0) throw new Error(`${end.failed} failed episodes`);
+    const expected =
+      shape.delivery === "stream"
+        ? Array.from({ length: shape.groups }, (_, i) => i)
+        : (end.kept as number[]);
+    const missing = expected.filter((g) => !seen.has(g));
+    const twice = [...seen].filter(([, n]) => n > 1).map(([g]) => g);
+    if (missing.length || twice.length)
+      throw new Error(`groups missing ${missing.join(",") || "none"}, twice ${twice.join(",") || "none"}`);
     c.send({ type: "ack", rollout: id, groups: [], batch: true });
   } finally {
-    c.close();
+    c.ws.off("message", onMessage);
   }
 }

@@ -2,8 +2,9 @@
 // nothing is written to stdout before the inputs have been validated. `run` is the whole
 // command in process (tests call it with their own streams); importing this file runs nothing.
 import { readFileSync } from "node:fs";
-import { MockEngineUsageError, mockEngineCommand, mockEngineUsage } from "../../bench/mock-engine/cli.ts";
 import { EnvConfigError } from "../../envs/types.ts";
+import { BENCH_DETAILS, BENCH_FLAGS, benchCommand } from "../bench/command.ts";
+import { MockEngineUsageError, mockEngineCommand, mockEngineUsage } from "../mock-engine/cli.ts";
 import { CommandFailure, type FlagSpec, formatHelp, UsageError, wantsHelp } from "./args.ts";
 import { DEMO_FLAGS, demoCommand } from "./demo.ts";
 import {
@@ -119,10 +120,18 @@ const COMMANDS: Record<string, Command> = {
   },
   "mock-engine": {
     run: mockEngineCommand,
-    synopsis: "mock-engine [--port N] [--model M] [--ttft-ms MS] [--error-rate P] …",
+    synopsis: "mock-engine [--port N] [--model M] [--latency-model none|default|slow10x] [--error-rate P] …",
     summary: "A mock vLLM server (OpenAI dialect, latency model, fault injection).",
     flags: {},
     help: mockEngineUsage,
+  },
+  bench: {
+    run: benchCommand,
+    synopsis:
+      "bench [--episodes N,…] [--replicas 1,2,4] [--latency-model default|slow10x|none] [--duration S] [--llm URL[,URL…] --model M] [--server URL] [--json|--markdown] [--svg DIR]",
+    summary: "Load test: server + engines driven over the WebSocket protocol; throughput, CPU, lag, RSS.",
+    details: BENCH_DETAILS,
+    flags: BENCH_FLAGS,
   },
   demo: {
     run: demoCommand,

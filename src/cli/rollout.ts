@@ -319,10 +319,12 @@ async function play(
   const total = request.tags.reduce((n, t) => n + t.groups, 0) * request.groupSize;
   const bar = new ProgressBar(`${request.mode} ${request.tags.map((t) => t.tag).join("+")}`, total);
   const started = Date.now();
+  let turns = 0;
   let batch: BatchResult;
   stop.started();
   try {
     batch = await runBatch(registry, request, policy, {
+      onTurn: () => turns++,
       // Episodes cancelled by a signal did not finish: the bar counts only those that did.
       onEpisode: (record) => {
         if (record.failure !== "cancelled") bar.tick(record.failure !== null);
@@ -332,13 +334,14 @@ async function play(
   } finally {
     bar.done();
   }
+  const seconds = (Date.now() - started) / 1000;
   const interrupted = stop.signalName();
   if (interrupted) batch = finishedPart(batch);
 
   let writeError: string | null = null;
   if (file) {
     const timings = args.switches.has("timings")
-      ? { started: new Date(started).toISOString(), seconds: (Date.now() - started) / 1000 }
+      ? { started: new Date(started).toISOString(), seconds }
       : undefined;
     try {
       await file.write(
@@ -376,6 +379,7 @@ async function play(
       episodes: batch.episodes.length,
       failed: batch.failed,
       ...(interrupted ? { interrupted } : {}),
+      ...runFigures(seconds, batch.episodes.length, turns, policy),
     });
   } else {
     const keys = Object.keys(batch.metrics);
@@ -406,6 +410,27 @@ async function play(
     throw new CommandFailure(`every group failed (first failure: ${first})`);
   }
   return 0;
+}
+
+/**
+ * Wall time and rates of a rollout, and what the policy counted: model turns always; HTTP
+ * requests (retries included), retries and failed attempts when an engine answered them.
+ */
+function runFigures(
+  seconds: number,
+  episodes: number,
+  turns: number,
+  policy: Policy,
+): Record<string, unknown> {
+  const rate = (n: number) => (seconds > 0 ? Math.round((n / seconds) * 100) / 100 : null);
+  const stats = policy instanceof ChatPolicy ? policy.stats : null;
+  return {
+    timing: { seconds, episodes_per_s: rate(episodes), turns_per_s: rate(turns) },
+    turns,
+    ...(stats
+      ? { requests: { sent: stats.requests, retries: stats.retries, failures: stats.failures } }
+      : {}),
+  };
 }
 
 /** A model without an endpoint, or a built-in policy next to one, is a mistake worth saying. */

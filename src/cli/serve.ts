@@ -1,9 +1,10 @@
 // `rollgym serve`: the rollout server for trainers (WebSocket /v1/rollouts, /healthz,
 // /metrics, /v1/envs) and the web page at /. Without --llm it serves with the built-in policy.
 
-import { statSync } from "node:fs";
+import { readFileSync, statSync } from "node:fs";
 import { resolve as absolute } from "node:path";
-import { buildServer } from "../server/app.ts";
+import { buildServer, type RollgymServer, type ShutdownReport } from "../server/app.ts";
+import { DEFAULT_CONNECTION_LIMITS } from "../server/connections.ts";
 import { type FlagSpec, parseArgs, parseInteger, UsageError } from "./args.ts";
 import { CONFIG_FLAGS, isOverride, reportLoaded, setup } from "./context.ts";
 import { io, say } from "./io.ts";
@@ -25,8 +26,19 @@ export const SERVE_FLAGS: Record<string, FlagSpec> = {
     arg: "N",
     help: "finished groups a stream rollout holds for a slow client (64)",
   },
+  "group-concurrency": {
+    kind: "value",
+    arg: "N",
+    help: "groups of one rollout played at once (rollgym.limits.group_concurrency, 64)",
+  },
   "resume-grace": { kind: "value", arg: "S", help: "seconds a dropped session waits for its client (60)" },
   "shutdown-deadline": { kind: "value", arg: "S", help: "seconds SIGTERM lets rollouts finish (30)" },
+  "max-connections": { kind: "value", arg: "N", help: "WebSocket connections at once (1024)" },
+  "max-connections-per-address": {
+    kind: "value",
+    arg: "N",
+    help: "WebSocket connections at once from one address (256)",
+  },
   share: {
     kind: "value",
     arg: "DIR",
@@ -47,6 +59,8 @@ export async function serveCommand(argv: readonly string[]): Promise<void> {
   if (args.values.has("llm")) overrides.push(`rollgym.llm.base_url=${args.values.get("llm")}`);
   if (args.values.has("model")) overrides.push(`rollgym.llm.model=${args.values.get("model")}`);
   if (args.values.has("policy")) overrides.push(`rollgym.policy.name=${args.values.get("policy")}`);
+  if (args.values.has("group-concurrency"))
+    overrides.push(`rollgym.limits.group_concurrency=${args.values.get("group-concurrency")}`);
   const { loaded, registry } = await setup(args, overrides);
   const { config } = loaded;
   checkPolicyKeys(loaded);
@@ -66,6 +80,15 @@ export async function serveCommand(argv: readonly string[]): Promise<void> {
   );
   const resumeGraceMs = seconds("resume-grace", 60) * 1000;
   const shutdownDeadlineMs = seconds("shutdown-deadline", 30) * 1000;
+  const count = (flag: string, fallback: number) =>
+    parseInteger(`--${flag}`, args.values.get(flag) ?? String(fallback), 1, 1_000_000);
+  const connections = {
+    maxConnections: count("max-connections", DEFAULT_CONNECTION_LIMITS.maxConnections),
+    maxConnectionsPerAddress: count(
+      "max-connections-per-address",
+      DEFAULT_CONNECTION_LIMITS.maxConnectionsPerAddress,
+    ),
+  };
   const share = args.values.get("share") ?? null;
   if (share !== null && !statSync(share, { throwIfNoEntry: false })?.isDirectory())
     throw new UsageError(`--share: ${JSON.stringify(share)} is not a directory`);
@@ -80,9 +103,11 @@ export async function serveCommand(argv: readonly string[]): Promise<void> {
     maxBufferedGroups,
     resumeGraceMs,
     shutdownDeadlineMs,
+    connections,
     // The limits `rollgym rollout` checks a batch against, from the same config keys.
     maxGroupsPerRollout: config.rollgym.limits.max_groups_per_rollout,
     maxEpisodesInFlight: config.rollgym.limits.max_episodes_in_flight,
+    groupConcurrency: config.rollgym.limits.group_concurrency,
     logger: { level: process.env.ROLLGYM_LOG_LEVEL ?? "warn" },
   });
   let url: string;
@@ -100,12 +125,110 @@ export async function serveCommand(argv: readonly string[]): Promise<void> {
   io().stdout.write(
     `rollgym serving on ${url} (the web page; ${ws}/v1/rollouts) with the ${using}${token ? ", token required" : ""}\n`,
   );
-  await new Promise<void>((resolve) => {
-    const stop = (signal: string) => {
-      say(`${signal}: finishing running rollouts, then closing`);
-      void server.shutdown(`server received ${signal}`).then(resolve);
-    };
-    process.once("SIGTERM", () => stop("SIGTERM"));
-    process.once("SIGINT", () => stop("SIGINT"));
+  await untilStopped(server);
+}
+
+/**
+ * Serves until a signal: the first SIGTERM or SIGINT drains (running rollouts finish until the
+ * deadline), a second cancels what is running at once (verdicts still go out), a third exits
+ * without waiting. A SIGINT within a second of the previous signal is the same Ctrl-C: the
+ * terminal sends it to the server and `npm start` passes its own copy on. Started through npm
+ * (`npx rollgym serve`), the server also drains when the process that started it dies: npm
+ * passes a SIGTERM to its `sh -c`, which dies without passing it on.
+ */
+async function untilStopped(server: RollgymServer): Promise<void> {
+  let signals = 0;
+  let last = 0;
+  // Settles with the shutdown the first signal starts (a second one only hurries it).
+  let started: (report: Promise<ShutdownReport>) => void = () => {};
+  const stopped = new Promise<ShutdownReport>((resolve) => {
+    started = resolve;
   });
+  const stop = (why: string, reason = `server received ${why}`) => {
+    signals++;
+    if (signals === 1)
+      say(`${why}: finishing running rollouts, then closing (signal again to cancel them now)`);
+    else if (signals === 2) say(`${why} again: cancelling running rollouts now, then closing`);
+    else {
+      say(`${why} a third time: exiting now`);
+      process.exit(1);
+    }
+    started(server.shutdown(reason));
+  };
+  const onSignal = (signal: NodeJS.Signals) => {
+    const now = performance.now();
+    const repeat = signal === "SIGINT" && signals > 0 && now - last < 1_000;
+    last = now;
+    if (!repeat) stop(signal);
+  };
+  process.on("SIGTERM", onSignal);
+  process.on("SIGINT", onSignal);
+  const watcher =
+    process.env.npm_lifecycle_event === undefined
+      ? null
+      : watchParent(() => {
+          // Like a first signal, never counted as a second one.
+          if (signals === 0) stop("the process that started it exited", "the server's parent process exited");
+        });
+  try {
+    const { cancelled, dropped } = await stopped;
+    const parts = [
+      cancelled ? `cancelled ${cancelled} running rollout(s)` : "",
+      dropped ? `dropped ${dropped} connection(s) that did not answer the close` : "",
+    ].filter(Boolean);
+    say(`closed${parts.length ? `: ${parts.join(", ")}` : ""}`);
+  } finally {
+    if (watcher) clearInterval(watcher);
+    process.off("SIGTERM", onSignal);
+    process.off("SIGINT", onSignal);
+  }
+}
+
+/**
+ * The processes that launched the server: the parent, and also the grandparent when the parent
+ * is the `sh -c` npm runs scripts through (npm may die of a SIGTERM before passing it on, leaving
+ * the shell alive). Read when this module loads, since the signal may kill them before the
+ * server is up.
+ */
+const LAUNCHERS = launcherPids();
+
+function launcherPids(): number[] {
+  const launchers = [process.ppid];
+  if (/^(sh|dash|bash)$/.test(procField(process.ppid, "comm") ?? "")) {
+    const grandparent = Number(procField(process.ppid, "stat")?.split(") ")[1]?.split(" ")[1]);
+    if (Number.isInteger(grandparent) && grandparent > 1) launchers.push(grandparent);
+  }
+  return launchers;
+}
+
+/** Calls `gone` once a process that launched the server has exited (checked every half second). */
+function watchParent(gone: () => void): NodeJS.Timeout {
+  const timer = setInterval(() => {
+    if (LAUNCHERS.every(alive)) return;
+    clearInterval(timer);
+    // Our stdout and stderr may have gone with it.
+    process.stdout.on("error", () => {});
+    process.stderr.on("error", () => {});
+    gone();
+  }, 500);
+  timer.unref();
+  return timer;
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code !== "ESRCH";
+  }
+}
+
+/** A file of /proc/PID (Linux), trimmed; null where there is none. */
+function procField(pid: number, name: "comm" | "stat"): string | null {
+  try {
+    return readFileSync(`/proc/${pid}/${name}`, "utf8").trim();
+  } catch {
+    return null;
+  }
 }

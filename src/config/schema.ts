@@ -166,6 +166,8 @@ export interface RollgymConfig {
     limits: {
       max_groups_per_rollout: number;
       max_episodes_in_flight: number;
+      /** Groups of one rollout the server plays at once (`rollgym serve --group-concurrency`). */
+      group_concurrency: number;
     };
   };
 }
@@ -242,6 +244,7 @@ export function defaultConfig(): RollgymConfig {
       limits: {
         max_groups_per_rollout: DEFAULT_ROLLOUT_LIMITS.maxGroupsPerRollout,
         max_episodes_in_flight: DEFAULT_ROLLOUT_LIMITS.maxEpisodesInFlight,
+        group_concurrency: 64,
       },
     },
   };
@@ -378,6 +381,7 @@ export const FIELD_SPECS: Readonly<Record<string, FieldSpec>> = {
   "rollgym.plugins": { kind: "strings" },
   "rollgym.limits.max_groups_per_rollout": int(1),
   "rollgym.limits.max_episodes_in_flight": int(1),
+  "rollgym.limits.group_concurrency": int(1),
 };
 
 /** Fields of a custom_envs.<Tag> entry. */

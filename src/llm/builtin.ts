@@ -2,6 +2,7 @@
 // with uniformly random valid actions; both in RAGEN's <think>…</think><answer>…</answer> format.
 // Noise knobs turn some answers random or malformed, so filters and failure paths get exercised.
 import seedrandom from "seedrandom";
+import { turnSlot } from "../rollout/slices.ts";
 import type { Policy, PolicyRequest, PolicyResponse } from "./policy.ts";
 
 export interface BuiltinPolicyOptions {
@@ -64,6 +65,8 @@ class BuiltinPolicy implements Policy {
   }
 
   async generate(request: PolicyRequest): Promise<PolicyResponse> {
+    // No I/O here: without a slot a batch would play on in microtasks and never let the loop turn.
+    await turnSlot();
     // Seeded by the request seed, so a batch replays identically.
     const rng = seedrandom(`${this.name}:${request.sampling.seed}`);
     const noisy = rng() < this.noise;

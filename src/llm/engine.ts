@@ -2,7 +2,7 @@
 // speaks (vLLM or llama.cpp, told apart by their routes), its context length, and how to count
 // a chat prompt's tokens exactly as its chat route will render them.
 import type { ChatMessage } from "../rollout/prompt.ts";
-import { EngineError, requestJson } from "./http.ts";
+import { type EngineConnections, EngineError, requestJson } from "./http.ts";
 
 export type Dialect = "vllm" | "llamacpp";
 
@@ -37,8 +37,9 @@ export async function describeEngine(
   dialect: Dialect | "auto",
   headers: Record<string, string>,
   signal?: AbortSignal,
+  connections?: EngineConnections,
 ): Promise<EngineInfo> {
-  const options = { signal, timeoutMs: PROBE_TIMEOUT_MS, headers };
+  const options = { signal, timeoutMs: PROBE_TIMEOUT_MS, headers, connections };
   const list = record(await requestJson("GET", `${baseURL.replace(/\/+$/, "")}/models`, undefined, options));
   const cards = Array.isArray(list.data) ? list.data.map(record) : [];
   const models = cards.map((c) => c.id).filter((id): id is string => typeof id === "string");
@@ -72,40 +73,63 @@ export interface TokenCounterOptions {
   rendering?: Record<string, unknown>;
   /** Entries kept; a turn's prompt is counted once even when its request is retried. */
   cacheSize?: number;
+  /** The policy's connections. */
+  connections?: EngineConnections;
 }
 
 /**
  * Exact prompt token counts from the engine itself, one request each: vLLM's /tokenize with
- * `messages`, llama.cpp's /v1/chat/completions/input_tokens. Counts are cached by prompt.
+ * `messages`, llama.cpp's /v1/chat/completions/input_tokens. Counts are cached by prompt, and
+ * a prompt already being counted is not asked again: a group's members start on the same
+ * state, so their first prompts arrive together and share one request.
  */
 export class EngineTokenCounter {
   private readonly options: TokenCounterOptions;
   private readonly cache = new Map<string, number>();
+  private readonly asking = new Map<string, Promise<number>>();
+  /** Count requests sent, for stats. */
+  requests = 0;
 
   constructor(options: TokenCounterOptions) {
     this.options = options;
   }
 
-  /** A count already known (a retried turn asks again), without a request. */
-  cached(messages: readonly ChatMessage[], prefill: string): number | undefined {
-    return this.cache.get(JSON.stringify([messages, prefill]));
-  }
-
-  /** The count for `messages` + `prefill`, from the replica at `baseURL` unless cached. */
+  /**
+   * The count for `messages` + `prefill`: cached, shared with a request already asking, or
+   * asked through `route`, which picks the replica (and its lease) and sends on it. A shared
+   * request that fails for its own caller's reason (an abort) is asked again.
+   */
   async count(
-    baseURL: string,
     messages: readonly ChatMessage[],
     prefill: string,
-    signal?: AbortSignal,
+    signal: AbortSignal | undefined,
+    route: (send: (baseURL: string) => Promise<number>) => Promise<number>,
   ): Promise<number> {
     const key = JSON.stringify([messages, prefill]);
     const cached = this.cache.get(key);
     if (cached !== undefined) return cached;
-    const count = await this.fetchCount(baseURL, messages, prefill, signal);
-    const limit = this.options.cacheSize ?? 4096;
-    if (this.cache.size >= limit) this.cache.delete(this.cache.keys().next().value as string);
-    this.cache.set(key, count);
-    return count;
+    const pending = this.asking.get(key);
+    if (pending !== undefined) {
+      try {
+        return await pending;
+      } catch (error) {
+        if (signal?.aborted) throw error;
+      }
+    }
+    const asked = route((baseURL) => {
+      this.requests++;
+      return this.fetchCount(baseURL, messages, prefill, signal);
+    });
+    this.asking.set(key, asked);
+    try {
+      const count = await asked;
+      const limit = this.options.cacheSize ?? 4096;
+      if (this.cache.size >= limit) this.cache.delete(this.cache.keys().next().value as string);
+      this.cache.set(key, count);
+      return count;
+    } finally {
+      if (this.asking.get(key) === asked) this.asking.delete(key);
+    }
   }
 
   private async fetchCount(
@@ -114,14 +138,14 @@ export class EngineTokenCounter {
     prefill: string,
     signal?: AbortSignal,
   ): Promise<number> {
-    const { model, dialect, headers, timeoutMs, rendering } = this.options;
+    const { model, dialect, headers, timeoutMs, rendering, connections } = this.options;
     // An empty prefill is RAGEN's count: the template with its generation prompt, nothing after.
     const continued = this.options.prefill === "continue" && prefill !== "";
     const chat = continued ? [...messages, { role: "assistant", content: prefill }] : [...messages];
     const switches = continued
       ? { add_generation_prompt: false, continue_final_message: true }
       : { add_generation_prompt: true };
-    const options = { signal, timeoutMs, headers };
+    const options = { signal, timeoutMs, headers, connections };
     const root = serverRoot(baseURL);
     if (dialect === "vllm") {
       const body = record(

@@ -9,7 +9,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 import type { ChatMessage } from "../rollout/prompt.ts";
 import { type Deadline, deadline } from "./deadline.ts";
 import { type Dialect, describeEngine, type EngineInfo, EngineTokenCounter } from "./engine.ts";
-import { EngineError, requestJson } from "./http.ts";
+import { EngineConnections, EngineError, requestJson } from "./http.ts";
 import {
   type Policy,
   PolicyError,
@@ -141,13 +141,23 @@ export class ChatPolicy implements Policy {
     Pick<ChatPolicyOptions, "extraBody" | "grammar" | "maxRetries" | "onServed">;
   private readonly headers: Record<string, string>;
   private readonly pool: ReplicaPool;
+  /** Keep-alive connections to the replicas, one per request in flight. */
+  private readonly connections = new EngineConnections();
   private dialect: Dialect;
   private counter: EngineTokenCounter | null = null;
   private tokens: TokenEngine | null = null;
   /** Set by preflight when the context length is known. */
   meter: PromptMeter | null = null;
   /** Request outcomes, for reports and metrics. */
-  readonly stats = { requests: 0, retries: 0, failures: 0, aborts: 0, ambiguousSplits: 0 };
+  readonly stats = {
+    requests: 0,
+    retries: 0,
+    failures: 0,
+    aborts: 0,
+    ambiguousSplits: 0,
+    /** Prompts fitted on an upper bound instead of an engine count (see countRequests). */
+    countsAvoided: 0,
+  };
   /** Per replica: requests answered, for reports (never written into episode files). */
   readonly served = new Map<string, number>();
 
@@ -179,9 +189,15 @@ export class ChatPolicy implements Policy {
           signal,
           timeoutMs: 5_000,
           headers: this.headers,
+          connections: this.connections,
         });
       },
     });
+  }
+
+  /** Prompt counts sent to the engine (/tokenize, input_tokens). */
+  get countRequests(): number {
+    return this.counter?.requests ?? 0;
   }
 
   /** The replicas and their state, for metrics and reports. */
@@ -196,7 +212,9 @@ export class ChatPolicy implements Policy {
    */
   async preflight(signal?: AbortSignal): Promise<EngineInfo> {
     const results = await Promise.allSettled(
-      this.urls.map((url) => describeEngine(url, this.options.dialect, this.headers, signal)),
+      this.urls.map((url) =>
+        describeEngine(url, this.options.dialect, this.headers, signal, this.connections),
+      ),
     );
     const answered = results.flatMap((r, i) =>
       r.status === "fulfilled" ? [{ url: this.urls[i], info: r.value }] : [],
@@ -232,21 +250,21 @@ export class ChatPolicy implements Policy {
       timeoutMs: this.options.timeoutMs,
       prefill: this.options.prefill,
       rendering: this.renderingFields,
+      connections: this.connections,
     });
     if (limit !== null) {
       const counter = this.counter;
       // Counted on the episode's own replica, through the pool like its turns.
       this.meter = {
         limit,
-        count: async (messages, prefill, countSignal, affinity) =>
-          // A cached count must not take a lease: its "ok" would hide a dead replica's failures.
-          counter.cached(messages, prefill) ??
-          this.routed(
-            affinity ?? null,
-            countSignal,
-            (url) => counter.count(url, messages, prefill, countSignal),
-            "aux",
+        // A cached or shared count takes no lease: its "ok" would hide a dead replica's failures.
+        count: (messages, prefill, countSignal, affinity) =>
+          counter.count(messages, prefill, countSignal, (send) =>
+            this.routed(affinity ?? null, countSignal, send, "aux"),
           ),
+        fittedByBound: () => {
+          this.stats.countsAvoided++;
+        },
       };
     }
     return { ...first, contextLength: limit };
@@ -270,6 +288,7 @@ export class ChatPolicy implements Policy {
 
   async close(): Promise<void> {
     this.pool.close();
+    await this.connections.close();
   }
 
   async generate(request: PolicyRequest): Promise<PolicyResponse> {
@@ -311,6 +330,7 @@ export class ChatPolicy implements Policy {
   get transport(): {
     model: string;
     headers: Record<string, string>;
+    connections: EngineConnections;
     timeoutMs: number;
     grammar: string | null;
     extraBody: Record<string, unknown>;
@@ -319,6 +339,7 @@ export class ChatPolicy implements Policy {
     return {
       model: this.options.model,
       headers: this.headers,
+      connections: this.connections,
       timeoutMs: this.options.timeoutMs,
       grammar: this.options.grammar ?? null,
       extraBody: this.options.extraBody ?? {},
@@ -431,6 +452,7 @@ export class ChatPolicy implements Policy {
       signal: request.signal,
       timeoutMs: this.options.timeoutMs,
       headers: this.headers,
+      connections: this.connections,
     })) as ChatCompletion;
     const choice = completion?.choices?.[0];
     if (!choice?.message) throw new EngineError("the response has no choices", 502);

@@ -75,6 +75,8 @@ export interface PromptMeter {
     /** The episode's routing key, so the count goes to its replica. */
     affinity?: string,
   ): Promise<number>;
+  /** Told when a prompt was fitted on an upper bound instead of a count (for stats). */
+  fittedByBound?(): void;
 }
 
 export interface Policy {

@@ -6,7 +6,7 @@
 // chat-template delta rendered by the engine itself, so they follow the model's own template.
 import type { ChatMessage } from "../rollout/prompt.ts";
 import { type Dialect, serverRoot } from "./engine.ts";
-import { EngineError, requestJson } from "./http.ts";
+import { EngineError, type RequestOptions, requestJson } from "./http.ts";
 import { type ChatPolicy, checkFinishReason, samplingFields } from "./openai-chat.ts";
 import type { SamplingParams } from "./policy.ts";
 
@@ -53,7 +53,7 @@ function startsWith(ids: readonly number[], prefix: readonly number[]): boolean 
   return true;
 }
 
-type Options = { signal?: AbortSignal; timeoutMs: number; headers: Record<string, string> };
+type Options = RequestOptions;
 
 export class TokenEngine {
   private readonly policy: ChatPolicy;
@@ -249,12 +249,12 @@ export class TokenEngine {
     affinity: string,
     signal?: AbortSignal,
   ): Promise<TokenSample> {
-    const { model, headers, timeoutMs, grammar, extraBody } = this.policy.transport;
+    const { model, headers, connections, timeoutMs, grammar, extraBody } = this.policy.transport;
     // The extra body goes along except what only the chat route reads.
     const extra = Object.fromEntries(Object.entries(extraBody).filter(([key]) => !CHAT_ONLY_FIELDS.has(key)));
     return this.policy.routed(affinity, signal, async (url) => {
       const fields = samplingFields(sampling, this.dialect);
-      const options = { signal, timeoutMs, headers };
+      const options = { signal, timeoutMs, headers, connections };
       const sample =
         this.dialect === "vllm"
           ? await this.vllmSample(url, options, {
@@ -392,13 +392,18 @@ export class TokenEngine {
     signal: AbortSignal | undefined,
     run: (url: string, options: Options) => Promise<T>,
   ): Promise<T> {
-    const { headers, timeoutMs } = this.policy.transport;
-    return this.policy.routed(affinity, signal, (url) => run(url, { signal, timeoutMs, headers }), "aux");
+    const { headers, connections, timeoutMs } = this.policy.transport;
+    return this.policy.routed(
+      affinity,
+      signal,
+      (url) => run(url, { signal, timeoutMs, headers, connections }),
+      "aux",
+    );
   }
 
   private async vllmSample(
     url: string,
-    options: { signal?: AbortSignal; timeoutMs: number; headers: Record<string, string> },
+    options: Options,
     body: Record<string, unknown>,
   ): Promise<TokenSample> {
     const answer = (await requestJson("POST", `${url}/completions`, body, options)) as {
@@ -437,7 +442,7 @@ export class TokenEngine {
 
   private async llamaSample(
     url: string,
-    options: { signal?: AbortSignal; timeoutMs: number; headers: Record<string, string> },
+    options: Options,
     body: Record<string, unknown>,
   ): Promise<TokenSample> {
     const answer = (await requestJson("POST", `${serverRoot(url)}/completion`, body, options)) as {

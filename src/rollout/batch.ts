@@ -2,6 +2,7 @@
 // every member of a group on the same seed, episodes advanced turn by turn, then scores,
 // the group filter and RAGEN-named metrics. Episodes run concurrently; each one only waits
 // for its own model turns, so a slow episode never holds up the others.
+import { setImmediate as nextTurn } from "node:timers/promises";
 import type { EnvRegistry } from "../../envs/registry.ts";
 import {
   type EpisodeView,
@@ -15,6 +16,7 @@ import { type FilterConfig, runGroupFilter } from "./filter.ts";
 import type { ChatMessage } from "./prompt.ts";
 import { ragenTruncate } from "./ragen-truncation.ts";
 import { episodeScores, type NormalizationGrouping, type NormalizationMethod } from "./scores.ts";
+import { turnSlot } from "./slices.ts";
 import { playTokenEpisode } from "./token-episode.ts";
 import type { TokenLog } from "./token-log.ts";
 
@@ -59,6 +61,8 @@ export interface BatchResult {
   /** RAGEN-named metrics: "<train|val-env>/<tag>/<name>" plus the filter's "rollout/…". */
   metrics: Record<string, number>;
   failed: number;
+  /** Groups a cancellation stopped before they started: no episode was built (they are in `groups` as failed). */
+  notStarted: number[];
 }
 
 export interface BatchHooks {
@@ -128,6 +132,7 @@ export async function playTurns(episode: Episode, hooks: BatchHooks, play: TurnP
     }
     const turn = episode.turnIndex;
     try {
+      await turnSlot();
       await play(turn);
     } catch (error) {
       episode.fail(
@@ -149,17 +154,27 @@ async function playChatEpisode(
   affinity: string,
 ): Promise<void> {
   let dropped = 0;
+  let known: KnownPrompt | null = null;
   await playTurns(episode, hooks, async (turn) => {
     {
       let messages: ChatMessage[];
       let maxTokens = request.sampling.max_tokens;
+      let tokens: number | null = null;
       if (policy.meter) {
-        const fitted = await fitContext(episode, request, policy.meter, dropped, affinity, hooks.signal);
+        const fitted = await fitContext(
+          episode,
+          request,
+          policy.meter,
+          dropped,
+          affinity,
+          hooks.signal,
+          known,
+        );
         if (fitted === null) {
           episode.endContextFull();
           return;
         }
-        ({ messages, maxTokens, dropped } = fitted);
+        ({ messages, maxTokens, dropped, tokens } = fitted);
       } else {
         messages = episode.promptMessages();
       }
@@ -181,8 +196,42 @@ async function playChatEpisode(
         dropped,
         ambiguousSplit: response.ambiguousSplit,
       });
+      // The engine's own count of this prompt is exact; without one, the count or bound it was fitted on.
+      const exact = response.promptTokens ?? tokens;
+      known = exact === null ? null : { messages, tokens: exact };
     }
   });
+}
+
+/** A prompt sent earlier in the episode and an upper bound on its tokens (usually the exact count). */
+export interface KnownPrompt {
+  messages: readonly ChatMessage[];
+  tokens: number;
+}
+
+/**
+ * Template tokens allowed per message added to a known prompt: the role header and end marker
+ * (ChatML: "<|im_start|>assistant\n" … "<|im_end|>\n", 5 tokens), with room to spare for
+ * other templates and for merges across the seams. See docs/rollouts.md, "Counting less".
+ */
+export const TEMPLATE_TOKENS_PER_MESSAGE = 32;
+
+/**
+ * An upper bound on the tokens of `messages` (plus the same prefill), from a known prompt they
+ * extend: its tokens, plus the UTF-8 bytes of every added message (a byte-level BPE token is at
+ * least one byte) and TEMPLATE_TOKENS_PER_MESSAGE each. Null when `messages` does not start
+ * with the known prompt's messages unchanged (a window slid, turns were dropped).
+ */
+export function extendedPromptBound(known: KnownPrompt, messages: readonly ChatMessage[]): number | null {
+  const old = known.messages;
+  if (messages.length <= old.length) return null;
+  for (let i = 0; i < old.length; i++) {
+    if (messages[i].role !== old[i].role || messages[i].content !== old[i].content) return null;
+  }
+  let bound = known.tokens;
+  for (let i = old.length; i < messages.length; i++)
+    bound += Buffer.byteLength(messages[i].content, "utf8") + TEMPLATE_TOKENS_PER_MESSAGE;
+  return bound;
 }
 
 /**
@@ -190,7 +239,9 @@ async function playChatEpisode(
  * context. "turns" drops the oldest complete turns (never an observation without its
  * response); when only the current turn is left, max_tokens is lowered, but not below
  * minResponseTokens. "ragen" applies RAGEN's rule. Null: not even the current turn fits.
- * `dropped` starts at the previous turn's count, since a history only grows.
+ * `dropped` starts at the previous turn's count, since a history only grows. In "turns" mode a
+ * prompt that extends the `known` one is not counted when an upper bound on its tokens already
+ * fits with the full max_tokens (`tokens` is then that bound); near the limit it is counted.
  */
 async function fitContext(
   episode: Episode,
@@ -198,8 +249,9 @@ async function fitContext(
   meter: PromptMeter,
   dropped: number,
   affinity: string,
-  signal?: AbortSignal,
-): Promise<{ messages: ChatMessage[]; maxTokens: number; dropped: number } | null> {
+  signal: AbortSignal | undefined,
+  known: KnownPrompt | null,
+): Promise<{ messages: ChatMessage[]; maxTokens: number; dropped: number; tokens: number } | null> {
   const count = (messages: readonly ChatMessage[]) =>
     meter.count(messages, episode.prefill, signal, affinity);
   const wanted = request.sampling.max_tokens;
@@ -209,15 +261,27 @@ async function fitContext(
     const full = episode.promptMessages();
     // RAGEN counts the template with its generation prompt but without the "<think>" prefill.
     const cut = await ragenTruncate(full, (m) => meter.count(m, "", signal, affinity), meter.limit);
-    const room = fits(await count(cut.messages));
-    return room >= floor ? { messages: cut.messages, maxTokens: room, dropped: cut.droppedTurns } : null;
+    const tokens = await count(cut.messages);
+    const room = fits(tokens);
+    return room >= floor
+      ? { messages: cut.messages, maxTokens: room, dropped: cut.droppedTurns, tokens }
+      : null;
   }
   for (let drop = dropped; ; drop++) {
     const messages = episode.promptMessages(drop);
-    const room = fits(await count(messages));
-    if (room === wanted) return { messages, maxTokens: wanted, dropped: drop };
+    if (drop === dropped && known !== null) {
+      const bound = extendedPromptBound(known, messages);
+      // The exact count could only say the same: it is ≤ the bound, so the full max_tokens fits.
+      if (bound !== null && bound + wanted <= meter.limit) {
+        meter.fittedByBound?.();
+        return { messages, maxTokens: wanted, dropped: drop, tokens: bound };
+      }
+    }
+    const tokens = await count(messages);
+    const room = fits(tokens);
+    if (room === wanted) return { messages, maxTokens: wanted, dropped: drop, tokens };
     if (drop >= episode.turnIndex) {
-      return room >= floor ? { messages, maxTokens: room, dropped: drop } : null;
+      return room >= floor ? { messages, maxTokens: room, dropped: drop, tokens } : null;
     }
   }
 }
@@ -241,10 +305,20 @@ export async function runBatch(
   const context = emptyTally();
   const byGroup: EpisodeRecord[][] = [];
   let next = 0;
+  const notStarted: number[] = [];
   const playGroups = async (): Promise<void> => {
     while (next < tags.length) {
       const group = next++;
       if (!hooks.signal?.aborted) await hooks.admitGroup?.(group);
+      // Cancelled before it started: nothing is built or played for it (a cancelled 4096-group
+      // rollout costs what it played, not its size).
+      if (hooks.signal?.aborted) {
+        notStarted.push(group);
+        continue;
+      }
+      // Resets are synchronous: a turn of the event loop before each group keeps a wave of
+      // workers starting together from holding everyone else's frames and requests.
+      await nextTurn();
       const episodes = groupEpisodes(registry, request, group, tags[group]);
       const records = await Promise.all(
         episodes.map(async (episode) => {
@@ -274,6 +348,19 @@ export async function runBatch(
   if (!groupLocalScores(request)) scoreEpisodes(records, request);
 
   const groups = groupResults(records, request);
+  notStarted.sort((a, b) => a - b);
+  for (const g of notStarted) {
+    const env_ids = Array.from({ length: request.groupSize }, (_, m) => g * request.groupSize + m);
+    groups[g] = {
+      group_id: g,
+      tag: tags[g],
+      seed: request.seed + g,
+      env_ids,
+      score: null,
+      kept: false,
+      failed: true,
+    };
+  }
   const scored = groups.filter((g) => !g.failed);
   const metrics: Record<string, number> = tagMetrics(records, request);
   // RAGEN filters training batches only; validation keeps every group.
@@ -293,7 +380,7 @@ export async function runBatch(
   const failed = records.filter((r) => r.failure !== null).length;
   metrics["rollgym/failed_episodes"] = failed;
   Object.assign(metrics, context);
-  return { mode: request.mode, seed: request.seed, episodes: records, groups, metrics, failed };
+  return { mode: request.mode, seed: request.seed, episodes: records, groups, metrics, failed, notStarted };
 }
 
 function emptyTally() {

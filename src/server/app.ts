@@ -6,7 +6,7 @@ import { readFileSync } from "node:fs";
 import type { IncomingMessage } from "node:http";
 import type { Duplex } from "node:stream";
 import Fastify, { type FastifyInstance } from "fastify";
-import { WebSocketServer } from "ws";
+import { type WebSocket, WebSocketServer } from "ws";
 import { createRegistry } from "../../envs/catalog.ts";
 import type { EnvRegistry } from "../../envs/registry.ts";
 import { CLOSE_CODES, encodeMessage } from "../../protocol/codec.ts";
@@ -15,9 +15,16 @@ import { oraclePolicy } from "../llm/builtin.ts";
 import type { Policy } from "../llm/policy.ts";
 import { authorized } from "./auth.ts";
 import { handleConnection } from "./connection.ts";
+import {
+  ConnectionGuard,
+  type ConnectionLimits,
+  closeWithin,
+  httpServerOptions,
+  type Refusal,
+} from "./connections.ts";
 import { createMetrics, instrumentPolicy } from "./metrics.ts";
 import type { Session } from "./session.ts";
-import { DEFAULT_LIMITS, type ServerLimits, type ServerState } from "./state.ts";
+import { DEFAULT_LIMITS, type ServerLimits, type ServerState, wireLimits } from "./state.ts";
 import { WatchHub, type WatchLimits } from "./watch.ts";
 import type { FileLimits } from "./web/files.ts";
 import { registerWeb, webOptions } from "./web/routes.ts";
@@ -40,6 +47,13 @@ export interface ServerOptions extends Partial<ServerLimits> {
   watch?: Partial<WatchLimits>;
   /** Episode-file uploads and shared files for the web page. */
   files?: Partial<FileLimits>;
+  /** Connection caps and timeouts (docs/server.md "Connections"). */
+  connections?: Partial<ConnectionLimits>;
+  /**
+   * At shutdown, how long cancelled rollouts get to send their verdicts, and then how long
+   * clients get to answer the close before their connections are dropped.
+   */
+  closeGraceMs?: number;
 }
 
 export interface RollgymServer {
@@ -47,8 +61,18 @@ export interface RollgymServer {
   state: ServerState;
   /** Listen; resolves to the base http URL. */
   listen(port?: number, host?: string): Promise<string>;
-  /** Graceful shutdown: refuse new work, let rollouts finish until the deadline, close. */
-  shutdown(reason?: string): Promise<void>;
+  /**
+   * Graceful shutdown: refuse new work, let rollouts finish until the deadline, close. Called
+   * again while it runs, it cancels the running rollouts at once (their verdicts still go out).
+   */
+  shutdown(reason?: string): Promise<ShutdownReport>;
+}
+
+export interface ShutdownReport {
+  /** Rollouts still running at the deadline (or at a second shutdown call), cancelled. */
+  cancelled: number;
+  /** Connections dropped because their client did not answer the close in time. */
+  dropped: number;
 }
 
 const VERSION = (
@@ -56,7 +80,9 @@ const VERSION = (
 ).version;
 
 export async function buildServer(options: ServerOptions = {}): Promise<RollgymServer> {
-  const app = Fastify({ logger: options.logger ?? false });
+  const guard = new ConnectionGuard(options.connections);
+  const app = Fastify({ logger: options.logger ?? false, ...httpServerOptions(guard.limits) });
+  guard.attach(app.server);
   const limits: ServerLimits = { ...DEFAULT_LIMITS, ...pickLimits(options) };
   const sessions = new Map<string, Session>();
   const wss = new WebSocketServer({
@@ -95,14 +121,7 @@ export async function buildServer(options: ServerOptions = {}): Promise<RollgymS
       groupConcurrency: options.groupConcurrency ?? 64,
       watch: new WatchHub(options.watch),
     },
-    limits: () => ({
-      max_frame_bytes: limits.maxFrameBytes,
-      max_rollouts_per_connection: limits.maxRolloutsPerConnection,
-      max_groups_per_rollout: limits.maxGroupsPerRollout,
-      max_episodes_in_flight: limits.maxEpisodesInFlight,
-      max_buffered_groups: limits.maxBufferedGroups,
-      resume_grace_s: limits.resumeGraceMs / 1000,
-    }),
+    limits: () => ({ ...wireLimits(limits), ...guard.wireLimits() }),
   };
 
   app.get("/healthz", async () => ({ status: state.closing ? "closing" : "ok", version: VERSION }));
@@ -124,7 +143,9 @@ export async function buildServer(options: ServerOptions = {}): Promise<RollgymS
   }));
   registerWeb(app, state, webOptions(options.share, options.files));
 
-  wss.on("connection", (socket) => handleConnection(state, socket));
+  wss.on("connection", (socket: WebSocket, request: IncomingMessage) =>
+    handleConnection(state, socket, guard.opened(socket, request)),
+  );
   app.server.on("upgrade", (request: IncomingMessage, socket: Duplex, head: Buffer) => {
     const path = new URL(request.url ?? "/", "http://localhost").pathname;
     if (path !== "/v1/rollouts")
@@ -138,34 +159,58 @@ export async function buildServer(options: ServerOptions = {}): Promise<RollgymS
         "a valid bearer token is required (Authorization: Bearer TOKEN)",
       );
     }
+    const over: Refusal | null = guard.refusal(request);
+    if (over) return refuse(socket, over.status, over.text, over.message);
     wss.handleUpgrade(request, socket, head, (ws) => wss.emit("connection", ws, request));
   });
 
-  let shuttingDown: Promise<void> | null = null;
-  const shutdown = (reason = "server shutting down"): Promise<void> => {
-    shuttingDown ??= (async () => {
+  const closeGraceMs = options.closeGraceMs ?? 2_000;
+  let shuttingDown: Promise<ShutdownReport> | null = null;
+  let hurry = () => {};
+  const hurried = new Promise<void>((resolve) => {
+    hurry = resolve;
+  });
+  const shutdown = (reason = "server shutting down"): Promise<ShutdownReport> => {
+    if (shuttingDown) {
+      hurry();
+      return shuttingDown;
+    }
+    shuttingDown = (async () => {
       state.closing = true;
       const deadline = state.options.shutdownDeadlineMs;
       for (const ws of wss.clients)
         ws.send(encodeMessage({ type: "closing", reason, deadline_ms: deadline }));
-      const running = [...state.sessions.values()].flatMap((s) =>
-        [...s.rollouts.values()].map((r) => r.done),
-      );
-      const timer = new Promise((resolve) => setTimeout(resolve, deadline).unref());
-      await Promise.race([Promise.all(running), timer]);
+      const rollouts = [...state.sessions.values()].flatMap((s) => [...s.rollouts.values()]);
+      const running = rollouts.map((r) => r.done);
+      let finished = false;
+      const allFinished = Promise.all(running).then(() => {
+        finished = true;
+      });
+      await Promise.race([allFinished, sleep(deadline), hurried]);
+      const cancelled = finished ? 0 : rollouts.filter((r) => r.batch === null).length;
       for (const session of state.sessions.values()) {
         for (const rollout of session.rollouts.values()) {
           rollout.abort.abort();
           for (const wake of rollout.waiters.splice(0)) wake();
         }
       }
-      // Cancelled rollouts still send their batch frames before the sockets close.
-      await Promise.all(running);
+      // Cancelled rollouts still send their batch frames before the sockets close; one stuck
+      // behind a client that does not read gets the grace period and no more.
+      await Promise.race([allFinished, sleep(closeGraceMs)]);
       for (const session of state.sessions.values()) session.flushVerdicts();
-      for (const ws of wss.clients) ws.close(CLOSE_CODES.goingAway, reason);
+      // A client that does not read never answers the close: its connection is dropped.
+      const dropped = await Promise.all(
+        [...wss.clients].map((ws) => closeWithin(ws, CLOSE_CODES.goingAway, reason, closeGraceMs)),
+      );
       for (const session of [...state.sessions.values()]) session.end();
-      await app.close();
+      // Half-sent requests and idle keep-alive connections would hold the close until they time out.
+      guard.dropPending();
+      const closed = app.close();
+      await Promise.race([closed, sleep(closeGraceMs)]);
+      app.server.closeAllConnections();
+      await closed;
       await policy.close?.();
+      return { cancelled, dropped: dropped.filter(Boolean).length };
     })();
     return shuttingDown;
   };
@@ -179,6 +224,10 @@ export async function buildServer(options: ServerOptions = {}): Promise<RollgymS
     },
     shutdown,
   };
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms).unref());
 }
 
 function refuse(socket: Duplex, status: number, text: string, message: string): void {

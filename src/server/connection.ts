@@ -2,12 +2,14 @@
 // A bad frame gets an `error` reply and the connection carries on; an undecodable one closes
 // only this connection. Nothing a client sends can take the server down.
 import type { RawData, WebSocket } from "ws";
-import { CLOSE_CODES, decodeFrame, encodeMessage } from "../../protocol/codec.ts";
+import { CLOSE_CODES, decodeFrame } from "../../protocol/codec.ts";
 import { type ClientMessage, hasFrameEnvelope, validateClientMessage } from "../../protocol/messages.ts";
 import { PROTOCOL_VERSION } from "../../protocol/version.ts";
 import { groupLocalScores, validateBatchRequest } from "../rollout/batch.ts";
-import { checkRolloutShape, RolloutLimitError } from "../rollout/limits.ts";
+import { checkRolloutShape, RolloutLimitError, type RolloutLimits } from "../rollout/limits.ts";
+import { budgetRefusal, budgetReporter, holdWhenRoom } from "./budget.ts";
 import { EnvHostError, HostedEnvs } from "./env-host.ts";
+import { Outbound } from "./outbound.ts";
 import { envOpenRequest, rolloutBatchRequest } from "./requests.ts";
 import { runRollout } from "./rollouts.ts";
 import { Session } from "./session.ts";
@@ -15,17 +17,25 @@ import type { ServerState } from "./state.ts";
 
 type ErrorCode = string;
 
-export function handleConnection(state: ServerState, socket: WebSocket): void {
+/** `onHello` runs once the connection's hello is accepted (the hello timeout stops). */
+export function handleConnection(state: ServerState, socket: WebSocket, onHello?: () => void): void {
   let session: Session | null = null;
   const hosted = new Map<string, HostedEnvs>();
+  // Every reply goes through `out`, which watches the socket's buffered bytes (outbound.ts).
+  const out = new Outbound(socket, state.options);
 
   const reply = (frame: Record<string, unknown>) => {
-    if (socket.readyState === socket.OPEN) socket.send(encodeMessage(frame));
+    out.send(frame);
   };
   const fail = (code: ErrorCode, message: string, extra: Record<string, unknown> = {}) =>
     reply({ type: "error", code, message, ...extra });
 
-  socket.on("message", (data: RawData, isBinary: boolean) => {
+  // A frame that arrives while the client's replies pile up waits, in order, until they drain.
+  socket.on("message", (data: RawData, isBinary: boolean) =>
+    out.whenFlowing(() => handleFrame(data, isBinary)),
+  );
+
+  const handleFrame = (data: RawData, isBinary: boolean): void => {
     if (!isBinary) {
       socket.close(CLOSE_CODES.undecodable, "text frames are not part of the protocol; send binary msgpack");
       return;
@@ -69,23 +79,28 @@ export function handleConnection(state: ServerState, socket: WebSocket): void {
     const message = checked.message;
     try {
       if (!session) {
-        session = handshake(state, socket, message, reply);
+        session = handshake(state, socket, message, reply, out);
+        if (session) onHello?.();
         return;
       }
       if (message.type === "watch" || message.type === "unwatch") watch(state, socket, message.type, fail);
-      else dispatch(state, session, hosted, message, fail, reply);
+      else dispatch(state, session, hosted, message, fail, reply, out);
     } catch (error) {
       state.log.error({ err: error }, "frame handler failed");
       fail("internal", error instanceof Error ? error.message : String(error));
     }
-  });
+  };
 
   socket.on("close", () => {
     state.rolloutContext.watch?.unsubscribe(socket);
-    for (const envs of hosted.values()) envs.dispose();
     const current = session as Session | null;
+    for (const envs of hosted.values()) {
+      envs.dispose();
+      current?.release(envs.size);
+    }
+    hosted.clear();
     if (current && state.sessions.get(current.id) === current && !state.closing)
-      current.detach(socket, state.options.resumeGraceMs);
+      current.detach(out, state.options.resumeGraceMs);
   });
   socket.on("error", (error) => state.log.warn({ err: error }, "socket error"));
 }
@@ -100,6 +115,7 @@ function handshake(
   socket: WebSocket,
   message: ClientMessage,
   reply: (frame: Record<string, unknown>) => void,
+  out: Outbound,
 ): Session | null {
   if (message.type !== "hello") {
     socket.close(CLOSE_CODES.noHello, `the first frame must be hello, not ${message.type}`);
@@ -130,7 +146,7 @@ function handshake(
     session = found;
     resumed = true;
   } else {
-    session = new Session();
+    session = new Session(budgetReporter(state));
     state.sessions.set(session.id, session);
     session.onEnd = () => state.sessions.delete(session.id);
   }
@@ -143,7 +159,7 @@ function handshake(
     envs: state.registry.tagNames(),
     limits: state.limits(),
   });
-  session.attach(socket, resumed);
+  session.attach(out, resumed);
   return session;
 }
 
@@ -167,6 +183,7 @@ function dispatch(
   message: ClientMessage,
   fail: (code: ErrorCode, message: string, extra?: Record<string, unknown>) => void,
   reply: (frame: Record<string, unknown>) => void,
+  out: Outbound,
 ): void {
   const { options } = state;
   switch (message.type) {
@@ -208,10 +225,22 @@ function dispatch(
         });
         return;
       }
-      if (session.rollouts.has(message.id)) {
-        fail("duplicate_id", `rollout id ${JSON.stringify(message.id)} is already in use in this session`, {
-          rollout: message.id,
-        });
+      // An id stays taken while its rollout runs, its batch frame is unconfirmed or any of its
+      // groups is unacknowledged, so acknowledgements and resends can never mix two rollouts.
+      if (session.holdsRollout(message.id)) {
+        fail(
+          "duplicate_id",
+          `rollout id ${JSON.stringify(message.id)} is already in use in this session (running, or with unacknowledged groups or batch frame)`,
+          { rollout: message.id },
+        );
+        return;
+      }
+      if (session.unacknowledgedGroups >= options.maxUnackedGroups) {
+        fail(
+          "limit",
+          `max_unacked_groups is ${options.maxUnackedGroups}; this session holds ${session.unacknowledgedGroups} unacknowledged groups: acknowledge some first`,
+          { rollout: message.id },
+        );
         return;
       }
       const live = [...session.rollouts.values()].filter((r) => r.batch === null).length;
@@ -243,10 +272,20 @@ function dispatch(
       try {
         request = rolloutBatchRequest(state.config, message);
         // The same limits and seed range the CLI checks (src/rollout/limits.ts).
-        checkRolloutShape(request, options, state.episodesInFlight);
+        checkRolloutShape(request, shapeOnly(options));
       } catch (error) {
         if (!(error instanceof RolloutLimitError)) throw error;
         fail(error.code, error.message, { rollout: message.id, field: error.field });
+        return;
+      }
+      // Batch delivery holds the whole batch from the start; a stream rollout holds each group
+      // from just before it starts until it is acknowledged, so it needs room for one now.
+      const stream = message.delivery === "stream";
+      const over = stream
+        ? budgetRefusal(state, session, message.group_size, "a stream rollout's next group")
+        : budgetRefusal(state, session, episodes, "this batch-delivery rollout");
+      if (over) {
+        fail("limit", over.message, { rollout: message.id, field: "group_size" });
         return;
       }
       try {
@@ -262,15 +301,28 @@ function dispatch(
         fail("bad_frame", error instanceof Error ? error.message : String(error), { rollout: message.id });
         return;
       }
-      state.episodesInFlight += episodes;
-      void runRollout(state.rolloutContext, session, message, request).finally(() => {
-        state.episodesInFlight -= episodes;
-      });
+      // Held until the rollout's groups are acknowledged or it ends without them (rollouts.ts).
+      if (!stream) session.hold(episodes);
+      void runRollout(
+        state.rolloutContext,
+        session,
+        message,
+        request,
+        stream ? (n, signal) => holdWhenRoom(state, session, n, signal) : null,
+      );
       return;
     }
     case "env_open": {
       if (hosted.has(message.id)) {
         fail("duplicate_id", `env session ${JSON.stringify(message.id)} is already open`, { id: message.id });
+        return;
+      }
+      if (hosted.size >= options.maxEnvSessionsPerConnection) {
+        fail(
+          "limit",
+          `max_env_sessions_per_connection is ${options.maxEnvSessionsPerConnection}; close one first`,
+          { id: message.id },
+        );
         return;
       }
       if (!state.registry.hasTag(message.tag)) {
@@ -286,13 +338,18 @@ function dispatch(
       const hostedRequest = envOpenRequest(state.config, message);
       try {
         // An env session is bounded like a rollout, and its seeds never wrap either.
-        checkRolloutShape(hostedRequest, options);
+        checkRolloutShape(hostedRequest, shapeOnly(options));
       } catch (error) {
         if (!(error instanceof RolloutLimitError)) throw error;
         fail(error.code, error.message, {
           id: message.id,
           field: error.field === "tags" ? "groups" : error.field,
         });
+        return;
+      }
+      const over = budgetRefusal(state, session, message.groups * message.group_size, "this env session");
+      if (over) {
+        fail("limit", over.message, { id: message.id, field: "group_size" });
         return;
       }
       const tokens = message.tokens ? (state.rolloutContext.policy.tokenEngine?.() ?? null) : null;
@@ -306,24 +363,33 @@ function dispatch(
         tokens,
         `env:${session.id}:${message.id}`,
         (key) => state.rolloutContext.policy.forget?.(key),
+        message.messages ?? "new",
       );
+      // Its episodes count from now until env_close or the connection's end.
       hosted.set(message.id, envs);
-      if (!envs.tokenSession) {
-        reply({ type: "env_opened", id: message.id, episodes: envs.opened() });
-        return;
-      }
-      void envs
-        .serial(() => envs.renderPrompts())
-        .then(
-          () => reply({ type: "env_opened", id: message.id, episodes: envs.opened() }),
-          (error: unknown) => {
-            hosted.delete(message.id);
-            envs.dispose();
-            fail("internal", `engine: ${error instanceof Error ? error.message : String(error)}`, {
-              id: message.id,
-            });
-          },
-        );
+      session.hold(envs.size);
+      // Built in slices (the event loop keeps serving); steps and close queue behind the build.
+      void out.track(
+        envs
+          .serial(async () => {
+            await envs.build();
+            await envs.renderPrompts();
+          })
+          .then(
+            () => reply({ type: "env_opened", id: message.id, episodes: envs.opened() }),
+            (error: unknown) => {
+              if (hosted.get(message.id) !== envs) return; // closed meanwhile
+              hosted.delete(message.id);
+              envs.dispose();
+              session.release(envs.size);
+              fail(
+                "internal",
+                `${envs.tokenSession ? "engine: " : ""}${error instanceof Error ? error.message : String(error)}`,
+                { id: message.id },
+              );
+            },
+          ),
+      );
       return;
     }
     case "env_step": {
@@ -334,31 +400,43 @@ function dispatch(
         });
         return;
       }
+      const adds = HostedEnvs.bytesOf(message.responses);
+      const heldBytes = [...hosted.values()].reduce((n, e) => n + e.heldBytes, 0);
+      if (heldBytes + adds > options.maxEnvBytesPerConnection) {
+        fail(
+          "limit",
+          `max_env_bytes_per_connection is ${options.maxEnvBytesPerConnection}; this connection's env sessions hold ${heldBytes} bytes of responses and this step adds ${adds}: close a session first`,
+          { id: message.id, field: "responses" },
+        );
+        return;
+      }
       const refuse = (error: unknown): void => {
         if (error instanceof EnvHostError)
           fail(error.code, error.message, { field: "responses", id: message.id });
         else if (envs.tokenSession) {
           // Its responses are applied but its next ids are not known: the session cannot go on.
-          hosted.delete(message.id);
+          if (hosted.get(message.id) === envs) {
+            hosted.delete(message.id);
+            session.release(envs.size);
+          }
           envs.dispose();
           fail(
             "internal",
             `engine: ${error instanceof Error ? error.message : String(error)}; env session ${JSON.stringify(message.id)} is closed, open a new one`,
             { id: message.id },
           );
-        } else throw error;
+        } else {
+          state.log.error({ err: error }, "env step failed");
+          fail("internal", error instanceof Error ? error.message : String(error), { id: message.id });
+        }
       };
-      if (envs.tokenSession) {
-        void envs
-          .serial(() => envs.stepTokens(message.responses))
-          .then((results) => reply({ type: "env_stepped", id: message.id, results }), refuse);
-        return;
-      }
-      try {
-        reply({ type: "env_stepped", id: message.id, results: envs.step(message.responses) });
-      } catch (error) {
-        refuse(error);
-      }
+      void out.track(
+        envs
+          .serial(async () =>
+            envs.tokenSession ? envs.stepTokens(message.responses) : envs.step(message.responses),
+          )
+          .then((results) => reply({ type: "env_stepped", id: message.id, results }), refuse),
+      );
       return;
     }
     case "env_close": {
@@ -370,16 +448,22 @@ function dispatch(
         return;
       }
       hosted.delete(message.id);
-      // A token session closes after the steps it has queued.
-      if (envs.tokenSession)
-        void envs.serial(async () => {
+      // A session closes after the steps it has queued (and, when still opening, after its build).
+      void out.track(
+        envs.serial(async () => {
           reply({ type: "env_closed", id: message.id, ...envs.close() });
           envs.dispose();
-        });
-      else reply({ type: "env_closed", id: message.id, ...envs.close() });
+          session.release(envs.size);
+        }),
+      );
       return;
     }
   }
+}
+
+/** checkRolloutShape's group and seed checks only: episodes are the budget's (budget.ts). */
+function shapeOnly(options: ServerState["options"]): RolloutLimits {
+  return { maxGroupsPerRollout: options.maxGroupsPerRollout, maxEpisodesInFlight: Number.POSITIVE_INFINITY };
 }
 
 function toBytes(data: RawData): Uint8Array {

@@ -8,6 +8,7 @@ import type { EnvStep } from "../../protocol/messages.ts";
 import type { TokenEngine } from "../llm/token-engine.ts";
 import { type BatchRequest, groupEpisodes, groupTags, tagMetrics } from "../rollout/batch.ts";
 import type { Episode, EpisodeRecord } from "../rollout/episode.ts";
+import type { ChatMessage } from "../rollout/prompt.ts";
 import { TokenLog } from "../rollout/token-log.ts";
 
 export class EnvHostError extends Error {
@@ -21,9 +22,19 @@ export class EnvHostError extends Error {
 
 type Responses = EnvStep["responses"];
 
+/** Episodes built between two yields to the event loop when an env session opens. */
+export const OPEN_SLICE_EPISODES = 256;
+
+/** What an env_stepped result's `messages` holds (PROTOCOL.md "Env hosting"). */
+export type MessagesMode = "new" | "full";
+
 export class HostedEnvs {
   readonly request: BatchRequest;
-  private readonly episodes: Episode[];
+  private readonly registry: EnvRegistry;
+  private readonly episodes: Episode[] = [];
+  private readonly messagesMode: MessagesMode;
+  /** Response text (UTF-16 code units ≈ bytes) applied so far: what the session holds. */
+  heldBytes = 0;
   /** Token sessions only: the engine that renders deltas, and one log per episode. */
   private readonly tokens: TokenEngine | null;
   private readonly logs: TokenLog[] = [];
@@ -40,12 +51,37 @@ export class HostedEnvs {
     tokens: TokenEngine | null = null,
     affinity = "env",
     forget: (affinity: string) => void = () => {},
+    messagesMode: MessagesMode = "new",
   ) {
+    this.registry = registry;
     this.request = request;
     this.tokens = tokens;
     this.affinity = affinity;
     this.forget = forget;
-    this.episodes = groupTags(request).flatMap((tag, group) => groupEpisodes(registry, request, group, tag));
+    this.messagesMode = messagesMode;
+  }
+
+  /** Episodes this session hosts (known before they are built). */
+  get size(): number {
+    return this.request.tags.reduce((n, t) => n + t.groups, 0) * this.request.groupSize;
+  }
+
+  /**
+   * Builds the episodes (each resets its env) in slices of OPEN_SLICE_EPISODES, yielding to the
+   * event loop between slices so a large session does not hold up other clients. Stops early
+   * when the session is disposed.
+   */
+  async build(): Promise<void> {
+    let sinceYield = 0;
+    for (const [group, tag] of groupTags(this.request).entries()) {
+      if (this.stop.signal.aborted) throw new Error("env session closed");
+      this.episodes.push(...groupEpisodes(this.registry, this.request, group, tag));
+      sinceYield += this.request.groupSize;
+      if (sinceYield >= OPEN_SLICE_EPISODES) {
+        sinceYield = 0;
+        await new Promise<void>((resolve) => setImmediate(resolve));
+      }
+    }
   }
 
   get tokenSession(): boolean {
@@ -122,10 +158,17 @@ export class HostedEnvs {
     }
   }
 
+  /** Response text an env_step would add (checked against max_env_bytes_per_connection before it is applied). */
+  static bytesOf(responses: Responses): number {
+    // A token session also keeps each sampled id with its mask, logprob and reward.
+    return responses.reduce((n, r) => n + r.text.length + (r.sampled_ids?.length ?? 0) * 16, 0);
+  }
+
   /** Apply one response per listed episode; all are checked before any is applied. */
   step(responses: Responses): Record<string, unknown>[] {
     if (this.tokens) throw new Error("a token session steps through stepTokens");
     this.check(responses);
+    this.heldBytes += HostedEnvs.bytesOf(responses);
     return responses.map(({ env_id, text }) => this.apply(env_id, text));
   }
 
@@ -135,6 +178,7 @@ export class HostedEnvs {
     const signal = this.stop.signal;
     if (!engine) throw new Error("not a token session");
     this.check(responses);
+    this.heldBytes += HostedEnvs.bytesOf(responses);
     const results = responses.map(({ env_id, text, sampled_ids, logprobs }) => {
       const log = this.logs[env_id];
       // Unknown logprobs stay unknown (NaN), never a made-up certainty.
@@ -165,8 +209,12 @@ export class HostedEnvs {
 
   private apply(envId: number, text: string): Record<string, unknown> {
     const episode = this.episodes[envId];
+    const before = this.messagesMode === "new" ? episode.promptMessages() : null;
     const turn = episode.applyResponse(episode.prefill + text, "stop");
     const record = episode.active ? null : episode.record();
+    const next = episode.active ? episode.promptMessages() : null;
+    // "new": only what changed since the previous turn's chat, so replies stay the size of a turn.
+    const keep = before && next ? commonPrefix(before, next) : 0;
     return {
       env_id: envId,
       parsed: turn.parsed,
@@ -176,7 +224,8 @@ export class HostedEnvs {
       format_penalty: turn.format_penalty,
       done: !episode.active,
       success: record?.success ?? false,
-      messages: episode.active ? episode.promptMessages() : null,
+      messages: next && before ? next.slice(keep) : next,
+      ...(before && next ? { keep } : {}),
     };
   }
 
@@ -188,4 +237,11 @@ export class HostedEnvs {
     });
     return { episodes, metrics: tagMetrics(episodes, this.request) };
   }
+}
+
+/** How many leading messages two chats share (same role and content). */
+function commonPrefix(a: readonly ChatMessage[], b: readonly ChatMessage[]): number {
+  let i = 0;
+  while (i < a.length && i < b.length && a[i].role === b[i].role && a[i].content === b[i].content) i++;
+  return i;
 }

@@ -99,17 +99,20 @@ export function createMetrics(sources: GaugeSources): ServerMetrics {
 
 /** The same policy, with every request timed and its tokens counted. */
 export function instrumentPolicy(policy: Policy, metrics: ServerMetrics): Policy {
+  // Label children resolved once: a labelled observe hashes its labels on every call.
+  const ok = metrics.inference.labels({ outcome: "ok" });
+  const failed = metrics.inference.labels({ outcome: "error" });
   return {
     name: policy.name,
     async generate(request: PolicyRequest): Promise<PolicyResponse> {
-      const stop = metrics.inference.startTimer();
+      const started = performance.now();
       try {
         const response = await policy.generate(request);
-        stop({ outcome: "ok" });
+        ok.observe((performance.now() - started) / 1000);
         if (response.completionTokens) metrics.completionTokens.inc(response.completionTokens);
         return response;
       } catch (error) {
-        stop({ outcome: "error" });
+        failed.observe((performance.now() - started) / 1000);
         throw error;
       }
     },

@@ -2,6 +2,7 @@
 // outbox (stream: as they finish, behind the buffer bound; batch: the kept groups once the
 // filter has decided), then the verdict and RAGEN metrics in a `batch` frame.
 
+import { setImmediate as nextTurn } from "node:timers/promises";
 import type { EnvRegistry } from "../../envs/registry.ts";
 import { f32Bin, i32Bin, u8Bin } from "../../protocol/codec.ts";
 import type { BatchFrame, GroupFrame, ProgressFrame, RolloutRequest } from "../../protocol/messages.ts";
@@ -11,6 +12,9 @@ import type { EpisodeRecord } from "../rollout/episode.ts";
 import type { ServerMetrics } from "./metrics.ts";
 import type { RolloutDelivery, Session } from "./session.ts";
 import type { WatchHub } from "./watch.ts";
+
+/** Group frames built between two turns of the event loop when a batch is delivered. */
+const FRAMES_PER_SLICE = 16;
 
 export interface RolloutContext {
   registry: EnvRegistry;
@@ -77,16 +81,27 @@ function tokenArrays(episodes: readonly EpisodeRecord[]): Partial<GroupFrame> {
   };
 }
 
-/** Play `request` for `session`; resolves when the batch frame is queued. */
+/** Waits for room for `episodes` in the budget and holds them; false when `signal` aborted first. */
+export type AdmitEpisodes = (episodes: number, signal: AbortSignal) => Promise<boolean>;
+
+/**
+ * Play `request` for `session`; resolves when the batch frame is queued. Budget: with `admit`
+ * null the caller has held the whole rollout (batch delivery); otherwise each group is held
+ * through `admit` just before it starts (stream delivery). Held episodes move to each group as
+ * it is queued (released by its acknowledgement); what is never queued goes back at the end.
+ */
 export async function runRollout(
   ctx: RolloutContext,
   session: Session,
   frame: RolloutRequest,
   request: BatchRequest,
+  admit: AdmitEpisodes | null = null,
 ): Promise<void> {
+  const total = request.tags.reduce((n, t) => n + t.groups, 0) * request.groupSize;
   const delivery: RolloutDelivery = {
     id: frame.id,
     buffered: 0,
+    reserved: admit ? 0 : total,
     batch: null,
     waiters: [],
     abort: new AbortController(),
@@ -95,7 +110,10 @@ export async function runRollout(
   session.rollouts.set(frame.id, delivery);
   const stream = frame.delivery === "stream";
   const held = new Map<number, EpisodeRecord[]>();
-  const total = request.tags.reduce((n, t) => n + t.groups, 0) * request.groupSize;
+  const queue = (group: number, frameOfGroup: GroupFrame, episodes: number) => {
+    delivery.reserved -= episodes;
+    session.enqueueGroup(frame.id, group, frameOfGroup, episodes);
+  };
   let finished = 0;
   let failed = 0;
   let groupsDone = 0;
@@ -123,7 +141,8 @@ export async function runRollout(
       groups_done: groupsDone,
       failed,
     };
-    session.sendNow(update);
+    // Progress is superseded by the next one: skipped while the client is not reading.
+    session.sendDroppable(update);
   };
 
   delivery.done = (async () => {
@@ -132,7 +151,13 @@ export async function runRollout(
         signal: delivery.abort.signal,
         maxConcurrentGroups: ctx.groupConcurrency,
         retainEpisodes: false,
-        admitGroup: stream ? () => session.room(delivery, ctx.maxBufferedGroups) : undefined,
+        admitGroup: stream
+          ? async () => {
+              await session.room(delivery, ctx.maxBufferedGroups);
+              if (admit && (await admit(request.groupSize, delivery.abort.signal)))
+                delivery.reserved += request.groupSize;
+            }
+          : undefined,
         onTurn: () => ctx.metrics.turns.inc(),
         onEpisode: (record) => {
           finished++;
@@ -147,7 +172,7 @@ export async function runRollout(
           watched?.group(group, episodes);
           if (stream) {
             // Its place in the buffer was reserved when the group was admitted.
-            session.enqueueGroup(frame.id, group, groupFrame(frame.id, group, episodes, null, null));
+            queue(group, groupFrame(frame.id, group, episodes, null, null), episodes.length);
           } else {
             held.set(group, episodes);
           }
@@ -155,14 +180,14 @@ export async function runRollout(
       });
       progress(true);
       if (!stream) {
+        let built = 0;
         for (const g of batch.groups) {
           if (!g.kept) continue;
+          // Frames of a large batch are built a few at a time, so other clients are served meanwhile.
+          if (++built % FRAMES_PER_SLICE === 0) await nextTurn();
           delivery.buffered++;
-          session.enqueueGroup(
-            frame.id,
-            g.group_id,
-            groupFrame(frame.id, g.group_id, held.get(g.group_id) ?? [], true, g.score),
-          );
+          const episodes = held.get(g.group_id) ?? [];
+          queue(g.group_id, groupFrame(frame.id, g.group_id, episodes, true, g.score), episodes.length);
         }
         held.clear();
       }
@@ -175,6 +200,8 @@ export async function runRollout(
         metrics: batch.metrics,
         episodes: batch.episodes.length,
         failed: batch.failed,
+        // Cancelled before they started: no group frame comes for these (they are in failed_groups).
+        ...(batch.notStarted.length > 0 ? { not_started: batch.notStarted } : {}),
       };
       delivery.batch = verdict;
       session.enqueue(verdict);
@@ -189,6 +216,8 @@ export async function runRollout(
       });
       session.rollouts.delete(frame.id);
     } finally {
+      session.release(delivery.reserved);
+      delivery.reserved = 0;
       ctx.metrics.activeRollouts.dec();
     }
   })();

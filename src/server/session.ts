@@ -1,10 +1,10 @@
 // A trainer's session: outlives its WebSocket for the resume grace period. Holds the ordered
 // outbox (group frames spend credit, other frames follow in order), the sent-but-unacknowledged
-// groups for resume, and the per-rollout buffers that hold a rollout back behind a slow client.
+// groups for resume, the per-rollout buffers that hold a rollout back behind a slow client, and
+// the session's share of the episode budget (docs/server.md "Episode budget").
 import { randomUUID } from "node:crypto";
-import type { WebSocket } from "ws";
-import { encodeMessage } from "../../protocol/codec.ts";
 import type { ServerMessage } from "../../protocol/messages.ts";
+import type { Outbound } from "./outbound.ts";
 
 type Frame = ServerMessage & { type: string };
 
@@ -12,6 +12,8 @@ interface GroupEntry {
   rollout: string;
   group: number;
   seq: number;
+  /** Episodes the group holds against the budget until it is acknowledged. */
+  episodes: number;
   frame: Frame;
 }
 
@@ -20,6 +22,8 @@ export interface RolloutDelivery {
   id: string;
   /** Groups started or finished and not yet acknowledged (stream), or kept and unacknowledged (batch). */
   buffered: number;
+  /** Episodes reserved for groups not yet queued; what is left is released when the rollout ends. */
+  reserved: number;
   /** The rollout's final `batch` frame once it is complete. */
   batch: Frame | null;
   /** Wakes producers waiting for buffer room. */
@@ -30,29 +34,77 @@ export interface RolloutDelivery {
 
 export class Session {
   readonly id = randomUUID();
-  private socket: WebSocket | null = null;
+  private out: Outbound | null = null;
+  private stopPumpOnDrain: (() => void) | null = null;
   private credit = 0;
   private seq = 0;
   /** Frames waiting to go out, in order; a group frame needs credit. */
   private readonly outbox: (GroupEntry | Frame)[] = [];
   /** Sent, not yet acknowledged, by "rollout/group". */
   private readonly inflight = new Map<string, GroupEntry>();
+  /** Unacknowledged groups (queued or sent) per rollout id: the id stays taken while any is left. */
+  private readonly unacked = new Map<string, number>();
+  private unackedTotal = 0;
+  /** Episodes this session holds against the budget (rollouts, unacknowledged groups, env sessions). */
+  private held = 0;
+  private ended = false;
   readonly rollouts = new Map<string, RolloutDelivery>();
   private graceTimer: NodeJS.Timeout | null = null;
   /** Called when the session ends for good (grace expired or server shutdown). */
   onEnd: () => void = () => {};
+  /** Called with every change of the episodes held (the server keeps the global sum). */
+  private readonly onHeld: (delta: number) => void;
+
+  constructor(onHeld: (delta: number) => void = () => {}) {
+    this.onHeld = onHeld;
+  }
+
+  /** The current connection's sending side (null while detached). */
+  get outbound(): Outbound | null {
+    return this.out;
+  }
 
   /** Finished groups the client has not acknowledged: queued or in flight. */
   get unacknowledgedGroups(): number {
-    return this.inflight.size + this.outbox.filter((f) => "frame" in f).length;
+    return this.unackedTotal;
   }
 
-  attach(socket: WebSocket, resumed: boolean): void {
+  /** Episodes held against the budget. */
+  get episodesHeld(): number {
+    return this.held;
+  }
+
+  /** Group frames waiting in the outbox (for credit, or for the socket to drain). */
+  get queuedFrames(): number {
+    return this.outbox.length;
+  }
+
+  /** True while rollout id `id` is running, has an unconfirmed batch frame or unacknowledged groups. */
+  holdsRollout(id: string): boolean {
+    return this.rollouts.has(id) || this.unacked.has(id);
+  }
+
+  hold(episodes: number): void {
+    if (this.ended || episodes === 0) return;
+    this.held += episodes;
+    this.onHeld(episodes);
+  }
+
+  release(episodes: number): void {
+    if (this.ended || episodes === 0) return;
+    const n = Math.min(episodes, this.held);
+    this.held -= n;
+    this.onHeld(-n);
+  }
+
+  attach(out: Outbound, resumed: boolean): void {
     if (this.graceTimer) clearTimeout(this.graceTimer);
     this.graceTimer = null;
     // A client may resume before the server has noticed its old connection drop.
-    if (this.socket && this.socket !== socket) this.socket.close(1000, "superseded by a resumed connection");
-    this.socket = socket;
+    if (this.out && this.out !== out) this.out.socket.close(1000, "superseded by a resumed connection");
+    this.stopPumpOnDrain?.();
+    this.out = out;
+    this.stopPumpOnDrain = out.onDrain(() => this.pump());
     this.credit = 0;
     if (resumed) {
       // Everything unacknowledged goes out again, before newer frames, in seq order; then the
@@ -68,12 +120,14 @@ export class Session {
   }
 
   /**
-   * `socket` closed; keep everything for `graceMs`, then end. A resumed session may already be
-   * on a newer socket when the old one's close arrives; that close changes nothing.
+   * `out`'s socket closed; keep everything for `graceMs`, then end. A resumed session may already
+   * be on a newer socket when the old one's close arrives; that close changes nothing.
    */
-  detach(socket: WebSocket, graceMs: number): void {
-    if (this.socket !== socket) return;
-    this.socket = null;
+  detach(out: Outbound, graceMs: number): void {
+    if (this.out !== out) return;
+    this.stopPumpOnDrain?.();
+    this.stopPumpOnDrain = null;
+    this.out = null;
     this.graceTimer = setTimeout(() => this.end(), graceMs);
     this.graceTimer.unref();
   }
@@ -85,16 +139,28 @@ export class Session {
       rollout.abort.abort();
       for (const wake of rollout.waiters.splice(0)) wake();
     }
+    // Everything the session held goes at once; later releases (rollouts ending) change nothing.
+    this.onHeld(-this.held);
+    this.held = 0;
+    this.ended = true;
     this.onEnd();
   }
 
-  /** Send now, outside the outbox (errors, progress, env replies, welcome). */
+  /** Send now, outside the outbox (errors, env replies). */
   sendNow(frame: Frame): void {
-    this.socket?.send(encodeMessage(frame));
+    this.out?.send(frame);
   }
 
-  enqueueGroup(rollout: string, group: number, frame: Frame): void {
-    const entry = { rollout, group, seq: ++this.seq, frame: { ...frame, seq: this.seq } as Frame };
+  /** A frame the next one supersedes (progress): skipped while the client's socket is congested. */
+  sendDroppable(frame: Frame): void {
+    this.out?.sendDroppable(frame);
+  }
+
+  /** Queues a finished group; its `episodes` stay held until the client acknowledges it. */
+  enqueueGroup(rollout: string, group: number, frame: Frame, episodes = 0): void {
+    const entry = { rollout, group, seq: ++this.seq, episodes, frame: { ...frame, seq: this.seq } as Frame };
+    this.unacked.set(rollout, (this.unacked.get(rollout) ?? 0) + 1);
+    this.unackedTotal++;
     this.outbox.push(entry);
     this.pump();
   }
@@ -115,10 +181,18 @@ export class Session {
     const unknown: number[] = [];
     const rollout = this.rollouts.get(rolloutId);
     for (const group of groups) {
-      if (!this.inflight.delete(`${rolloutId}/${group}`)) {
+      const key = `${rolloutId}/${group}`;
+      const entry = this.inflight.get(key);
+      if (!entry) {
         unknown.push(group);
         continue;
       }
+      this.inflight.delete(key);
+      this.release(entry.episodes);
+      const left = (this.unacked.get(rolloutId) ?? 1) - 1;
+      if (left > 0) this.unacked.set(rolloutId, left);
+      else this.unacked.delete(rolloutId);
+      this.unackedTotal--;
       if (rollout) {
         rollout.buffered--;
         rollout.waiters.shift()?.();
@@ -141,24 +215,25 @@ export class Session {
 
   /** Shutdown: send the queued non-group frames (the verdicts) even where groups wait for credit. */
   flushVerdicts(): void {
-    const socket = this.socket;
-    for (const frame of this.outbox.splice(0)) if (!("frame" in frame)) socket?.send(encodeMessage(frame));
+    const out = this.out;
+    for (const frame of this.outbox.splice(0)) if (!("frame" in frame)) out?.send(frame);
   }
 
   private pump(): void {
-    const socket = this.socket;
-    if (!socket) return;
-    while (this.outbox.length > 0) {
+    const out = this.out;
+    if (!out) return;
+    // Behind a socket that is not draining, frames wait here (none is dropped) until it drains.
+    while (this.outbox.length > 0 && !out.congested && out.open) {
       const next = this.outbox[0];
       if ("frame" in next) {
         if (this.credit <= 0) return;
         this.credit--;
         this.inflight.set(`${next.rollout}/${next.group}`, next);
         this.outbox.shift();
-        socket.send(encodeMessage(next.frame));
+        out.send(next.frame);
       } else {
         this.outbox.shift();
-        socket.send(encodeMessage(next));
+        out.send(next);
       }
     }
   }

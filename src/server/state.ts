@@ -12,9 +12,27 @@ export interface ServerLimits {
   maxFrameBytes: number;
   maxRolloutsPerConnection: number;
   maxGroupsPerRollout: number;
+  /**
+   * Episodes held over the whole server: running rollouts, finished groups awaiting
+   * acknowledgement, and episodes of open env sessions.
+   */
   maxEpisodesInFlight: number;
+  /** The same, for one session (its share of the global budget: one client cannot take it all). */
+  maxEpisodesPerConnection: number;
   /** Finished groups a stream rollout may hold for a slow client before it pauses. */
   maxBufferedGroups: number;
+  /** Unacknowledged groups a session may hold; past it, new rollouts get `limit`. */
+  maxUnackedGroups: number;
+  /** Env sessions open at once on one connection. */
+  maxEnvSessionsPerConnection: number;
+  /** Response text (bytes) a connection's open env sessions may hold. */
+  maxEnvBytesPerConnection: number;
+  /** Bytes buffered for a client above which the server stops reading from it. */
+  sendPauseBytes: number;
+  /** Bytes buffered for a client above which it is closed (4008). */
+  maxSendBufferBytes: number;
+  /** How long a client may leave the server's replies unread (paused) before it is closed (4008). */
+  sendStallMs: number;
   resumeGraceMs: number;
 }
 
@@ -22,9 +40,35 @@ export const DEFAULT_LIMITS: ServerLimits = {
   maxFrameBytes: 1 << 20,
   maxRolloutsPerConnection: 16,
   ...DEFAULT_ROLLOUT_LIMITS,
+  maxEpisodesPerConnection: 16_384,
   maxBufferedGroups: 64,
+  maxUnackedGroups: 4096,
+  maxEnvSessionsPerConnection: 16,
+  maxEnvBytesPerConnection: 64 << 20,
+  sendPauseBytes: 8 << 20,
+  maxSendBufferBytes: 64 << 20,
+  sendStallMs: 60_000,
   resumeGraceMs: 60_000,
 };
+
+/** The limits as `welcome.limits` sends them (PROTOCOL.md "Handshake"). */
+export function wireLimits(limits: ServerLimits): Record<string, number> {
+  return {
+    max_frame_bytes: limits.maxFrameBytes,
+    max_rollouts_per_connection: limits.maxRolloutsPerConnection,
+    max_groups_per_rollout: limits.maxGroupsPerRollout,
+    max_episodes_in_flight: limits.maxEpisodesInFlight,
+    max_episodes_per_connection: limits.maxEpisodesPerConnection,
+    max_buffered_groups: limits.maxBufferedGroups,
+    max_unacked_groups: limits.maxUnackedGroups,
+    max_env_sessions_per_connection: limits.maxEnvSessionsPerConnection,
+    max_env_bytes_per_connection: limits.maxEnvBytesPerConnection,
+    send_pause_bytes: limits.sendPauseBytes,
+    max_send_buffer_bytes: limits.maxSendBufferBytes,
+    send_stall_s: limits.sendStallMs / 1000,
+    resume_grace_s: limits.resumeGraceMs / 1000,
+  };
+}
 
 export interface ServerState {
   options: ServerLimits & { token: string | null; groupConcurrency: number; shutdownDeadlineMs: number };
@@ -33,6 +77,7 @@ export interface ServerState {
   policy: Policy;
   metrics: ServerMetrics;
   sessions: Map<string, Session>;
+  /** Episodes held over all sessions (see ServerLimits.maxEpisodesInFlight). */
   episodesInFlight: number;
   closing: boolean;
   version: string;

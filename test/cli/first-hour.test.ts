@@ -5,7 +5,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { type MockEngine, startMockEngine } from "../../bench/mock-engine/server.ts";
+import { type MockEngine, startMockEngine } from "../../src/mock-engine/server.ts";
 import { readEpisodeFile } from "../../src/record/episode-file.ts";
 import { type CliResult, expectUsageError, ROOT, rollgym, spawnServe } from "../helpers/cli.ts";
 import { FIXTURES } from "../helpers/fixtures.ts";

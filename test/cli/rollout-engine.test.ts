@@ -1,7 +1,7 @@
 // `rollgym rollout` against engines that fail, several replicas and engine-side config keys,
 // through npx as a user runs it.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { type MockEngine, startMockEngine } from "../../bench/mock-engine/server.ts";
+import { type MockEngine, startMockEngine } from "../../src/mock-engine/server.ts";
 import { rollgym } from "../helpers/cli.ts";
 
 describe.concurrent("rollgym rollout against engines", () => {

@@ -4,7 +4,7 @@ import { mkdtempSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startMockEngine } from "../../bench/mock-engine/server.ts";
+import { startMockEngine } from "../../src/mock-engine/server.ts";
 import { expectUsageError, rollgym } from "../helpers/cli.ts";
 import { FIXTURES } from "../helpers/fixtures.ts";
 

@@ -102,7 +102,7 @@ describe("defaults", () => {
       binary_reward: false,
       max_obs_length: null,
       plugins: [],
-      limits: { max_groups_per_rollout: 4096, max_episodes_in_flight: 65_536 },
+      limits: { max_groups_per_rollout: 4096, max_episodes_in_flight: 65_536, group_concurrency: 64 },
     });
   });
 

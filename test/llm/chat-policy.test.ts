@@ -1,10 +1,10 @@
 // The OpenAI-compatible chat policy against the mock vLLM engine: RAGEN-format answers,
 // retries through injected faults, clear failure reasons, and reproducibility.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startMockEngine } from "../../bench/mock-engine/server.ts";
 import { createRegistry } from "../../envs/catalog.ts";
 import { ChatPolicy } from "../../src/llm/openai-chat.ts";
 import { PolicyError } from "../../src/llm/policy.ts";
+import { startMockEngine } from "../../src/mock-engine/server.ts";
 import { type BatchRequest, runBatch } from "../../src/rollout/batch.ts";
 import { defaultBatchRequest } from "../../src/rollout/request.ts";
 

@@ -3,11 +3,11 @@
 // never exceed the window with their max_tokens, are counted exactly as the engine counts
 // them, and no episode fails on context.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startMockEngine } from "../../bench/mock-engine/server.ts";
 import { createRegistry } from "../../envs/catalog.ts";
 import { loadConfig } from "../../src/config/index.ts";
 import { ChatPolicy } from "../../src/llm/openai-chat.ts";
 import type { Policy, PolicyRequest, PolicyResponse } from "../../src/llm/policy.ts";
+import { startMockEngine } from "../../src/mock-engine/server.ts";
 import { type BatchRequest, runBatch } from "../../src/rollout/batch.ts";
 import { batchRequest } from "../../src/rollout/request.ts";
 import { type LlamaServer, ragenGrammar, startLlamaServer } from "../helpers/llama.ts";
@@ -32,10 +32,11 @@ function tenTurns(extra: string[] = []): BatchRequest {
 
 function checkRequests(requests: readonly RecordedRequest[], limit: number, shape: boolean): void {
   for (const r of requests) {
-    expect(r.counted).toBeDefined();
-    // Counted exactly as the engine counts the prompt it rendered.
-    expect(r.counted).toBe(r.promptTokens);
-    expect(r.counted! + r.maxTokens).toBeLessThanOrEqual(limit);
+    // Every prompt the engine rendered fits with its max_tokens, counted or fitted on a bound.
+    expect(r.promptTokens).toBeDefined();
+    expect(r.promptTokens! + r.maxTokens).toBeLessThanOrEqual(limit);
+    // A prompt that was counted is counted exactly as the engine counts it.
+    if (r.counted !== undefined) expect(r.counted).toBe(r.promptTokens);
     if (shape) expect(promptShapeProblems(r.messages)).toEqual([]);
   }
 }
@@ -74,9 +75,41 @@ describe("context window against the mock vLLM engine", () => {
   });
 
   it("in truncation=ragen mode applies RAGEN's rule and still never sends an over-long request", async () => {
-    const { batch, requests } = await play(["rollgym.context.truncation=ragen"]);
+    const { batch, requests, chat } = await play(["rollgym.context.truncation=ragen"]);
     expect(batch.failed).toBe(0);
     checkRequests(requests, 1200, false);
+    // RAGEN's rule counts every prompt.
+    expect(requests.every((r) => r.counted !== undefined)).toBe(true);
+    expect(chat.countRequests).toBeGreaterThan(0);
+  });
+
+  it("with the real Qwen3 tokenizer and template, prompts fitted on the byte bound still fit", async () => {
+    const qwen = await startMockEngine({
+      model: "mock",
+      seed: 7,
+      maxModelLen: 4096,
+      tokenizer: "qwen3",
+      chatTemplate: "qwen3",
+    });
+    try {
+      const window = 1700;
+      const chat = new ChatPolicy({ baseURL: qwen.url, model: "mock", maxModelLen: window });
+      await chat.preflight();
+      const { policy, requests } = recordingPolicy(chat);
+      const batch = await runBatch(
+        registry,
+        tenTurns([`actor_rollout_ref.rollout.max_model_len=${window}`]),
+        policy,
+      );
+      await chat.close();
+      expect(batch.failed).toBe(0);
+      checkRequests(requests, window, true);
+      // Early turns fit on the bound without a count; later ones, near the window, were counted.
+      expect(requests.some((r) => r.counted === undefined)).toBe(true);
+      expect(requests.some((r) => r.counted !== undefined && r.messages.length > 2)).toBe(true);
+    } finally {
+      await qwen.close();
+    }
   });
 
   it("ends an episode as context_full, scored and not failed, when not even its current turn fits", async () => {

@@ -2,10 +2,10 @@
 // then a restart on the same port), and spreads over three replicas, one of which is killed
 // mid-run, without moving any episode between replicas that stayed healthy.
 import { describe, expect, it } from "vitest";
-import { type MockEngine, startMockEngine } from "../../bench/mock-engine/server.ts";
 import { createRegistry } from "../../envs/catalog.ts";
 import { defaultConfig } from "../../src/config/index.ts";
 import { ChatPolicy } from "../../src/llm/openai-chat.ts";
+import { type MockEngine, startMockEngine } from "../../src/mock-engine/server.ts";
 import { type BatchRequest, runBatch } from "../../src/rollout/batch.ts";
 import { batchRequest } from "../../src/rollout/request.ts";
 

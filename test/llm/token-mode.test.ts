@@ -4,10 +4,10 @@
 // template-drift figure is 0 for ChatML and reported for Qwen3's and a history-rewriting one.
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { type MockEngine, startMockEngine } from "../../bench/mock-engine/server.ts";
 import { createRegistry } from "../../envs/catalog.ts";
 import { ChatPolicy } from "../../src/llm/openai-chat.ts";
 import type { TokenEngine } from "../../src/llm/token-engine.ts";
+import { type MockEngine, startMockEngine } from "../../src/mock-engine/server.ts";
 import { type BatchRequest, type BatchResult, runBatch } from "../../src/rollout/batch.ts";
 import type { EpisodeRecord } from "../../src/rollout/episode.ts";
 import { defaultBatchRequest } from "../../src/rollout/request.ts";

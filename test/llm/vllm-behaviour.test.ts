@@ -2,11 +2,11 @@
 // defaults for omitted fields, `abort` answers, reasoning parsers, the older flat error shape.
 
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { type MockEngine, startMockEngine } from "../../bench/mock-engine/server.ts";
 import { createRegistry } from "../../envs/catalog.ts";
 import { defaultConfig } from "../../src/config/index.ts";
 import { ChatPolicy } from "../../src/llm/openai-chat.ts";
 import { PolicyError } from "../../src/llm/policy.ts";
+import { type MockEngine, startMockEngine } from "../../src/mock-engine/server.ts";
 import { type BatchRequest, type BatchResult, runBatch } from "../../src/rollout/batch.ts";
 import { batchRequest } from "../../src/rollout/request.ts";
 import { singleRequest } from "../helpers/recording-policy.ts";

@@ -66,6 +66,7 @@ describe("the packed package in a fresh project", () => {
       JSON.parse(readFileSync(join(ROOT, "package.json"), "utf8")).version,
     );
     expect(npx(["--help"]).stdout).toContain("rollgym rollout");
+    expect(npx(["mock-engine", "--help"]).stdout).toContain("--latency-model");
     expect(npx(["envs", "list"]).stdout.split("\n")[0]).toContain('"tag":"SimpleSokoban"');
     const r = npx(["rollout", "--tag", "Bandit", "--groups", "2", "--json", "--out", "bandit.jsonl"]);
     expect(r.code, r.stderr).toBe(0);

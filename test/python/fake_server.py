@@ -343,6 +343,7 @@ class FakeServer:
         self.group_frames_sent = 0
         self.headers_seen: List[Dict[str, str]] = []
         self.errors_sent: List[Dict[str, Any]] = []
+        self.stepped_sent: List[Dict[str, Any]] = []
         self.closing = False
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._thread: Optional[threading.Thread] = None
@@ -598,7 +599,9 @@ class FakeServer:
             except _EnvError as error:
                 fail(error.code, str(error), field="responses")
                 return
-            await ws.send(encode({"type": "env_stepped", "id": frame["id"], "results": results}))
+            stepped = {"type": "env_stepped", "id": frame["id"], "results": results}
+            self.stepped_sent.append(stepped)
+            await ws.send(encode(stepped))
         elif kind == "env_close":
             env = getattr(session, "envs", {}).pop(frame["id"], None)
             if env is None:
@@ -680,6 +683,8 @@ class _FakeEnvs:
         self.tag = frame["tag"]
         self.n = frame["group_size"]
         self.max_turn = frame.get("max_turn", 3)
+        # Like rollgym: "new" (default) sends what changed since the previous chat, after `keep`.
+        self.delta = frame.get("messages", "new") == "new"
         seed = frame.get("seed", 123 if frame.get("mode") == "val" else 10000)
         self.eps = []
         for g in range(frame["groups"]):
@@ -713,15 +718,23 @@ class _FakeEnvs:
             e["reward"] += reward
             e["success"] = reward > 0
             e["done"] = e["success"] or e["turn"] >= self.max_turn
-            e["messages"] = e["messages"] + [
+            # The last user message is rewritten, so `keep` is shorter than the previous chat
+            # (as when a limited context window drops turns): the client must cut, then append.
+            keep = len(e["messages"]) - 1
+            e["messages"] = e["messages"][:keep] + [
+                {"role": "user", "content": e["messages"][keep]["content"] + " (answered)"},
                 {"role": "assistant", "content": "<think>" + text},
                 {"role": "user", "content": f"Reward:\n{reward:g}\n\nTurn {e['turn'] + 1}"},
             ]
-            out.append({
+            result = {
                 "env_id": e["env_id"], "parsed": parsed, "actions": parsed, "reward": reward,
                 "reward_text": f"{reward:g}", "format_penalty": not parsed, "done": e["done"],
                 "success": e["success"], "messages": None if e["done"] else e["messages"],
-            })
+            }
+            if self.delta and not e["done"]:
+                result["messages"] = e["messages"][keep:]
+                result["keep"] = keep
+            out.append(result)
         return out
 
     def close(self):

@@ -7,7 +7,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { type MockEngine, startMockEngine } from "../../bench/mock-engine/server.ts";
+import { type MockEngine, startMockEngine } from "../../src/mock-engine/server.ts";
 import { ROOT, rollgym, spawnServe } from "../helpers/cli.ts";
 
 const run = promisify(execFile);

@@ -91,6 +91,14 @@ def env_replay(client: Client, batch: Batch, tag: str, groups: int, group_size: 
             want = by_id[r.env_id]["turns"][turn]
             check(r.actions == want["actions"], f"env {r.env_id} turn {turn}: actions {r.actions} != {want['actions']}")
             check(r.reward == want["reward"], f"env {r.env_id} turn {turn}: reward {r.reward} != {want['reward']}")
+            # The chat the client rebuilt from the server's deltas shows the rollout's next state,
+            # after every earlier turn's response.
+            turns = by_id[r.env_id]["turns"]
+            if not r.done and turn + 1 < len(turns):
+                chat = env.messages[r.env_id]
+                check(chat[0]["role"] == "system" and turns[turn + 1]["state"] in chat[-1]["content"], f"env {r.env_id} turn {turn}: rebuilt chat lacks the next state")
+                answers = [m["content"] for m in chat if m["role"] == "assistant"]
+                check(len(answers) == turn + 1, f"env {r.env_id} turn {turn}: rebuilt chat has {len(answers)} answers")
         turn += 1
     episodes, metrics = env.close()
     for e in episodes:

@@ -444,6 +444,13 @@ class EnvHostingTests(FakeServerCase):
         self.assertEqual(results[0].reward, 1.0)
         self.assertFalse(results[1].done)
         self.assertEqual(results[1].messages[-1]["role"], "user")
+        # The wire carries only the changed tail (keep 1: the system message); the user gets the full chat.
+        stepped = self.server.stepped_sent[-1]
+        self.assertEqual(stepped["results"][1]["keep"], 1)
+        self.assertEqual(len(stepped["results"][1]["messages"]), 3)
+        self.assertEqual([m["role"] for m in results[1].messages], ["system", "user", "assistant", "user"])
+        self.assertEqual(results[1].messages[1]["content"], "Turn 1: seed 7 (answered)")
+        self.assertEqual(env.messages[1], results[1].messages)
         self.assertEqual(env.active, [1, 2, 3])
         results = await env.step([(2, f"<answer>{right2}</answer>"), (3, "nothing")])
         self.assertTrue(results[0].success)
@@ -504,6 +511,28 @@ class SyncClientTests(unittest.TestCase):
             self.assertTrue(result.success)
             episodes, metrics = env.close()
             self.assertEqual(len(episodes), 1)
+
+    def test_groups_queued_behind_a_slow_consumer_are_taken_together(self):
+        # The sync stream takes every queued group in one crossing to the client's loop, and
+        # acknowledges them as one ack frame and one credit frame: each group once, in order.
+        with Client(self.server.url, credit=8) as client:
+            stream = client.stream(tag="Fake", groups=8, group_size=1, mode="val")
+            groups = []
+            for g in stream:
+                if not groups:
+                    time.sleep(0.5)  # the other seven arrive meanwhile
+                groups.append(g.group)
+            self.assertEqual(groups, list(range(8)))
+            deadline = time.monotonic() + TIMEOUT
+            while len(self.server.acks) < 8 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            self.assertEqual(sorted(g for rid, g in self.server.acks if rid == stream.rollout_id), list(range(8)))
+            credits = [f["groups"] for f in self.server.client_frames if f["type"] == "credit"]
+            acks = [f for f in self.server.client_frames if f["type"] == "ack" and not f.get("batch")]
+            self.assertEqual(sum(credits), 8 + 8)  # the initial grant, then one per group
+            # group 0 (and any that came with it), then the ones queued during the sleep
+            self.assertLessEqual(len(acks), 2)
+            self.assertEqual(len(credits), 1 + len(acks))
 
     def test_resume_through_the_sync_api(self):
         with Client(self.server.url, credit=3, reconnect_backoff=0.02) as client:

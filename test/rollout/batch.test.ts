@@ -4,7 +4,13 @@ import { describe, expect, it } from "vitest";
 import { createRegistry } from "../../envs/catalog.ts";
 import { oraclePolicy, randomPolicy } from "../../src/llm/builtin.ts";
 import type { Policy } from "../../src/llm/policy.ts";
-import { type BatchRequest, runBatch, trainBatchSeed } from "../../src/rollout/batch.ts";
+import {
+  type BatchRequest,
+  extendedPromptBound,
+  runBatch,
+  TEMPLATE_TOKENS_PER_MESSAGE,
+  trainBatchSeed,
+} from "../../src/rollout/batch.ts";
 import { DEFAULT_FILTER } from "../../src/rollout/filter.ts";
 import { defaultBatchRequest } from "../../src/rollout/request.ts";
 
@@ -239,5 +245,33 @@ describe("binary reward", () => {
     }
     expect(batch.episodes.some((e) => e.success)).toBe(true);
     expect(batch.episodes.some((e) => !e.success)).toBe(true);
+  });
+});
+
+describe("the prompt bound that saves a count", () => {
+  const system = { role: "system" as const, content: "You are a helpful assistant." };
+  const first = { role: "user" as const, content: "Turn 1:\nState:\n#P_#\n" };
+  const known = { messages: [system, first], tokens: 40 };
+
+  it("adds the UTF-8 bytes and the template allowance of every appended message", () => {
+    const appended = [
+      { role: "assistant" as const, content: "<answer>Right</answer>" },
+      { role: "user" as const, content: "Reward:\n1\n… ✓" },
+    ];
+    const bytes = 22 + Buffer.byteLength("Reward:\n1\n… ✓", "utf8");
+    expect(Buffer.byteLength("Reward:\n1\n… ✓", "utf8")).toBe(17);
+    // Copies of the same text count as unchanged.
+    const next = [{ ...system }, { ...first }, ...appended];
+    expect(extendedPromptBound(known, next)).toBe(40 + bytes + 2 * TEMPLATE_TOKENS_PER_MESSAGE);
+  });
+
+  it("gives no bound unless the new prompt extends the known one unchanged", () => {
+    const reply = { role: "assistant" as const, content: "<answer>Up</answer>" };
+    // Same messages (a retry): nothing appended, so the known count is not reused as a bound.
+    expect(extendedPromptBound(known, [system, first])).toBeNull();
+    // An earlier message changed (a window slid, turns were dropped).
+    expect(extendedPromptBound(known, [system, { ...first, content: "Turn 2:" }, reply])).toBeNull();
+    expect(extendedPromptBound(known, [{ ...system, role: "user" }, first, reply])).toBeNull();
+    expect(extendedPromptBound(known, [first, reply, first])).toBeNull();
   });
 });

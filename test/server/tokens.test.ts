@@ -2,11 +2,11 @@
 // typed arrays equal to runBatch's; env hosting in a token session, driven by a trainer that
 // samples from the same engine with the same seeds, ends with the same logs; refusals.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { type MockEngine, startMockEngine } from "../../bench/mock-engine/server.ts";
 import { createRegistry } from "../../envs/catalog.ts";
 import { readI32 } from "../../protocol/codec.ts";
 import { ChatPolicy } from "../../src/llm/openai-chat.ts";
 import { requestSeed } from "../../src/llm/policy.ts";
+import { type MockEngine, startMockEngine } from "../../src/mock-engine/server.ts";
 import { runBatch } from "../../src/rollout/batch.ts";
 import type { EpisodeRecord } from "../../src/rollout/episode.ts";
 import { defaultBatchRequest } from "../../src/rollout/request.ts";

@@ -252,6 +252,7 @@ class AsyncClient:
         self._finished: "collections.OrderedDict[str, None]" = collections.OrderedDict()
         self._env_waiters: Deque[_EnvWaiter] = collections.deque()
         self._env_sessions: Dict[str, "EnvSession"] = {}
+        self._pending_acks: Dict[str, List[int]] = {}  # rollout id → groups to acknowledge (see _ack)
         self._ids = itertools.count(1)
         self._prefix = uuid.uuid4().hex[:8]
 
@@ -336,6 +337,8 @@ class AsyncClient:
                 extra_headers=headers,
                 compression=None,
                 max_size=self.max_size,
+                # Group frames run to hundreds of KB: read them in big pieces, not 64 KiB ones.
+                read_limit=2**22,
                 open_timeout=self.open_timeout,
                 ping_interval=self.ping_interval,
                 ping_timeout=self.ping_timeout,
@@ -617,9 +620,14 @@ class AsyncClient:
                 return  # the server had the request before the drop; it carries on
             self._fail(r, error)
             return
-        # No rollout id: env requests are answered in order, so the oldest waiting one.
-        if self._env_waiters:
-            waiter = self._env_waiters.popleft()
+        # An env session's error names it: its oldest waiting request (each session's requests
+        # are answered in order). Without an id, the oldest waiting env request.
+        sid = frame.get("id")
+        waiter = next((w for w in self._env_waiters if w.id == sid), None) if sid is not None else None
+        if waiter is None and self._env_waiters:
+            waiter = self._env_waiters[0]
+        if waiter is not None:
+            self._env_waiters.remove(waiter)
             if not waiter.future.done():
                 waiter.future.set_exception(error)
             return
@@ -653,11 +661,29 @@ class AsyncClient:
         await self._send({"type": "credit", "groups": 1})
 
     def _ack(self, r: _Rollout, gid: int) -> None:
-        """Acknowledge a group once per connection it arrived on, and grant one more credit."""
+        """Acknowledge a group once per connection it arrived on, and grant one more credit.
+
+        Acknowledgements made in one pass of the event loop go out together, as one ``ack``
+        per rollout and one ``credit``: a consumer that takes several queued groups at once
+        costs the socket two frames, not two per group."""
         if r.acked_epoch.get(gid) == self._epoch or r.arrival_epoch.get(gid) != self._epoch:
             return  # already acked here, or it arrived on a dead connection (it will be resent)
         r.acked_epoch[gid] = self._epoch
-        self._spawn(self._ack_raw(r.id, gid))
+        if not self._pending_acks:
+            # Runs in the next pass, long before a new connection could be made (that takes
+            # network round trips), so every pending acknowledgement is for this epoch.
+            asyncio.get_running_loop().call_soon(self._flush_acks, self._epoch)
+        self._pending_acks.setdefault(r.id, []).append(gid)
+
+    def _flush_acks(self, epoch: int) -> None:
+        acks, self._pending_acks = self._pending_acks, {}
+        if acks and epoch == self._epoch:  # else their connection is gone: resent groups get acked anew
+            self._spawn(self._send_acks(acks))
+
+    async def _send_acks(self, acks: Dict[str, List[int]]) -> None:
+        for rid, gids in acks.items():
+            await self._send({"type": "ack", "rollout": rid, "groups": gids})
+        await self._send({"type": "credit", "groups": sum(len(gids) for gids in acks.values())})
 
     def _deliver(self, r: _Rollout, group: Group) -> None:
         r.delivered.add(group.group)
@@ -941,6 +967,7 @@ class RolloutStream:
         self._r = r
         self._started = False
         self._done = False
+        self._held: Any = None  # the end or an error met by _ready_groups, for the next __anext__
         self.rollout_id = r.id
         self.batch: Optional[Batch] = None
 
@@ -969,7 +996,10 @@ class RolloutStream:
             raise StopAsyncIteration
         await self.start()
         r = self._r
-        item = await r.queue.get()
+        if self._held is not None:
+            item, self._held = self._held, None
+        else:
+            item = await r.queue.get()
         if item is _END:
             self._done = True
             self.batch = r.batch
@@ -979,6 +1009,21 @@ class RolloutStream:
             raise item
         self._client._deliver(r, item)
         return item
+
+    async def _ready_groups(self) -> List[Group]:
+        """The next group (waiting for it as ``__anext__`` does) and every further one already
+        queued, all handed out (and acknowledged) together: :class:`SyncRolloutStream` crosses
+        from the caller's thread to the client's loop once per call, not once per group."""
+        groups = [await self.__anext__()]
+        r = self._r
+        while not r.queue.empty():
+            item = r.queue.get_nowait()
+            if item is _END or isinstance(item, BaseException):
+                self._held = item
+                break
+            self._client._deliver(r, item)
+            groups.append(item)
+        return groups
 
     async def collect(self) -> Batch:
         """Consume the remaining groups and return the Batch."""
@@ -1076,9 +1121,17 @@ class EnvSession:
         if not wire:
             return []
         reply = await self._client._env_request({"type": "env_step", "id": self.id, "responses": wire}, "env_stepped", self._epoch)
-        results = [StepResult.from_wire(x) for x in reply.get("results", [])]
-        for res in results:
+        results = []
+        for item in reply.get("results", []):
+            res = StepResult.from_wire(item)
+            # The server sends only what changed since the previous chat: its first `keep`
+            # messages, then `messages`. Users get the full chat, as before.
+            keep = item.get("keep")
+            if keep is not None and res.messages is not None:
+                res.messages = list((self.messages.get(res.env_id) or [])[: int(keep)]) + list(res.messages)
             self.messages[res.env_id] = res.messages
+            results.append(res)
+        for res in results:
             if res.done:
                 self.done.add(res.env_id)
         return results

@@ -82,18 +82,20 @@ class Group:
             if not isinstance(episodes, list):
                 raise ProtocolError(f"group frame: episodes must be a list, got {type(episodes).__name__}")
             n = len(episodes)
-            arrays: Dict[str, np.ndarray] = {}
-            for name, value in frame.items():
-                if array_dtype(name) is not None:
-                    arrays[name.rsplit("_", 1)[0]] = decode_array(name, value)
+            # Every typed array once, by wire name; the token logs reuse them.
+            wire_arrays = {name: decode_array(name, value) for name, value in frame.items() if isinstance(name, str) and array_dtype(name) is not None}
+            arrays: Dict[str, np.ndarray] = {name.rsplit("_", 1)[0]: array for name, array in wire_arrays.items()}
             per_episode = {}
             for attr, wire in EPISODE_ARRAYS.items():
-                if wire not in frame:
+                if wire not in wire_arrays:
                     raise ProtocolError(f"group frame lacks {wire!r}")
-                per_episode[attr] = decode_array(wire, frame[wire], n)
+                array = wire_arrays[wire]
+                if array.shape[0] != n:
+                    raise ProtocolError(f"field {wire!r} has {array.shape[0]} entries, the frame has {n} episodes", field=wire)
+                per_episode[attr] = array
             per_episode["success"] = per_episode["success"] != 0
             arrays["success"] = per_episode["success"]
-            tokens = token_logs_from_frame(frame, n)
+            tokens = token_logs_from_frame(frame, n, wire_arrays)
             kept = frame.get("kept")
             score = frame.get("score")
             return cls(

@@ -30,12 +30,20 @@ def decode(data: bytes) -> Dict[str, Any]:
     return value
 
 
+# Per suffix: the wire dtype and the dtype users see. On a little-endian machine they are the
+# same, so ``frombuffer`` gives the final array directly (no conversion).
+_DTYPES = {suffix: (wire, wire.newbyteorder("=")) for suffix, wire in ARRAY_SUFFIXES.items()}
+
+
+def _dtypes(name: str):
+    # Suffixes are "_i32", "_f32" (4 chars) and "_u8" (3): two dict lookups, no loop.
+    return _DTYPES.get(name[-4:]) or _DTYPES.get(name[-3:])
+
+
 def array_dtype(name: str):
     """The dtype a field name announces, or None when it is not an array field."""
-    for suffix, dtype in ARRAY_SUFFIXES.items():
-        if name.endswith(suffix):
-            return dtype
-    return None
+    dtypes = _dtypes(name)
+    return None if dtypes is None else dtypes[0]
 
 
 def decode_array(name: str, data: Any, length: int = -1) -> np.ndarray:
@@ -43,16 +51,16 @@ def decode_array(name: str, data: Any, length: int = -1) -> np.ndarray:
 
     ``length`` (when >= 0) is the number of entries the frame promises, e.g. one per episode.
     """
-    dtype = array_dtype(name)
-    if dtype is None:
+    dtypes = _dtypes(name)
+    if dtypes is None:
         raise ProtocolError(f"field {name!r} is not a typed-array field (*_i32, *_f32, *_u8)", field=name)
+    wire, native = dtypes
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise ProtocolError(f"field {name!r} must be msgpack bin, got {type(data).__name__}", field=name)
-    if len(data) % dtype.itemsize != 0:
-        raise ProtocolError(f"field {name!r} holds {len(data)} bytes, not a multiple of {dtype.itemsize}", field=name)
-    array = np.frombuffer(data, dtype=dtype)
+    if len(data) % wire.itemsize != 0:
+        raise ProtocolError(f"field {name!r} holds {len(data)} bytes, not a multiple of {wire.itemsize}", field=name)
+    array = np.frombuffer(data, dtype=wire)
     if length >= 0 and array.shape[0] != length:
         raise ProtocolError(f"field {name!r} has {array.shape[0]} entries, the frame has {length} episodes", field=name)
     # "<i4" on a little-endian machine is plain int32; normalise so users see native dtypes.
-    native = dtype.newbyteorder("=")
-    return array if array.dtype == native else array.astype(native)
+    return array if wire is native or array.dtype == native else array.astype(native)

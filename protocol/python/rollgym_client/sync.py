@@ -5,9 +5,10 @@ code with no event loop, and from inside Jupyter (whose own loop is already runn
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import threading
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Deque, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from .aio import AsyncClient, EnvSession, RolloutStream, TagsArg
 from .batch import Batch, Group, StepResult
@@ -240,6 +241,7 @@ class SyncRolloutStream:
     def __init__(self, client: Client, stream: RolloutStream):
         self._client = client
         self._stream = stream
+        self._ready: Deque[Group] = collections.deque()  # handed out by the loop, not yet by __next__
 
     @property
     def rollout_id(self) -> str:
@@ -257,10 +259,12 @@ class SyncRolloutStream:
         return self
 
     def __next__(self) -> Group:
-        try:
-            return self._client._run(self._stream.__anext__())
-        except StopAsyncIteration:
-            raise StopIteration from None
+        if not self._ready:
+            try:
+                self._ready.extend(self._client._run(self._stream._ready_groups()))
+            except StopAsyncIteration:
+                raise StopIteration from None
+        return self._ready.popleft()
 
     def __enter__(self) -> "SyncRolloutStream":
         self._client._run(self._stream.start())

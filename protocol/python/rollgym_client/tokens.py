@@ -22,6 +22,7 @@ the arrays per episode without copying.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
 
@@ -42,6 +43,7 @@ TOKEN_ARRAYS = {
     "turn_starts": "turn_starts_i32",
     "turn_ends": "turn_ends_i32",
 }
+_WIRES = tuple(TOKEN_ARRAYS.values())
 
 
 @dataclass(frozen=True, eq=False)
@@ -106,22 +108,32 @@ def _first(condition: np.ndarray) -> int:
     return int(np.flatnonzero(condition)[0])
 
 
-def token_logs_from_frame(frame: Dict[str, Any], n_episodes: int) -> Optional[List[TokenLog]]:
+def token_logs_from_frame(
+    frame: Dict[str, Any], n_episodes: int, arrays: Optional[Dict[str, np.ndarray]] = None
+) -> Optional[List[TokenLog]]:
     """The episodes' :class:`TokenLog` s from a ``group`` frame, or ``None`` when the frame has
     no token log (the rollout was not requested with ``tokens=True``).
+
+    ``arrays`` may hold the frame's typed arrays already decoded, by wire field name (what
+    :meth:`Group.from_frame` has at hand), so they are not decoded twice.
 
     Raises :class:`ProtocolError` (its ``field`` names the wire field) when only some token
     fields are present, when lengths or offsets disagree, or when the loss mask, logprobs or
     token rewards are not where the turn boundaries say.
     """
-    present = [wire for wire in TOKEN_ARRAYS.values() if wire in frame]
+    present = [wire for wire in _WIRES if wire in frame]
     if not present:
         return None
-    for wire in TOKEN_ARRAYS.values():
-        if wire not in frame:
-            raise _bad(wire, f"missing (the frame has {present[0]!r}: token logs need all of {list(TOKEN_ARRAYS.values())})")
-    a = {name: decode_array(wire, frame[wire]) for name, wire in TOKEN_ARRAYS.items()}
+    if len(present) != len(_WIRES):
+        missing = next(wire for wire in _WIRES if wire not in frame)
+        raise _bad(missing, f"missing (the frame has {present[0]!r}: token logs need all of {list(_WIRES)})")
+    if arrays is None:
+        a = {name: decode_array(wire, frame[wire]) for name, wire in TOKEN_ARRAYS.items()}
+    else:
+        a = {name: arrays[wire] for name, wire in TOKEN_ARRAYS.items()}
     n = n_episodes
+    # Array methods (x.any()) rather than np.any(x) throughout: a frame has few episodes, so
+    # numpy's per-call overhead, not the element work, is most of the cost here.
 
     # Offsets: n + 1 of them, from 0, never decreasing, ending at the token count.
     off = a["token_offsets"]
@@ -130,8 +142,9 @@ def token_logs_from_frame(frame: Dict[str, Any], n_episodes: int) -> Optional[Li
         raise _bad("token_offsets_i32", f"{off.shape[0]} entries, expected n_episodes + 1 = {n + 1}")
     if off[0] != 0:
         raise _bad("token_offsets_i32", f"starts at {int(off[0])}, not 0")
-    lengths = np.diff(off.astype(np.int64))
-    if np.any(lengths < 0):
+    off64 = off.astype(np.int64)
+    lengths = off64[1:] - off64[:-1]
+    if (lengths < 0).any():
         i = _first(lengths < 0)
         raise _bad("token_offsets_i32", f"decreases at episode {i} ({int(off[i])} → {int(off[i + 1])})")
     if off[-1] != total:
@@ -146,9 +159,9 @@ def token_logs_from_frame(frame: Dict[str, Any], n_episodes: int) -> Optional[Li
     for name, values in (("prompt_lengths", prompt), ("turn_counts", counts)):
         if values.shape[0] != n:
             raise _bad(TOKEN_ARRAYS[name], f"{values.shape[0]} entries, the frame has {n} episodes")
-        if np.any(values < 0):
+        if (values < 0).any():
             raise _bad(TOKEN_ARRAYS[name], f"negative at episode {_first(values < 0)}")
-    if np.any(prompt > lengths):
+    if (prompt > lengths).any():
         i = _first(prompt > lengths)
         raise _bad("prompt_lengths_i32", f"episode {i}'s prompt ({int(prompt[i])} ids) is longer than its log ({int(lengths[i])} ids)")
 
@@ -159,58 +172,66 @@ def token_logs_from_frame(frame: Dict[str, Any], n_episodes: int) -> Optional[Li
     for name, values in (("turn_starts", starts), ("turn_ends", ends)):
         if values.shape[0] != n_turns:
             raise _bad(TOKEN_ARRAYS[name], f"{values.shape[0]} entries, turn_counts_i32 sums to {n_turns}")
-    episode_of = np.repeat(np.arange(n), counts)
-    if np.any(starts < prompt[episode_of]):
+    episode_of = np.arange(n).repeat(counts)
+    if (starts < prompt[episode_of]).any():
         k = _first(starts < prompt[episode_of])
         raise _bad("turn_starts_i32", f"turn {k} (episode {int(episode_of[k])}) starts at {int(starts[k])}, inside the prompt")
-    if np.any(ends < starts):
+    if (ends < starts).any():
         k = _first(ends < starts)
         raise _bad("turn_ends_i32", f"turn {k} (episode {int(episode_of[k])}) ends at {int(ends[k])} before it starts at {int(starts[k])}")
-    if np.any(ends > lengths[episode_of]):
+    if (ends > lengths[episode_of]).any():
         k = _first(ends > lengths[episode_of])
         raise _bad("turn_ends_i32", f"turn {k} (episode {int(episode_of[k])}) ends at {int(ends[k])}, past the episode's {int(lengths[episode_of[k]])} ids")
-    same = episode_of[1:] == episode_of[:-1]
-    overlap = same & (starts[1:] < ends[:-1])
-    if np.any(overlap):
+    overlap = (episode_of[1:] == episode_of[:-1]) & (starts[1:] < ends[:-1])
+    if overlap.any():
         k = _first(overlap) + 1
         raise _bad("turn_starts_i32", f"turn {k} (episode {int(episode_of[k])}) starts at {int(starts[k])}, before the previous turn ends")
 
     # The loss mask is 1 exactly inside the turns; logprobs and rewards are 0 outside them.
-    first = off[:-1].astype(np.int64)[episode_of]
-    abs_starts, abs_ends = first + starts, first + ends
-    inside = np.cumsum(np.bincount(abs_starts, minlength=total + 1) - np.bincount(abs_ends, minlength=total + 1))[:total]
+    # The checks above make the non-empty turns disjoint intervals of the frame's tokens, in
+    # order, so each starts and ends at a position of its own (a start may meet the previous
+    # turn's end): +1 at starts and -1 at ends are the steps of the expected mask. The mask
+    # matches exactly when its own steps (differences, wrapping in int8 as a running sum
+    # would) are these, which spares the running sum on the way that succeeds.
+    first = off64[:-1][episode_of]
+    nonempty = ends > starts
+    abs_starts, abs_ends = (first + starts)[nonempty], (first + ends)[nonempty]
+    edges = np.zeros(total + 1, dtype=np.int8)
+    edges[abs_starts] = 1
+    edges[abs_ends] -= 1
     mask = a["loss_mask"]
-    if np.any(mask != inside):
+    steps = np.empty(total + 1, dtype=np.int8)
+    signed = mask.view(np.int8)
+    if total:
+        steps[0] = signed[0]
+        np.subtract(signed[1:], signed[:-1], out=steps[1:total])
+        steps[total] = -signed[-1]
+    else:
+        steps[0] = 0
+    if (steps != edges).any():
+        inside = edges[:total].cumsum(dtype=np.int8).view(np.uint8)
         t = _first(mask != inside)
         i = int(np.searchsorted(off, t, side="right")) - 1
         raise _bad("loss_mask_u8", f"{int(mask[t])} at token {t - int(off[i])} of episode {i}, where the turn boundaries say {int(inside[t])}")
-    outside = inside == 0
-    if np.any(a["logprobs"][outside] != 0):
-        t = _first(outside & (a["logprobs"] != 0))
+    sampled = mask.view(np.bool_)  # now known to hold only 0 and 1
+    if ((a["logprobs"] != 0) > sampled).any():
+        t = _first((a["logprobs"] != 0) > sampled)
         raise _bad("logprobs_f32", f"nonzero at token {t}, which was not sampled")
     last = np.zeros(total, dtype=bool)
-    last[abs_ends[ends > starts] - 1] = True
-    if np.any(a["token_rewards"][~last] != 0):
-        t = _first(~last & (a["token_rewards"] != 0))
+    last[abs_ends - 1] = True
+    if ((a["token_rewards"] != 0) > last).any():
+        t = _first((a["token_rewards"] != 0) > last)
         raise _bad("token_rewards_f32", f"nonzero at token {t}, which is not the last sampled id of a turn")
 
-    # One view per episode.
-    turn_off = np.concatenate(([0], np.cumsum(counts, dtype=np.int64)))
+    # One view per episode (plain ints for the bounds: numpy scalars make slicing slower).
+    bounds = off.tolist()
+    turn_bounds = [0, *itertools.accumulate(counts.tolist())]
+    prompts = prompt.tolist()
     ids, lp, rw = a["token_ids"], a["logprobs"], a["token_rewards"]
     ts, te = a["turn_starts"], a["turn_ends"]
     logs = []
     for i in range(n):
-        lo, hi = int(off[i]), int(off[i + 1])
-        tlo, thi = int(turn_off[i]), int(turn_off[i + 1])
-        logs.append(
-            TokenLog(
-                ids=ids[lo:hi],
-                loss_mask=mask[lo:hi],
-                logprobs=lp[lo:hi],
-                rewards=rw[lo:hi],
-                turn_starts=ts[tlo:thi],
-                turn_ends=te[tlo:thi],
-                prompt_length=int(prompt[i]),
-            )
-        )
+        lo, hi = bounds[i], bounds[i + 1]
+        tlo, thi = turn_bounds[i], turn_bounds[i + 1]
+        logs.append(TokenLog(ids[lo:hi], mask[lo:hi], lp[lo:hi], rw[lo:hi], ts[tlo:thi], te[tlo:thi], prompts[i]))
     return logs

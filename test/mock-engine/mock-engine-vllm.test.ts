@@ -2,10 +2,10 @@
 // aborts and /pause, the flat error shape, validation parity, outages and restarts, /tokenize.
 // Engines listen on port 0 and are driven with fetch; no assertion depends on time.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { MockEngineUsageError, mockEngineUsage, parseMockEngineArgs } from "../../bench/mock-engine/cli.ts";
-import { splitReasoning } from "../../bench/mock-engine/reasoning.ts";
-import { type MockEngine, type MockEngineOptions, startMockEngine } from "../../bench/mock-engine/server.ts";
-import { decode, IM_END_ID, THINK_END_ID } from "../../bench/mock-engine/tokenizer.ts";
+import { MockEngineUsageError, mockEngineUsage, parseMockEngineArgs } from "../../src/mock-engine/cli.ts";
+import { splitReasoning } from "../../src/mock-engine/reasoning.ts";
+import { type MockEngine, type MockEngineOptions, startMockEngine } from "../../src/mock-engine/server.ts";
+import { decode, IM_END_ID, THINK_END_ID } from "../../src/mock-engine/tokenizer.ts";
 
 const MODEL = "Qwen/Qwen2.5-0.5B-Instruct";
 // biome-ignore lint/suspicious/noExplicitAny: response bodies are read field by field in assertions

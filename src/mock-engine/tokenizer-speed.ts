@@ -1,5 +1,5 @@
 // Encode / decode speed of the mock's tokenizers on RAGEN chat prompts, one thread.
-// Usage: node bench/mock-engine/tokenizer-speed.ts [--seconds S] [--reference]
+// Usage: node src/mock-engine/tokenizer-speed.ts [--seconds S] [--reference]
 // "uncached" rotates the lower-case letters every round, so (nearly) every word is new to the
 // Qwen3 tokenizer's piece cache and goes through the byte-pair merges;
 // --reference also times @lenml/tokenizers' own encode (the transformers.js port the tests

@@ -7,11 +7,13 @@ import { createInterface } from "node:readline";
 import fc from "fast-check";
 import OpenAI, { APIConnectionError, BadRequestError, NotFoundError } from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { answerMode, answerPrompt, readActionSpace } from "../../bench/mock-engine/answer.ts";
-import { renderChat } from "../../bench/mock-engine/chat-template.ts";
-import { MockEngineUsageError, parseMockEngineArgs } from "../../bench/mock-engine/cli.ts";
-import { Rng } from "../../bench/mock-engine/rng.ts";
-import { type MockEngine, type MockEngineOptions, startMockEngine } from "../../bench/mock-engine/server.ts";
+import { createRegistry } from "../../envs/catalog.ts";
+import type { ResolvedTag } from "../../envs/registry.ts";
+import { answerMode, answerPrompt, readActionSpace } from "../../src/mock-engine/answer.ts";
+import { renderChat } from "../../src/mock-engine/chat-template.ts";
+import { MockEngineUsageError, parseMockEngineArgs } from "../../src/mock-engine/cli.ts";
+import { Rng } from "../../src/mock-engine/rng.ts";
+import { type MockEngine, type MockEngineOptions, startMockEngine } from "../../src/mock-engine/server.ts";
 import {
   decode,
   encode,
@@ -19,9 +21,7 @@ import {
   pretokenize,
   tokenStr,
   VOCAB_SIZE,
-} from "../../bench/mock-engine/tokenizer.ts";
-import { createRegistry } from "../../envs/catalog.ts";
-import type { ResolvedTag } from "../../envs/registry.ts";
+} from "../../src/mock-engine/tokenizer.ts";
 import { mapActions, parseResponse } from "../../src/rollout/parse.ts";
 import { ROOT } from "../helpers/cli.ts";
 
@@ -812,7 +812,7 @@ describe("mock-engine command", () => {
   it("prints its address, serves, and stops on SIGTERM", async () => {
     const child = spawn(
       join(ROOT, "node_modules/.bin/node"),
-      ["bench/mock-engine/cli.ts", "--port", "0", "--seed", "1"],
+      ["src/mock-engine/cli.ts", "--port", "0", "--seed", "1"],
       {
         cwd: ROOT,
         stdio: ["ignore", "pipe", "pipe"],
@@ -822,9 +822,10 @@ describe("mock-engine command", () => {
     child.stderr.setEncoding("utf8").on("data", (d: string) => (stderr += d));
     const lines = createInterface({ input: child.stdout });
     const [line] = (await once(lines, "line")) as [string];
-    const match = /^mock engine listening on (http:\/\/127\.0\.0\.1:\d+\/v1) \(model mock\/qwen-toy\)$/.exec(
-      line,
-    );
+    const match =
+      /^mock engine listening on (http:\/\/127\.0\.0\.1:\d+\/v1) \(model mock\/qwen-toy\); latency: no latency; policy-length answers$/.exec(
+        line,
+      );
     expect(match).not.toBeNull();
     const health = await fetch(`${match![1].slice(0, -3)}/health`);
     expect(health.status).toBe(200);

@@ -47,6 +47,12 @@ export interface PolicyAnswer {
   actions: string[];
   formatError: FormatErrorKind | null;
   mode: AnswerMode;
+  /**
+   * Where padding may go without changing what RAGEN parses: inside the thought in think
+   * modes, before `<answer>` in "answer" mode, after `</answer>` in "continue-answer" mode
+   * (RAGEN drops text after `</answer>`), at the end of tagless prose.
+   */
+  padAt: number;
 }
 
 export const DEFAULT_FALLBACK_ACTIONS: readonly string[] = ["Up", "Down", "Left", "Right"];
@@ -140,15 +146,44 @@ export function answerPrompt(prompt: string, rng: Rng, options: PolicyOptions = 
   const closeAnswer = formatError === "missing-answer-close" ? "" : "</answer>";
   const closeThink = formatError === "missing-think-close" ? "" : "</think>";
   let text: string;
+  let padAt: number;
   if (formatError === "no-tags") {
     text = `${mode === "continue-think" ? "" : "I think "}${actions.join(" and ")} is the way to go.`;
+    padAt = text.length;
   } else if (mode === "think" || mode === "continue-think") {
     const open = mode === "think" ? "<think>" : "";
     text = `${open}${thought}${closeThink}<answer>${answer}${closeAnswer}`;
+    padAt = open.length + thought.length;
   } else if (mode === "answer") {
     text = `<answer>${answer}${closeAnswer}`;
+    padAt = 0;
   } else {
     text = `${answer}${closeAnswer}`;
+    padAt = text.length;
   }
-  return { text, actions, formatError, mode };
+  return { text, actions, formatError, mode, padAt };
+}
+
+// Words that read as musing and name no action, tag or prompt phrase (so a padded answer that
+// comes back in the next turn's prompt changes nothing the policy reads from it).
+// Each is one token with its leading space in the toy and the Qwen3 tokenizer.
+const PAD_WORDS: readonly string[] = (
+  "the box is not at the goal I should think which move is safe then push it to the target " +
+  "from the wall and choose next again"
+).split(" ");
+
+/** Padding of `words` words: " the box is not at …", cycling through PAD_WORDS. */
+export function padding(words: number): string {
+  let text = "";
+  for (let i = 0; i < words; i++) text += ` ${PAD_WORDS[i % PAD_WORDS.length]}`;
+  return text;
+}
+
+/** The answer with `extra` inserted at its padding point (see PolicyAnswer.padAt). */
+export function padAnswer(answer: PolicyAnswer, extra: string): PolicyAnswer {
+  if (extra === "") return answer;
+  // Before `<answer>` ("answer" mode) the padding starts the text, so it drops its leading space
+  // (and takes no trailing one, which would cost a token of its own).
+  const insert = answer.padAt === 0 ? extra.trimStart() : extra;
+  return { ...answer, text: answer.text.slice(0, answer.padAt) + insert + answer.text.slice(answer.padAt) };
 }

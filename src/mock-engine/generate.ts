@@ -1,7 +1,7 @@
 // The "engine core": turns a prompt into generated token ids the way vLLM's scheduler and
 // detokenizer would report them (EOS appended before stop checks, stop strings matched on
 // text, length stops), with synthetic per-token logprobs. Pure: all randomness is passed in.
-import { answerPrompt, type PolicyAnswer, type PolicyOptions } from "./answer.ts";
+import { answerPrompt, type PolicyAnswer, type PolicyOptions, padAnswer, padding } from "./answer.ts";
 import type { Rng } from "./rng.ts";
 import type { MockTokenizer } from "./tokenizer.ts";
 
@@ -21,6 +21,11 @@ export interface GenerateInput {
   logprobs: number | null;
   /** Alternatives per prompt token; null: no prompt logprobs. */
   promptLogprobs: number | null;
+  /**
+   * The response length the latency model drew (tokens, EOS included): the answer is padded up
+   * to it, then cut at maxTokens like any other. null: the policy's own length.
+   */
+  targetTokens?: number | null;
 }
 
 export interface Alternative {
@@ -114,9 +119,35 @@ function* intendedIds(answerIds: readonly number[], input: GenerateInput, rng: R
   yield eosId;
 }
 
+/**
+ * The answer padded (see PolicyAnswer.padAt) so that its tokens and the EOS make `target`;
+ * an answer already that long stays as it is.
+ */
+export function fitAnswerLength(
+  answer: PolicyAnswer,
+  tokenizer: MockTokenizer,
+  target: number,
+): PolicyAnswer {
+  const count = (a: PolicyAnswer): number => tokenizer.encode(a.text).length + 1;
+  const base = count(answer);
+  if (base >= target) return answer;
+  // A pad word is one token in both tokenizers; the real count corrects any merge at the seams.
+  let words = target - base;
+  let padded = padAnswer(answer, padding(words));
+  for (let tries = 0; tries < 4; tries++) {
+    const n = count(padded);
+    if (n === target || words === 0) break;
+    words = Math.max(0, words + target - n);
+    padded = padAnswer(answer, padding(words));
+  }
+  return padded;
+}
+
 export function generate(input: GenerateInput, rng: Rng, logprobRng: Rng, policy: PolicyOptions): Generation {
   const { tokenizer } = input;
-  const answer = answerPrompt(input.promptText, rng, policy);
+  const natural = answerPrompt(input.promptText, rng, policy);
+  const target = input.targetTokens ?? null;
+  const answer = target === null ? natural : fitAnswerLength(natural, tokenizer, target);
   const answerIds = tokenizer.encode(answer.text);
   const stopTokens = new Set(input.stopTokenIds);
   const maxStopLen = input.stop.reduce((m, s) => Math.max(m, s.length), 0);

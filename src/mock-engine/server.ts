@@ -1,11 +1,11 @@
 // A mock inference engine that speaks vLLM's OpenAI-compatible dialect over node:http, for
 // load and fault-tolerance tests of a rollout engine: RAGEN-format answers from a built-in
-// policy, a latency model (TTFT + per-token time, engine slots), and seeded fault injection.
+// policy, a latency model (TTFT + per-token time that grows with the batch, response lengths,
+// engine slots) run in virtual time (scheduler.ts), and seeded fault injection.
 import { randomUUID } from "node:crypto";
 import { once } from "node:events";
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
-import { performance } from "node:perf_hooks";
 import { setTimeout as delay } from "node:timers/promises";
 import { pyFloatRepr } from "../../envs/pyrepr.ts";
 import type { PolicyOptions } from "./answer.ts";
@@ -18,6 +18,15 @@ import {
   type DefaultedField,
   type GenerationConfig,
 } from "./generation-config.ts";
+import {
+  checkLognormalLengths,
+  drawResponseTokens,
+  LATENCY_PRESET_NAMES,
+  LATENCY_PRESETS,
+  type LatencyModel,
+  type LatencyPresetName,
+  type LognormalLengths,
+} from "./latency.ts";
 import { loadQwen3Tokenizer } from "./qwen3-tokenizer.ts";
 import { REASONING_PARSERS, type ReasoningParserName, splitReasoning } from "./reasoning.ts";
 import {
@@ -33,6 +42,7 @@ import {
   usageChunk,
 } from "./responses.ts";
 import { mixSeed, Rng } from "./rng.ts";
+import { type DecodeJob, DecodeScheduler } from "./scheduler.ts";
 import { type MockTokenizer, TOKENIZER_NAMES, TOY_TOKENIZER, type TokenizerName } from "./tokenizer.ts";
 import {
   checkLimits,
@@ -47,6 +57,14 @@ import {
 
 export type { ChatTemplateName } from "./chat-template.ts";
 export type { GenerationConfig } from "./generation-config.ts";
+export {
+  describeLatencyModel,
+  LATENCY_PRESET_NAMES,
+  LATENCY_PRESETS,
+  type LatencyModel,
+  type LatencyPresetName,
+  type LognormalLengths,
+} from "./latency.ts";
 export type { ReasoningParserName } from "./reasoning.ts";
 export type { MockTokenizer, TokenizerName } from "./tokenizer.ts";
 
@@ -67,11 +85,28 @@ export interface MockEngineOptions {
   maxLogprobs?: number;
   /** Seeds fault decisions, jitter and unseeded answers. Default 0. */
   seed?: number;
-  /** Time to first token. Default 0. */
+  /**
+   * The latency model the fields below start from (latency.ts): "none" (default: instant
+   * answers in the policy's own lengths, what tests use), "default" (`rollgym bench`'s: TTFT
+   * 50 ms + 10 ms/token, +1% per-token time per running request beyond 64, lognormal lengths
+   * with median 60 and p99 400 tokens) or "slow10x" (TTFT 500 ms + 100 ms/token, the rest alike).
+   */
+  latencyModel?: LatencyPresetName;
+  /** Time to first token, ms. Default: the latency model's. */
   ttftMs?: number;
-  /** Time per further output token. Default 0. */
+  /** Time per further output token while at most `batchKnee` requests run, ms. Default: the model's. */
   tpotMs?: number;
-  /** Each delay is scaled by a uniform factor in [1 - jitter, 1 + jitter]. Default 0. */
+  /** Running requests (prefilling or decoding) up to which tpotMs holds. Default: the model's (64). */
+  batchKnee?: number;
+  /** Per-token time grows by this share per running request beyond the knee. Default: the model's. */
+  slowdownPerRequest?: number;
+  /**
+   * Response lengths in tokens (EOS included), drawn per choice and capped at max_tokens
+   * (finish_reason "length", text cut); answers are padded in their <think> part so they stay
+   * valid RAGEN answers. null: the policy's own short answers. Default: the model's.
+   */
+  responseTokens?: LognormalLengths | null;
+  /** TTFT is scaled by a uniform factor in [1 - jitter, 1 + jitter], each request's decode speed by another. Default 0. */
   jitter?: number;
   /** Engine slots: requests beyond this many wait in a FIFO queue. Default unlimited. */
   maxConcurrency?: number;
@@ -167,6 +202,17 @@ export interface MockEngineStats {
   running: number;
   waiting: number;
   peakRunning: number;
+  /**
+   * Tokens the engine has decoded, including the fractional progress of running requests and
+   * what aborted ones made (a float). Its growth over a window ÷ the window's length is the
+   * engine's delivered tokens/s. At the end of a request it has added exactly the tokens that
+   * request generated.
+   */
+  decodedTokens: number;
+  /** The per-token time now, ms: the latency model at the current number of running requests. */
+  perTokenMs: number;
+  /** CPU seconds (user + system) of the process the engine runs in (process.cpuUsage()). */
+  cpuSeconds: number;
 }
 
 export interface MockEngine {
@@ -175,6 +221,8 @@ export interface MockEngine {
   port: number;
   /** The tokenizer the engine serves (its ids, EOS and text), for in-process checks. */
   tokenizer: MockTokenizer;
+  /** The latency model in force (print it with describeLatencyModel). */
+  latency: Readonly<LatencyModel>;
   close(): Promise<void>;
   stats(): MockEngineStats;
   /**
@@ -196,8 +244,7 @@ interface Config {
   maxModelLen: number;
   maxLogprobs: number;
   seed: number;
-  ttftMs: number;
-  tpotMs: number;
+  latency: LatencyModel;
   jitter: number;
   maxConcurrency: number;
   errorRate: number;
@@ -236,14 +283,31 @@ function resolveConfig(o: MockEngineOptions): Config {
   if (models.length === 0 || models.some((m) => m === ""))
     throw new RangeError("model must be one or more non-empty names");
   const rate = (name: string, v: number | undefined): number => checkRange(name, v ?? 0, 0, 1);
+  const presetName = o.latencyModel ?? "none";
+  if (!LATENCY_PRESET_NAMES.includes(presetName))
+    throw new RangeError(
+      `latencyModel must be one of ${LATENCY_PRESET_NAMES.join(", ")}, got ${String(presetName)}`,
+    );
+  const preset = LATENCY_PRESETS[presetName];
+  const responseTokens = o.responseTokens === undefined ? preset.responseTokens : o.responseTokens;
   const config: Config = {
     port: checkRange("port", o.port ?? 0, 0, 65535, true),
     models,
     maxModelLen: checkRange("maxModelLen", o.maxModelLen ?? 32768, 1, 2 ** 31, true),
     maxLogprobs: checkRange("maxLogprobs", o.maxLogprobs ?? 20, -1, 2 ** 31, true),
     seed: checkRange("seed", o.seed ?? 0, 0, 2 ** 32 - 1, true),
-    ttftMs: checkRange("ttftMs", o.ttftMs ?? 0, 0, 3_600_000),
-    tpotMs: checkRange("tpotMs", o.tpotMs ?? 0, 0, 3_600_000),
+    latency: {
+      ttftMs: checkRange("ttftMs", o.ttftMs ?? preset.ttftMs, 0, 3_600_000),
+      tpotMs: checkRange("tpotMs", o.tpotMs ?? preset.tpotMs, 0, 3_600_000),
+      batchKnee: checkRange("batchKnee", o.batchKnee ?? preset.batchKnee, 0, 2 ** 31, true),
+      slowdownPerRequest: checkRange(
+        "slowdownPerRequest",
+        o.slowdownPerRequest ?? preset.slowdownPerRequest,
+        0,
+        100,
+      ),
+      responseTokens: responseTokens === null ? null : checkLognormalLengths(responseTokens),
+    },
     jitter: rate("jitter", o.jitter),
     maxConcurrency:
       o.maxConcurrency === undefined
@@ -370,15 +434,10 @@ function emptyStats(): MockEngineStats {
     running: 0,
     waiting: 0,
     peakRunning: 0,
+    decodedTokens: 0,
+    perTokenMs: 0,
+    cpuSeconds: 0,
   };
-}
-
-function sleep(ms: number, signal: AbortSignal): Promise<void> {
-  if (ms <= 0) {
-    signal.throwIfAborted();
-    return Promise.resolve();
-  }
-  return delay(ms, undefined, { signal });
 }
 
 function readBody(req: IncomingMessage): Promise<string> {
@@ -417,6 +476,7 @@ const ROUTES: Record<string, readonly string[]> = {
   "/pause": ["POST"],
   "/resume": ["POST"],
   "/is_paused": ["GET"],
+  "/mock/stats": ["GET"],
 };
 
 /** A promise with its resolver, for the pause gate. */
@@ -450,6 +510,7 @@ export async function startMockEngine(options: MockEngineOptions = {}): Promise<
   const limits = { ...config, vocabSize: tokenizer.vocabSize };
   const stats = emptyStats();
   const slots = new Slots(config.maxConcurrency);
+  const scheduler = new DecodeScheduler(config.latency);
   const startedAt = Math.floor(Date.now() / 1000);
   let generationIndex = 0;
   let closing: Promise<void> | null = null;
@@ -533,6 +594,9 @@ export async function startMockEngine(options: MockEngineOptions = {}): Promise<
 
   function setPauseMode(mode: PauseMode | null): void {
     pauseMode = mode;
+    // A "keep" pause stops the engine's clock: running requests make no progress until resume.
+    if (mode === "keep") scheduler.freeze();
+    else scheduler.thaw();
     const changed = pauseChanged;
     pauseChanged = deferred();
     changed.resolve();
@@ -594,7 +658,19 @@ export async function startMockEngine(options: MockEngineOptions = {}): Promise<
     };
   }
 
+  /** stats() as of now: the decode progress, per-token time and CPU are read at the call. */
+  function statsNow(): MockEngineStats {
+    const cpu = process.cpuUsage();
+    return {
+      ...structuredClone(stats),
+      decodedTokens: scheduler.decodedTokens(),
+      perTokenMs: scheduler.perTokenMs,
+      cpuSeconds: (cpu.user + cpu.system) / 1e6,
+    };
+  }
+
   function metricsText(): string {
+    const now = statsNow();
     const labels = `engine="0",model_name="${config.models[0].replaceAll("\\", "\\\\").replaceAll('"', '\\"')}"`;
     const lines: string[] = [];
     const metric = (name: string, type: string, help: string, samples: [string, number][]): void => {
@@ -651,6 +727,24 @@ export async function startMockEngine(options: MockEngineOptions = {}): Promise<
     metric("mock_engine:paused", "gauge", "1 while the engine is paused (/pause).", [
       ["", pauseMode === null ? 0 : 1],
     ]);
+    metric(
+      "mock_engine:decoded_tokens_total",
+      "counter",
+      "Tokens decoded so far, including the fractional progress of running requests.",
+      [["", now.decodedTokens]],
+    );
+    metric(
+      "mock_engine:per_token_seconds",
+      "gauge",
+      "The latency model's per-token time at the current number of running requests.",
+      [["", now.perTokenMs / 1000]],
+    );
+    metric(
+      "mock_engine:cpu_seconds_total",
+      "counter",
+      "CPU time (user + system) of the process the mock engine runs in.",
+      [["", now.cpuSeconds]],
+    );
     return `${lines.join("\n")}\n`;
   }
 
@@ -740,8 +834,29 @@ export async function startMockEngine(options: MockEngineOptions = {}): Promise<
 
     const gens: Generation[] = [];
     let sentTokens = 0;
+    /** Decode steps passed on: streamed, or (non-streaming) made by the engine. */
     let produced = 0;
     let streamStarted = false;
+    let job: DecodeJob | null = null;
+    // One pending wait at a time: the scheduler wakes it, an abort (client or /pause) rejects it.
+    let waiting: { resolve: () => void; reject: (reason: unknown) => void } | null = null;
+    const wake = (): void => {
+      const w = waiting;
+      waiting = null;
+      w?.resolve();
+    };
+    const onAbort = (): void => {
+      const w = waiting;
+      waiting = null;
+      w?.reject(signal.reason);
+    };
+    signal.addEventListener("abort", onAbort, { once: true });
+    const nextWake = (): Promise<void> => {
+      signal.throwIfAborted();
+      return new Promise((resolve, reject) => {
+        waiting = { resolve, reject };
+      });
+    };
     const offsets: number[][] = [];
     const event = (data: unknown): string => `data: ${JSON.stringify(data)}\n\n`;
 
@@ -789,6 +904,8 @@ export async function startMockEngine(options: MockEngineOptions = {}): Promise<
       tally(reported);
     }
 
+    const lengths = config.latency.responseTokens;
+
     function generateChoice(choice: number): Generation {
       const seed = answerSeed(choice);
       return generate(
@@ -805,6 +922,9 @@ export async function startMockEngine(options: MockEngineOptions = {}): Promise<
           includeStopStr: parsed.includeStopStr,
           logprobs: parsed.logprobs,
           promptLogprobs: parsed.promptLogprobs,
+          // Its own stream, so switching lengths on leaves every other draw as it was.
+          targetTokens:
+            lengths === null ? null : drawResponseTokens(lengths, new Rng(mixSeed(seed, "length"))),
         },
         new Rng(seed),
         new Rng(mixSeed(seed, "logprobs")),
@@ -903,7 +1023,6 @@ export async function startMockEngine(options: MockEngineOptions = {}): Promise<
         for (let c = 0; c < gens.length; c++) offsets.push(completionOffsets(ctx0, c));
       const steps = Math.max(...gens.map((g) => g.tokenIds.length));
       if (plan.slow) stats.slow++;
-      await sleep(jittered(config.ttftMs, plan.rng) + (plan.slow ? config.slowMs : 0), signal);
 
       const fails = plan.fault === "drop" || plan.fault === "internal-error";
       // Failures strike about halfway; an injected abort after a seeded share of the steps.
@@ -915,26 +1034,38 @@ export async function startMockEngine(options: MockEngineOptions = {}): Promise<
       const assertFails = parsed.kind === "completion" && parsed.maxTokensNull;
       if (assertFails && parsed.stream) upTo = 0;
 
-      if (parsed.stream) {
-        res.writeHead(200, {
-          "content-type": "text/event-stream; charset=utf-8",
-          "cache-control": "no-cache",
-          ...headers,
-        });
-        streamStarted = true;
-        if (kind === "chat")
-          for (let c = 0; c < gens.length; c++) await write(res, event(chatRoleChunk(ctx0, c)), signal);
-      }
-      let due = performance.now();
-      for (let t = 0; t < upTo; t++) {
-        if (t > 0 && config.tpotMs > 0) {
-          due += jittered(config.tpotMs, plan.rng);
-          await sleep(due - performance.now(), signal);
+      const totalTokens = gens.reduce((sum, g) => sum + g.tokenIds.length, 0);
+      job = scheduler.add({
+        prefillMs: jittered(config.latency.ttftMs, plan.rng) + (plan.slow ? config.slowMs : 0),
+        steps: upTo,
+        speed: 1 / Math.max(0.01, jittered(1, plan.rng)),
+        weight: totalTokens / steps,
+        onProgress: parsed.stream ? wake : undefined,
+        onDone: wake,
+      });
+      // The scheduler makes the steps; this loop passes them on (a stream token by token, as
+      // the client reads them) and sleeps until the next wake-up in between.
+      for (;;) {
+        if (parsed.stream && (job.produced > 0 || job.done)) {
+          if (!streamStarted) {
+            // The status line and the role chunks go out with the first token, as vLLM's do.
+            res.writeHead(200, {
+              "content-type": "text/event-stream; charset=utf-8",
+              "cache-control": "no-cache",
+              ...headers,
+            });
+            streamStarted = true;
+            if (kind === "chat")
+              for (let c = 0; c < gens.length; c++) await write(res, event(chatRoleChunk(ctx0, c)), signal);
+          }
+          while (produced < job.produced) {
+            await streamStep(ctx0, produced);
+            produced++;
+          }
         }
-        // A "keep" pause freezes running requests between tokens.
-        await keepGate(signal);
-        if (parsed.stream) await streamStep(ctx0, t);
-        produced = t + 1;
+        if (!parsed.stream) produced = job.produced;
+        if (job.done && produced >= upTo) break;
+        await nextWake();
       }
       await keepGate(signal);
 
@@ -986,6 +1117,10 @@ export async function startMockEngine(options: MockEngineOptions = {}): Promise<
       stats.streamed++;
       tally(gens);
     } catch (error) {
+      if (job !== null && !job.done) {
+        const made = scheduler.remove(job);
+        if (!parsed.stream) produced = made;
+      }
       if (!signal.aborted) throw error;
       if (droppedOnPurpose) return;
       if (client.signal.aborted) {
@@ -997,6 +1132,8 @@ export async function startMockEngine(options: MockEngineOptions = {}): Promise<
       stats.pauseAborts++;
       abortNow(produced);
     } finally {
+      if (job !== null) scheduler.remove(job);
+      signal.removeEventListener("abort", onAbort);
       stats.generationTokens += sentTokens;
       stats.running--;
       if (holdsSlot) slots.release();
@@ -1089,6 +1226,8 @@ export async function startMockEngine(options: MockEngineOptions = {}): Promise<
             return sendJson(res, 200, modelCards(), headers);
           case "/is_paused":
             return sendJson(res, 200, { is_paused: pauseMode !== null }, headers);
+          case "/mock/stats":
+            return sendJson(res, 200, statsNow(), headers);
           case "/metrics": {
             const text = metricsText();
             res.writeHead(200, { "content-type": "text/plain; version=0.0.4; charset=utf-8", ...headers });
@@ -1135,7 +1274,9 @@ export async function startMockEngine(options: MockEngineOptions = {}): Promise<
 
   await new Promise<void>((resolve, reject) => {
     server.once("error", reject);
-    server.listen(config.port, "127.0.0.1", () => {
+    // A deep accept queue: a load test opens thousands of connections at once (the kernel caps
+    // it at net.core.somaxconn).
+    server.listen({ port: config.port, host: "127.0.0.1", backlog: 65_535 }, () => {
       server.off("error", reject);
       resolve();
     });
@@ -1146,7 +1287,8 @@ export async function startMockEngine(options: MockEngineOptions = {}): Promise<
     url: `http://127.0.0.1:${port}/v1`,
     port,
     tokenizer,
-    stats: (): MockEngineStats => structuredClone(stats),
+    latency: config.latency,
+    stats: statsNow,
     setOutage(kind: Outage, opts: { retryAfterS?: number | null } = {}): void {
       if (kind !== null && kind !== "reset" && kind !== "503")
         throw new RangeError(`outage must be "reset", "503" or null, got ${String(kind)}`);
@@ -1164,6 +1306,7 @@ export async function startMockEngine(options: MockEngineOptions = {}): Promise<
         force.unref();
         server.close(() => {
           clearTimeout(force);
+          scheduler.close();
           resolve();
         });
         server.closeIdleConnections();

@@ -1,0 +1,135 @@
+// The processes a bench drives: `rollgym serve` and `rollgym mock-engine` children started
+// through the CLI (so the bench measures exactly what users run), and what Linux says about
+// them (/proc/PID/stat CPU time, /proc/PID/status memory).
+import { type ChildProcess, execFileSync, spawn } from "node:child_process";
+import { readFileSync } from "node:fs";
+import { fileURLToPath } from "node:url";
+
+const ROLLGYM = fileURLToPath(new URL("../../bin/rollgym.js", import.meta.url));
+
+/** Children still running: killed when this process exits, also by a crash, so none is orphaned. */
+const live = new Set<ChildProcess>();
+let reaperInstalled = false;
+
+function track(child: ChildProcess): void {
+  live.add(child);
+  child.once("exit", () => live.delete(child));
+  if (reaperInstalled) return;
+  reaperInstalled = true;
+  process.once("exit", () => {
+    for (const c of live) c.kill("SIGKILL");
+  });
+}
+
+export interface Child {
+  name: string;
+  pid: number;
+  /** The base URL the child printed when it started listening. */
+  url: string;
+  /** The whole line that URL came in (the mock engine's names its latency model). */
+  banner: string;
+  /** Sends SIGTERM and waits for the exit (SIGKILL after `graceMs`). */
+  stop(graceMs?: number): Promise<void>;
+}
+
+/**
+ * Starts `rollgym ARGS` and resolves once a stdout line matches `listening` (its first group is
+ * the URL; the match should run to the line's end). Rejects with the child's stderr if it exits first.
+ */
+export function startRollgym(name: string, args: readonly string[], listening: RegExp): Promise<Child> {
+  const child = spawn(process.execPath, [ROLLGYM, ...args], {
+    stdio: ["ignore", "pipe", "pipe"],
+    env: { ...process.env, ROLLGYM_LOG_LEVEL: process.env.ROLLGYM_LOG_LEVEL ?? "error" },
+  });
+  track(child);
+  let stderr = "";
+  child.stderr?.setEncoding("utf8");
+  child.stderr?.on("data", (text: string) => {
+    // Keep the tail only: a long run's warnings must not grow without bound.
+    stderr = (stderr + text).slice(-4000);
+  });
+  return new Promise((resolve, reject) => {
+    let stdout = "";
+    const onExit = (code: number | null, signal: string | null) =>
+      reject(
+        new Error(
+          `${name} exited before it listened (${signal ?? `status ${code}`}): ${stderr.trim() || stdout.trim()}`,
+        ),
+      );
+    child.once("exit", onExit);
+    child.once("error", reject);
+    child.stdout?.setEncoding("utf8");
+    child.stdout?.on("data", (text: string) => {
+      stdout += text;
+      const match = listening.exec(stdout);
+      if (!match) return;
+      child.off("exit", onExit);
+      child.stdout?.removeAllListeners("data");
+      child.stdout?.resume();
+      resolve({
+        name,
+        pid: child.pid ?? 0,
+        url: match[1],
+        banner: match[0].trim(),
+        stop: (graceMs) => stopChild(child, graceMs),
+      });
+    });
+  });
+}
+
+function stopChild(child: ChildProcess, graceMs = 10_000): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => child.kill("SIGKILL"), graceMs);
+    child.once("exit", () => {
+      clearTimeout(timer);
+      resolve();
+    });
+    child.kill("SIGTERM");
+  });
+}
+
+let ticksPerSecond: number | null = null;
+
+/** The kernel's clock ticks per second (the unit of /proc/PID/stat times); 100 on Linux. */
+function clockTicks(): number {
+  if (ticksPerSecond === null) {
+    try {
+      ticksPerSecond = Number(execFileSync("getconf", ["CLK_TCK"], { encoding: "utf8" }).trim()) || 100;
+    } catch {
+      ticksPerSecond = 100;
+    }
+  }
+  return ticksPerSecond;
+}
+
+/** User + system CPU seconds a process has used (not wall time), or null if it is not readable. */
+export function cpuSeconds(pid: number): number | null {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    // The command name may hold spaces and parentheses: fields start after the last ")".
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    // utime and stime are fields 14 and 15 of the whole line, 12 and 13 after the name.
+    return (Number(fields[11]) + Number(fields[12])) / clockTicks();
+  } catch {
+    return null;
+  }
+}
+
+export interface Memory {
+  /** Resident set size now, bytes. */
+  rss: number;
+  /** The peak resident set size (VmHWM), bytes. */
+  peak: number;
+}
+
+export function memoryOf(pid: number): Memory | null {
+  try {
+    const status = readFileSync(`/proc/${pid}/status`, "utf8");
+    const kib = (field: string) =>
+      Number(new RegExp(`^${field}:\\s+(\\d+) kB`, "m").exec(status)?.[1] ?? NaN);
+    return { rss: kib("VmRSS") * 1024, peak: kib("VmHWM") * 1024 };
+  } catch {
+    return null;
+  }
+}

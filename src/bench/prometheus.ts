@@ -1,0 +1,103 @@
+// Reading Prometheus text (the server's /metrics, an engine's /metrics): one number per metric
+// name, summed over its label sets, which is all a bench needs from a counter or a gauge.
+
+export type Samples = Map<string, number>;
+
+export function parsePrometheus(text: string): Samples {
+  const samples: Samples = new Map();
+  for (const line of text.split("\n")) {
+    if (line === "" || line.startsWith("#")) continue;
+    const brace = line.indexOf("{");
+    const space = line.lastIndexOf(" ");
+    if (space < 0) continue;
+    const name = line.slice(0, brace >= 0 && brace < space ? brace : line.indexOf(" "));
+    const value = Number(line.slice(space + 1));
+    if (!Number.isFinite(value)) continue;
+    samples.set(name, (samples.get(name) ?? 0) + value);
+  }
+  return samples;
+}
+
+/** GET `url` and parse it; rejects with the URL and the HTTP status on failure. */
+export async function scrape(url: string): Promise<Samples> {
+  // Generous: a server whose event loop stalls answers late, and that is a finding, not an error.
+  let response: Response;
+  try {
+    response = await fetch(url, { signal: AbortSignal.timeout(180_000) });
+  } catch (error) {
+    throw new Error(`GET ${url}: ${error instanceof Error ? error.message : String(error)}`);
+  }
+  if (!response.ok) throw new Error(`GET ${url}: HTTP ${response.status}`);
+  return parsePrometheus(await response.text());
+}
+
+/** An engine's /metrics from its OpenAI base URL (…/v1 → …/metrics). */
+export function engineMetricsUrl(baseUrl: string): string {
+  return `${baseUrl.replace(/\/+$/, "").replace(/\/v1$/, "")}/metrics`;
+}
+
+/** What an engine has done, from vLLM's counter names (the mock engine serves the same ones). */
+export interface EngineCounters {
+  /** Chat and completion requests finished, any finish reason. */
+  requests: number;
+  generatedTokens: number;
+  promptTokens: number;
+  /** Requests in the engine's batch at the moment of the scrape (a gauge). */
+  running: number;
+}
+
+export function engineCounters(samples: Samples): EngineCounters {
+  return {
+    requests: samples.get("vllm:request_success_total") ?? 0,
+    generatedTokens: samples.get("vllm:generation_tokens_total") ?? 0,
+    promptTokens: samples.get("vllm:prompt_tokens_total") ?? 0,
+    running: samples.get("vllm:num_requests_running") ?? 0,
+  };
+}
+
+/** Sums the counters of several engines (replicas), scraped at once. */
+export async function scrapeEngines(urls: readonly string[]): Promise<EngineCounters> {
+  const all = await Promise.all(urls.map(async (url) => engineCounters(await scrape(engineMetricsUrl(url)))));
+  return all.reduce(
+    (sum, c) => ({
+      requests: sum.requests + c.requests,
+      generatedTokens: sum.generatedTokens + c.generatedTokens,
+      promptTokens: sum.promptTokens + c.promptTokens,
+      running: sum.running + c.running,
+    }),
+    { requests: 0, generatedTokens: 0, promptTokens: 0, running: 0 },
+  );
+}
+
+/**
+ * Samples the engines' running requests once a second from `start()` to `stop()`: the mean
+ * says how full the engine's batch was kept, which is what its throughput follows.
+ */
+export class RunningSampler {
+  private readonly urls: readonly string[];
+  private readonly samples: number[] = [];
+  private timer: NodeJS.Timeout | null = null;
+
+  constructor(urls: readonly string[]) {
+    this.urls = urls;
+  }
+
+  start(): void {
+    this.timer ??= setInterval(() => {
+      scrapeEngines(this.urls).then(
+        (c) => {
+          if (this.timer) this.samples.push(c.running);
+        },
+        () => {},
+      );
+    }, 1000);
+  }
+
+  /** The mean of the samples taken, or null if there were none. */
+  stop(): number | null {
+    if (this.timer) clearInterval(this.timer);
+    this.timer = null;
+    if (this.samples.length === 0) return null;
+    return Math.round(this.samples.reduce((a, b) => a + b, 0) / this.samples.length);
+  }
+}

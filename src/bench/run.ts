@@ -1,0 +1,504 @@
+// One bench case: engines and a server (started here or attached to), trainers holding a number
+// of episodes in flight, a measurement window, the drain, then the plain load generator at the
+// same concurrency against the same engines for the saturation ratio.
+//
+// In flight: the server plays `group_concurrency` groups of a rollout at once, so each of the
+// C trainers asks for one stream rollout with many groups and the server runs with
+// group_concurrency = episodes ÷ group_size ÷ C. A finished group is replaced by the next queued
+// one until the queue runs out, so the window is the stretch where every slot is busy: from the
+// end of the first wave (the warm-up rollout before it sized the queue) to the first whole wave
+// after --duration, or the last one before a queue runs dry.
+import { type Child, cpuSeconds, memoryOf, startRollgym } from "./children.ts";
+import { type LatencyModelName, latencyFromBanner } from "./latency-models.ts";
+import { chatOnce, generateLoad } from "./load-generator.ts";
+import type { Progress } from "./progress.ts";
+import { type EngineCounters, RunningSampler, scrape, scrapeEngines } from "./prometheus.ts";
+import { type ArrivedGroup, type ChatMessages, type RolloutResult, TrainerClient } from "./trainer.ts";
+
+export interface BenchSettings {
+  tag: string;
+  groupSize: number;
+  maxTurn: number;
+  maxTokens: number;
+  /** Simulated trainers (WebSocket connections), each with its share of the episodes. */
+  clients: number;
+  /** Length of the measurement window, seconds. */
+  durationS: number;
+  seed: number;
+  /** Real engines instead of mocks (OpenAI base URLs); null = start mock engines. */
+  llm: string[] | null;
+  model: string;
+  /** An already running server to drive instead of starting one. */
+  server: string | null;
+  /** That server's process id, for its CPU and memory (same machine only). */
+  serverPid: number | null;
+  token: string | null;
+  /** Run the plain load generator after the rollout (the saturation ratio needs it). */
+  saturation: boolean;
+}
+
+export interface BenchCase {
+  episodes: number;
+  replicas: number;
+  latencyModel: LatencyModelName | null;
+}
+
+export interface CaseResult {
+  episodes_in_flight: number;
+  replicas: number;
+  latency_model: string;
+  latency_model_description: string;
+  clients: number;
+  group_size: number;
+  group_concurrency: number;
+  max_turn: number;
+  max_tokens: number;
+  window_s: number;
+  episodes_per_s: number;
+  turns_per_s: number;
+  requests_per_s: number;
+  tokens_per_s: number;
+  /** Mean requests in the engines' batches over the window (sampled each second). */
+  engine_running_mean: number | null;
+  group_latency_ms: { p50: number; p99: number; max: number; groups: number };
+  server_cpu_ms_per_request: number | null;
+  server_cpu_cores: number | null;
+  event_loop_lag_p99_ms: number | null;
+  event_loop_lag_max_ms: number | null;
+  server_rss_peak_bytes: number | null;
+  server_rss_bytes: number | null;
+  engine_cpu_cores: number | null;
+  bench_cpu_cores: number;
+  load_generator: {
+    tokens_per_s: number;
+    requests_per_s: number;
+    engine_running_mean: number | null;
+    window_s: number;
+    failures: number;
+    /** The first failed request's error, if any (the generator waits 100 ms and goes on). */
+    first_error: string | null;
+  } | null;
+  saturation_ratio: number | null;
+  episodes_total: number;
+  episodes_finished: number;
+  episodes_failed: number;
+  wall_s: number;
+}
+
+const MOCK_MODEL = "rollgym-bench";
+/** What rollgym's policy sends as the assistant prefill with think on (rollgym.llm.prefill=continue). */
+const PREFILL = "<think>";
+/** A rollout's groups are capped by the protocol (MAX_GROUPS) and kept well inside it. */
+const MAX_ROLLOUT_GROUPS = 50_000;
+
+interface Snapshot {
+  at: number;
+  serverCpu: number | null;
+  engineCpu: number | null;
+  benchCpu: number;
+  engine: EngineCounters;
+  server: Map<string, number>;
+}
+
+export async function runCase(
+  settings: BenchSettings,
+  bench: BenchCase,
+  progress: Progress,
+): Promise<CaseResult> {
+  const started = performance.now();
+  const groupsInFlight = bench.episodes / settings.groupSize;
+  const perClient = groupsInFlight / settings.clients;
+  const children: Child[] = [];
+  const trainers: TrainerClient[] = [];
+  try {
+    // Engines.
+    let urls: string[];
+    let description: string;
+    if (settings.llm) {
+      urls = settings.llm;
+      description = `real engines (${urls.join(", ")})`;
+    } else {
+      const model = bench.latencyModel ?? "default";
+      const launched = await Promise.allSettled(
+        Array.from({ length: bench.replicas }, (_, i) =>
+          startRollgym(
+            `mock engine ${i + 1}`,
+            [
+              "mock-engine",
+              "--port",
+              "0",
+              "--model",
+              MOCK_MODEL,
+              "--seed",
+              String(i),
+              "--latency-model",
+              model,
+            ],
+            /mock engine listening on (\S+).*\n/,
+          ),
+        ),
+      );
+      // Every engine that did start is stopped in `finally`, also when another one failed.
+      const engines = launched.flatMap((r) => (r.status === "fulfilled" ? [r.value] : []));
+      children.push(...engines);
+      const failure = launched.find((r) => r.status === "rejected");
+      if (failure) throw failure.reason;
+      urls = engines.map((e) => e.url);
+      description = latencyFromBanner(engines[0].banner) ?? model;
+    }
+    const enginesCpu = () => {
+      const engines = children.filter((c) => c.name.startsWith("mock engine"));
+      if (engines.length === 0) return null;
+      return engines.reduce((sum, e) => sum + (cpuSeconds(e.pid) ?? 0), 0);
+    };
+
+    // The server.
+    let serverUrl: string;
+    let serverPid: number | null;
+    if (settings.server) {
+      serverUrl = settings.server.replace(/\/+$/, "");
+      serverPid = settings.serverPid;
+    } else {
+      const server = await startRollgym(
+        "rollgym serve",
+        [
+          "serve",
+          "--port",
+          "0",
+          "--llm",
+          urls.join(","),
+          "--model",
+          settings.llm ? settings.model : MOCK_MODEL,
+          "--group-concurrency",
+          String(perClient),
+          // The trainers ack every group at once; the bound must never be what holds a rollout back.
+          "--max-buffered-groups",
+          String(Math.max(64, perClient * 2)),
+          `rollgym.llm.concurrency=${bench.episodes}`,
+          `rollgym.limits.max_groups_per_rollout=${MAX_ROLLOUT_GROUPS}`,
+          `rollgym.limits.max_episodes_in_flight=${MAX_ROLLOUT_GROUPS * settings.groupSize * settings.clients * 2}`,
+        ],
+        /rollgym serving on (\S+).*\n/,
+      );
+      children.push(server);
+      serverUrl = server.url;
+      serverPid = server.pid;
+    }
+
+    const snapshot = async (): Promise<Snapshot> => {
+      const at = performance.now();
+      const serverCpu = serverPid === null ? null : cpuSeconds(serverPid);
+      const engine = enginesCpu();
+      const usage = process.cpuUsage();
+      const [counters, server] = await Promise.all([scrapeEngines(urls), scrape(`${serverUrl}/metrics`)]);
+      return {
+        at,
+        serverCpu,
+        engineCpu: engine,
+        benchCpu: (usage.user + usage.system) / 1e6,
+        engine: counters,
+        server,
+      };
+    };
+
+    for (let i = 0; i < settings.clients; i++) {
+      trainers.push(await TrainerClient.connect(serverUrl, { token: settings.token, credit: perClient * 4 }));
+    }
+    // The generator's requests: every turn's chat of some episodes, played the way the server plays them.
+    const model = settings.llm ? settings.model : MOCK_MODEL;
+    const prompts = settings.saturation
+      ? await trainers[0].promptMix(
+          settings.tag,
+          Math.min(64, bench.episodes),
+          settings.seed,
+          settings.maxTurn,
+          (m) => chatOnce(urls[0], { model, maxTokens: settings.maxTokens, prefill: PREFILL }, m),
+        )
+      : [];
+    const label = `${bench.episodes} in flight, ${bench.replicas} replica${bench.replicas > 1 ? "s" : ""}${bench.latencyModel ? `, ${bench.latencyModel}` : ""}`;
+
+    // Warm-up: one wave of groups, which also tells how long a group takes under this load.
+    const outcomes: RolloutResult[] = [];
+    let nextSeed = settings.seed;
+    const seeds = (groups: number) => () => {
+      const seed = nextSeed;
+      nextSeed += groups;
+      return seed;
+    };
+    const warm = await playRollouts(
+      trainers,
+      settings,
+      { groups: perClient, slots: perClient, name: "warm", nextSeed: seeds(perClient) },
+      {
+        onProgress: (done, total) => progress.update(`${label}: warm-up`, done, total),
+      },
+    );
+    outcomes.push(...warm.results);
+    const groupSeconds = Math.max(0.01, median(warm.latenciesMs) / 1000);
+
+    // The measured rollouts: a first wave, the window, a last wave that drains.
+    // A margin over the warm-up's estimate: the window ends at --duration anyway.
+    const waves = 2 + Math.ceil((1.25 * settings.durationS) / groupSeconds);
+    const groups = Math.min(MAX_ROLLOUT_GROUPS, perClient * waves);
+    let windowStart: Snapshot | null = null;
+    let windowEnd: Snapshot | null = null;
+    let startPending: Promise<Snapshot> | null = null;
+    let endPending: Promise<Snapshot> | null = null;
+    let windowStartAt = 0;
+    const inWindow: number[] = [];
+    let runningMean: number | null = null;
+    const running = new RunningSampler(urls);
+    const measured = await playRollouts(
+      trainers,
+      settings,
+      { groups, slots: perClient, name: "run", nextSeed: seeds(groups) },
+      {
+        onProgress: (done, total) =>
+          progress.update(
+            `${label}: ${endPending ? "drain" : startPending ? "measuring" : "ramp-up"}`,
+            done,
+            total,
+          ),
+        onGroup: (latencyMs, at, doneAll, doneMin) => {
+          if (!startPending && doneAll >= groupsInFlight) {
+            windowStartAt = at;
+            startPending = settled(snapshot());
+            running.start();
+            // Reading the server's /metrics resets its event-loop histogram: the end reading covers the window.
+          }
+          if (startPending && !endPending) {
+            // The window ends on a whole number of waves (groups started together tend to finish
+            // together, so a window cut mid-wave would over- or under-count), once --duration has
+            // passed or before any rollout's queue runs dry.
+            const waveDone = doneAll % groupsInFlight === 0;
+            const queueEnding =
+              doneMin >= groups - perClient || doneAll >= groups * trainers.length - groupsInFlight;
+            const timeUp = at - windowStartAt >= settings.durationS * 1000;
+            if (queueEnding || (timeUp && waveDone)) {
+              endPending = settled(snapshot());
+              runningMean = running.stop();
+            } else inWindow.push(latencyMs);
+          }
+        },
+      },
+    );
+    outcomes.push(...measured.results);
+    windowStart = await (startPending ?? snapshot());
+    windowEnd = await (endPending ?? snapshot());
+    const memory = serverPid === null ? null : memoryOf(serverPid);
+    // The server goes before the load generator: its idle engine connections would otherwise
+    // count against the engine's file limit next to the generator's (10,240 each at the top case).
+    for (const t of trainers.splice(0)) t.close();
+    await children.find((c) => c.name === "rollgym serve")?.stop();
+
+    // The plain load generator at the same concurrency, over a window as long.
+    const windowS = (windowEnd.at - windowStart.at) / 1000;
+    let load: CaseResult["load_generator"] = null;
+    if (settings.saturation && prompts.length > 0) {
+      load = await measureLoad(
+        urls,
+        settings,
+        bench.episodes,
+        prompts,
+        windowS,
+        async () => {
+          const at = performance.now();
+          return { at, counters: await scrapeEngines(urls) };
+        },
+        (done, phase) => progress.update(`${label}: load generator ${phase}`, done, null),
+      );
+    }
+
+    const delta = (key: string) => (windowEnd.server.get(key) ?? 0) - (windowStart.server.get(key) ?? 0);
+    const requests = windowEnd.engine.requests - windowStart.engine.requests;
+    const tokensPerS = (windowEnd.engine.generatedTokens - windowStart.engine.generatedTokens) / windowS;
+    const serverCpu =
+      windowEnd.serverCpu !== null && windowStart.serverCpu !== null
+        ? windowEnd.serverCpu - windowStart.serverCpu
+        : null;
+    const engineCpu =
+      windowEnd.engineCpu !== null && windowStart.engineCpu !== null
+        ? windowEnd.engineCpu - windowStart.engineCpu
+        : null;
+    const lag = (key: string) => {
+      const v = windowEnd.server.get(key);
+      return v === undefined ? null : round(v * 1000, 1);
+    };
+    const sorted = [...inWindow].sort((a, b) => a - b);
+    const total = outcomes.reduce((n, o) => n + o.episodes, 0);
+    const failed = outcomes.reduce((n, o) => n + o.failed, 0);
+    return {
+      episodes_in_flight: bench.episodes,
+      replicas: settings.llm ? settings.llm.length : bench.replicas,
+      latency_model: bench.latencyModel ?? "real",
+      latency_model_description: description,
+      clients: settings.clients,
+      group_size: settings.groupSize,
+      group_concurrency: perClient,
+      max_turn: settings.maxTurn,
+      max_tokens: settings.maxTokens,
+      window_s: round(windowS, 2),
+      episodes_per_s: round(delta("rollgym_episodes_total") / windowS, 1),
+      turns_per_s: round(delta("rollgym_turns_total") / windowS, 1),
+      requests_per_s: round(requests / windowS, 1),
+      tokens_per_s: round(tokensPerS, 1),
+      engine_running_mean: runningMean ?? running.stop(),
+      group_latency_ms: {
+        p50: round(quantile(sorted, 0.5), 1),
+        p99: round(quantile(sorted, 0.99), 1),
+        max: round(sorted[sorted.length - 1] ?? 0, 1),
+        groups: sorted.length,
+      },
+      server_cpu_ms_per_request:
+        serverCpu === null || requests === 0 ? null : round((serverCpu / requests) * 1000, 4),
+      server_cpu_cores: serverCpu === null ? null : round(serverCpu / windowS, 3),
+      event_loop_lag_p99_ms: lag("nodejs_eventloop_lag_p99_seconds"),
+      event_loop_lag_max_ms: lag("nodejs_eventloop_lag_max_seconds"),
+      server_rss_peak_bytes: memory?.peak ?? null,
+      server_rss_bytes: memory?.rss ?? null,
+      engine_cpu_cores: engineCpu === null ? null : round(engineCpu / windowS, 3),
+      bench_cpu_cores: round((windowEnd.benchCpu - windowStart.benchCpu) / windowS, 3),
+      load_generator: load,
+      saturation_ratio: load && load.tokens_per_s > 0 ? round(tokensPerS / load.tokens_per_s, 3) : null,
+      episodes_total: total,
+      episodes_finished: total - failed,
+      episodes_failed: failed,
+      wall_s: round((performance.now() - started) / 1000, 1),
+    };
+  } finally {
+    for (const t of trainers) t.close();
+    // The server first, so it never sees its engines vanish mid-request.
+    const server = children.find((c) => c.name === "rollgym serve");
+    await server?.stop();
+    await Promise.all(children.filter((c) => c !== server).map((c) => c.stop()));
+  }
+}
+
+interface Played {
+  results: RolloutResult[];
+  /** Per group: arrival − start, where a group starts at the send (first wave) or when its predecessor in the slot arrived. */
+  latenciesMs: number[];
+}
+
+/**
+ * Every trainer plays one stream rollout of `groups` groups. The server starts a rollout's
+ * groups in id order and a new one whenever one finishes, so the k-th group to arrive freed the
+ * slot of group `perClient + k`: that arrival is the later group's start.
+ */
+async function playRollouts(
+  trainers: readonly TrainerClient[],
+  settings: BenchSettings,
+  shape: { groups: number; slots: number; name: string; nextSeed: () => number },
+  hooks: {
+    onProgress: (done: number, total: number) => void;
+    onGroup?: (latencyMs: number, at: number, doneAll: number, doneMin: number) => void;
+  },
+): Promise<Played> {
+  const latencies: number[] = [];
+  const done = trainers.map(() => 0);
+  let doneAll = 0;
+  const sent = performance.now();
+  const results = await Promise.all(
+    trainers.map((trainer, i) => {
+      const id = `${shape.name}-${i}`;
+      const arrivals: number[] = [];
+      trainer.onGroup = (group: ArrivedGroup) => {
+        if (group.rollout !== id) return;
+        const slot = group.group - shape.slots;
+        const start = slot < 0 ? sent : (arrivals[slot] ?? sent);
+        arrivals.push(group.at);
+        done[i]++;
+        doneAll++;
+        const latency = group.at - start;
+        latencies.push(latency);
+        hooks.onGroup?.(latency, group.at, doneAll, Math.min(...done));
+        hooks.onProgress(doneAll, shape.groups * trainers.length);
+      };
+      return trainer.rollout({
+        id,
+        tag: settings.tag,
+        groups: shape.groups,
+        groupSize: settings.groupSize,
+        seed: shape.nextSeed(),
+        maxTurn: settings.maxTurn,
+        maxTokens: settings.maxTokens,
+      });
+    }),
+  );
+  return { results, latenciesMs: latencies };
+}
+
+async function measureLoad(
+  urls: string[],
+  settings: BenchSettings,
+  concurrency: number,
+  prompts: ChatMessages[],
+  windowS: number,
+  read: () => Promise<{ at: number; counters: EngineCounters }>,
+  onProgress: (done: number, phase: string) => void,
+): Promise<NonNullable<CaseResult["load_generator"]>> {
+  let responses = 0;
+  let start: Promise<{ at: number; counters: EngineCounters }> | null = null;
+  let end: Promise<{ at: number; counters: EngineCounters }> | null = null;
+  let startAt = 0;
+  const running = new RunningSampler(urls);
+  let runningMean: number | null = null;
+  const result = await generateLoad({
+    urls,
+    model: settings.llm ? settings.model : MOCK_MODEL,
+    prompts,
+    maxTokens: settings.maxTokens,
+    concurrency,
+    prefill: PREFILL,
+    stopped: () => end !== null,
+    onResponse: () => {
+      responses++;
+      const now = performance.now();
+      // Warm: every loop has had an answer, so all of them are in the engine's batch.
+      if (!start && responses >= concurrency) {
+        startAt = now;
+        start = read();
+        running.start();
+      }
+      if (start && !end && now - startAt >= windowS * 1000) {
+        end = read();
+        runningMean = running.stop();
+      }
+      onProgress(responses, end ? "drain" : start ? "measuring" : "warm-up");
+    },
+  });
+  const a = await (start ?? read());
+  const b = await (end ?? read());
+  const seconds = (b.at - a.at) / 1000;
+  return {
+    tokens_per_s: round((b.counters.generatedTokens - a.counters.generatedTokens) / seconds, 1),
+    requests_per_s: round((b.counters.requests - a.counters.requests) / seconds, 1),
+    engine_running_mean: runningMean ?? running.stop(),
+    window_s: round(seconds, 2),
+    failures: result.failures,
+    first_error: result.firstError,
+  };
+}
+
+/** The same promise, with its rejection marked handled until it is awaited (the rollout runs on meanwhile). */
+function settled<T>(promise: Promise<T>): Promise<T> {
+  promise.catch(() => {});
+  return promise;
+}
+
+function median(values: readonly number[]): number {
+  return quantile(
+    [...values].sort((a, b) => a - b),
+    0.5,
+  );
+}
+
+function quantile(sorted: readonly number[], q: number): number {
+  if (sorted.length === 0) return 0;
+  return sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))];
+}
+
+function round(value: number, digits: number): number {
+  const f = 10 ** digits;
+  return Math.round(value * f) / f;
+}

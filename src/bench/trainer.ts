@@ -1,0 +1,235 @@
+// A simulated trainer: one WebSocket to `rollgym serve`, speaking the real protocol
+// (protocol/PROTOCOL.md) the way a training loop does. It asks for stream rollouts, keeps the
+// server supplied with credit, decodes every group frame and acknowledges it, and records when
+// each group arrived. It does no training, so what it costs is the client's share of a real run.
+import WebSocket from "ws";
+import { decodeFrame, encodeMessage } from "../../protocol/codec.ts";
+
+type Frame = Record<string, unknown> & { type: string };
+export type ChatMessages = { role: string; content: string }[];
+
+export interface RolloutSpec {
+  id: string;
+  tag: string;
+  groups: number;
+  groupSize: number;
+  seed: number;
+  maxTurn: number;
+  maxTokens: number;
+}
+
+/** A group as the trainer saw it arrive. */
+export interface ArrivedGroup {
+  rollout: string;
+  group: number;
+  episodes: number;
+  failed: number;
+  /** performance.now() when the frame was decoded. */
+  at: number;
+}
+
+export interface RolloutResult {
+  episodes: number;
+  failed: number;
+}
+
+interface Running {
+  resolve: (result: RolloutResult) => void;
+  reject: (error: Error) => void;
+}
+
+export class TrainerClient {
+  private readonly ws: WebSocket;
+  private readonly running = new Map<string, Running>();
+  /** Groups received since the last ack, by rollout: acknowledged together once per tick. */
+  private readonly toAck = new Map<string, number[]>();
+  private ackScheduled = false;
+  private waitingFor: { type: string; resolve: (f: Frame) => void; reject: (e: Error) => void } | null = null;
+  private closed = false;
+  onGroup: (group: ArrivedGroup) => void = () => {};
+
+  private constructor(ws: WebSocket) {
+    this.ws = ws;
+    ws.on("message", (data: Buffer) => this.receive(decodeFrame(new Uint8Array(data)) as Frame));
+    ws.on("close", (code, reason) => {
+      this.closed = true;
+      const error = new Error(
+        `the server closed the WebSocket (${code}${reason.length ? ` ${reason}` : ""})`,
+      );
+      for (const r of this.running.values()) r.reject(error);
+      this.running.clear();
+      this.waitingFor?.reject(error);
+    });
+  }
+
+  /** Connects to `serverUrl` (http://HOST:PORT) and completes the handshake. */
+  static async connect(
+    serverUrl: string,
+    options: { token?: string | null; credit: number },
+  ): Promise<TrainerClient> {
+    const headers = options.token ? { authorization: `Bearer ${options.token}` } : undefined;
+    const ws = new WebSocket(`${serverUrl.replace(/^http/, "ws").replace(/\/+$/, "")}/v1/rollouts`, {
+      headers,
+      perMessageDeflate: false,
+      maxPayload: 0,
+    });
+    await new Promise<void>((resolve, reject) => {
+      ws.once("open", () => resolve());
+      ws.once("error", (error) => reject(new Error(`cannot connect to ${serverUrl}: ${error.message}`)));
+      ws.once("unexpected-response", (_req, res) =>
+        reject(new Error(`${serverUrl} refused the WebSocket: HTTP ${res.statusCode}`)),
+      );
+    });
+    const client = new TrainerClient(ws);
+    const welcome = await client.request({ type: "hello", protocol: 1, client: "rollgym-bench" }, "welcome");
+    if (welcome.type !== "welcome")
+      throw new Error(`the server did not welcome the bench: ${describe(welcome)}`);
+    client.send({ type: "credit", groups: options.credit });
+    return client;
+  }
+
+  /** Starts a stream rollout; resolves with its batch counts once every group has arrived. */
+  rollout(spec: RolloutSpec): Promise<RolloutResult> {
+    return new Promise((resolve, reject) => {
+      this.running.set(spec.id, { resolve, reject });
+      this.send({
+        type: "rollout",
+        id: spec.id,
+        tags: [{ tag: spec.tag, groups: spec.groups }],
+        mode: "train",
+        group_size: spec.groupSize,
+        seed: spec.seed,
+        max_turn: spec.maxTurn,
+        sampling: { max_tokens: spec.maxTokens },
+        delivery: "stream",
+      });
+    });
+  }
+
+  /**
+   * The chats rollgym's policy sends for `episodes` episodes of `tag`, every turn of each: the
+   * episodes are played through env hosting, with `answer` (the engine) writing each response.
+   */
+  async promptMix(
+    tag: string,
+    episodes: number,
+    seed: number,
+    maxTurn: number,
+    answer: (messages: ChatMessages) => Promise<string>,
+  ): Promise<ChatMessages[]> {
+    const id = "bench-prompts";
+    const opened = await this.request(
+      { type: "env_open", id, tag, groups: episodes, group_size: 1, seed, max_turn: maxTurn },
+      "env_opened",
+    );
+    if (opened.type !== "env_opened") throw new Error(`env_open failed: ${describe(opened)}`);
+    let live = new Map(
+      (opened.episodes as { env_id: number; messages: ChatMessages }[]).map((e) => [e.env_id, e.messages]),
+    );
+    const mix: ChatMessages[] = [];
+    for (let turn = 0; turn < maxTurn && live.size > 0; turn++) {
+      const chats = [...live];
+      mix.push(...chats.map(([, messages]) => messages));
+      const texts = await Promise.all(chats.map(([, messages]) => answer(messages)));
+      const stepped = await this.request(
+        { type: "env_step", id, responses: chats.map(([env_id], i) => ({ env_id, text: texts[i] })) },
+        "env_stepped",
+      );
+      if (stepped.type !== "env_stepped") throw new Error(`env_step failed: ${describe(stepped)}`);
+      const next = new Map<number, ChatMessages>();
+      for (const r of stepped.results as { env_id: number; messages: ChatMessages | null; keep?: number }[]) {
+        if (r.messages === null) continue;
+        // A server may send only the new messages after the first `keep` of the previous chat.
+        const before = live.get(r.env_id) ?? [];
+        next.set(r.env_id, r.keep === undefined ? r.messages : [...before.slice(0, r.keep), ...r.messages]);
+      }
+      live = next;
+    }
+    await this.request({ type: "env_close", id }, "env_closed");
+    return mix;
+  }
+
+  close(): void {
+    if (!this.closed) this.ws.close(1000);
+  }
+
+  private send(frame: Frame): void {
+    this.ws.send(encodeMessage(frame));
+  }
+
+  /** Sends `frame` and resolves with the next `type` frame (or an error frame). */
+  private request(frame: Frame, type: string): Promise<Frame> {
+    return new Promise((resolve, reject) => {
+      this.waitingFor = { type, resolve, reject };
+      this.send(frame);
+    });
+  }
+
+  private receive(frame: Frame): void {
+    switch (frame.type) {
+      case "group": {
+        const rollout = frame.rollout as string;
+        const episodes = frame.episodes as { failure: string | null }[];
+        this.onGroup({
+          rollout,
+          group: frame.group as number,
+          episodes: episodes.length,
+          failed: episodes.filter((e) => e.failure !== null).length,
+          at: performance.now(),
+        });
+        const list = this.toAck.get(rollout) ?? [];
+        list.push(frame.group as number);
+        this.toAck.set(rollout, list);
+        this.scheduleAck();
+        return;
+      }
+      case "batch": {
+        const id = frame.rollout as string;
+        this.flushAcks();
+        this.send({ type: "ack", rollout: id, groups: [], batch: true });
+        this.running.get(id)?.resolve({ episodes: frame.episodes as number, failed: frame.failed as number });
+        this.running.delete(id);
+        return;
+      }
+      case "error": {
+        const error = new Error(`server error ${frame.code}: ${frame.message}`);
+        const rollout = frame.rollout as string | undefined;
+        if (rollout && this.running.has(rollout)) {
+          this.running.get(rollout)?.reject(error);
+          this.running.delete(rollout);
+        } else if (this.waitingFor) {
+          this.waitingFor.reject(error);
+          this.waitingFor = null;
+        }
+        return;
+      }
+      default:
+        if (this.waitingFor?.type === frame.type) {
+          this.waitingFor.resolve(frame);
+          this.waitingFor = null;
+        }
+    }
+  }
+
+  /** Acks and the matching credit go out once per event-loop turn, as a batching trainer would. */
+  private scheduleAck(): void {
+    if (this.ackScheduled) return;
+    this.ackScheduled = true;
+    setImmediate(() => this.flushAcks());
+  }
+
+  private flushAcks(): void {
+    this.ackScheduled = false;
+    let groups = 0;
+    for (const [rollout, list] of this.toAck) {
+      this.send({ type: "ack", rollout, groups: list });
+      groups += list.length;
+    }
+    this.toAck.clear();
+    if (groups > 0 && !this.closed) this.send({ type: "credit", groups });
+  }
+}
+
+function describe(frame: Frame): string {
+  return frame.type === "error" ? `${frame.code}: ${frame.message}` : `unexpected ${frame.type} frame`;
+}

@@ -1,0 +1,46 @@
+// Turns of many episodes share the event loop in slices. An episode's next turn (env step,
+// prompt, request) runs in a continuation of the engine's answer, and thousands of answers can
+// arrive in one poll of the event loop (or none at all, for the built-in policies, which answer
+// without I/O): run back to back, they would hold timers, /healthz and every other client for
+// as long as the burst takes. So a turn takes a slot first; slots are handed out first come
+// first served, at most SLICE.turns (or SLICE.ms of work) between two turns of the event loop.
+
+export const SLICE = { turns: 64, ms: 5 };
+
+/** Turns granted in the current window, which closes at the event loop's next check phase. */
+let granted = 0;
+let windowStart = 0;
+/** Turns waiting for a later window, in arrival order. */
+const waiting: (() => void)[] = [];
+let scheduled = false;
+
+/** Undefined: go on now. Otherwise a promise that resolves when this turn's window opens. */
+export function turnSlot(): Promise<void> | undefined {
+  if (waiting.length === 0) {
+    if (granted === 0) {
+      windowStart = performance.now();
+      nextWindow();
+    }
+    if (granted < SLICE.turns && performance.now() - windowStart < SLICE.ms) {
+      granted++;
+      return undefined;
+    }
+  }
+  const slot = new Promise<void>((resolve) => waiting.push(resolve));
+  nextWindow();
+  return slot;
+}
+
+/** At the next check phase (after pending I/O, and after timers on the next turn), a new window. */
+function nextWindow(): void {
+  if (scheduled) return;
+  scheduled = true;
+  setImmediate(() => {
+    scheduled = false;
+    const released = waiting.splice(0, SLICE.turns);
+    granted = released.length;
+    windowStart = performance.now();
+    for (const resolve of released) resolve();
+    if (granted > 0) nextWindow();
+  });
+}

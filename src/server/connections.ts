@@ -1,0 +1,188 @@
+// Connection caps and timeouts, so that sockets nobody uses cannot pile up until the server runs
+// out of file descriptors: HTTP requests must arrive within a short time, WebSocket connections
+// are capped (server-wide and per remote address), a WebSocket must send hello within a short
+// time, and connections that have not finished their handshake are capped with the oldest
+// dropped first. New connections are always accepted, so /healthz keeps answering under a flood.
+import type { IncomingMessage, Server } from "node:http";
+import type { Socket } from "node:net";
+import type { WebSocket } from "ws";
+import { CLOSE_CODES } from "../../protocol/codec.ts";
+
+export interface ConnectionLimits {
+  /** WebSocket connections open at once, server-wide. */
+  maxConnections: number;
+  /** WebSocket connections open at once from one remote address. */
+  maxConnectionsPerAddress: number;
+  /**
+   * Connections not yet past their handshake: HTTP connections without a complete request (new
+   * or idle between requests) and WebSockets that have not sent hello. A new one over the cap
+   * drops the oldest, so a flood of silent sockets cannot lock out a client that talks.
+   */
+  maxPendingConnections: number;
+  /** Time a client has to send a request's headers (an upgrade request's too). */
+  headersTimeoutMs: number;
+  /** Time a client has to send a whole HTTP request, body (uploads) included. */
+  requestTimeoutMs: number;
+  /** An idle keep-alive HTTP connection closes after this. */
+  keepAliveTimeoutMs: number;
+  /** A WebSocket that has not sent a valid hello by then is closed with 4010. */
+  helloTimeoutMs: number;
+}
+
+export const DEFAULT_CONNECTION_LIMITS: ConnectionLimits = {
+  maxConnections: 1024,
+  maxConnectionsPerAddress: 256,
+  maxPendingConnections: 512,
+  headersTimeoutMs: 10_000,
+  requestTimeoutMs: 60_000,
+  keepAliveTimeoutMs: 5_000,
+  helloTimeoutMs: 10_000,
+};
+
+/** The HTTP timeouts as fastify's server options (fastify sets some after creating the server). */
+export function httpServerOptions(limits: ConnectionLimits) {
+  return {
+    http: {
+      headersTimeout: limits.headersTimeoutMs,
+      requestTimeout: limits.requestTimeoutMs,
+      // Node checks the two timeouts above every 30 s by default, which lets a half-sent request
+      // live that much longer.
+      connectionsCheckingInterval: Math.max(10, Math.min(1_000, limits.headersTimeoutMs / 4)),
+    },
+    requestTimeout: limits.requestTimeoutMs,
+    keepAliveTimeout: limits.keepAliveTimeoutMs,
+  };
+}
+
+export interface Refusal {
+  status: number;
+  text: string;
+  message: string;
+}
+
+export class ConnectionGuard {
+  readonly limits: ConnectionLimits;
+  /** Connections not past their handshake, oldest first, with how to drop each. */
+  private readonly pending = new Map<Socket, () => void>();
+  private readonly perAddress = new Map<string, number>();
+  private open = 0;
+
+  constructor(limits: Partial<ConnectionLimits> = {}) {
+    this.limits = { ...DEFAULT_CONNECTION_LIMITS, ...limits };
+  }
+
+  /** Watches the server's connections and requests. */
+  attach(server: Server): void {
+    server.on("connection", (socket: Socket) => {
+      this.hold(socket, () => socket.destroy());
+      socket.once("close", () => this.pending.delete(socket));
+    });
+    server.on("request", (request: IncomingMessage, response) => {
+      const socket = request.socket;
+      this.pending.delete(socket);
+      // Between requests a keep-alive connection is idle: pending again.
+      response.once("finish", () => {
+        if (!socket.destroyed) this.hold(socket, () => socket.destroy());
+      });
+    });
+  }
+
+  /** Why an upgrade to a WebSocket is refused, or null when it may go ahead. */
+  refusal(request: IncomingMessage): Refusal | null {
+    const { maxConnections, maxConnectionsPerAddress } = this.limits;
+    if (this.open >= maxConnections)
+      return {
+        status: 503,
+        text: "Service Unavailable",
+        message: `max_connections is ${maxConnections}; every WebSocket connection is taken, try again later`,
+      };
+    if ((this.perAddress.get(addressOf(request)) ?? 0) >= maxConnectionsPerAddress)
+      return {
+        status: 503,
+        text: "Service Unavailable",
+        message: `max_connections_per_address is ${maxConnectionsPerAddress}; close a connection from this address first`,
+      };
+    return null;
+  }
+
+  /**
+   * Counts an upgraded WebSocket until it closes, and holds it as pending until its hello. Returns
+   * what to call when a valid hello arrives.
+   */
+  opened(ws: WebSocket, request: IncomingMessage): () => void {
+    const address = addressOf(request);
+    const socket = request.socket;
+    this.open++;
+    this.perAddress.set(address, (this.perAddress.get(address) ?? 0) + 1);
+    const seconds = this.limits.helloTimeoutMs / 1000;
+    const timer = setTimeout(
+      () => closeWithin(ws, CLOSE_CODES.helloTimeout, `no hello within ${seconds} s`, 1_000),
+      this.limits.helloTimeoutMs,
+    );
+    this.hold(socket, () =>
+      closeWithin(ws, CLOSE_CODES.helloTimeout, "too many connections are waiting for their hello", 1_000),
+    );
+    ws.once("close", () => {
+      clearTimeout(timer);
+      this.pending.delete(socket);
+      this.open--;
+      const left = (this.perAddress.get(address) ?? 1) - 1;
+      if (left > 0) this.perAddress.set(address, left);
+      else this.perAddress.delete(address);
+    });
+    return () => {
+      clearTimeout(timer);
+      this.pending.delete(socket);
+    };
+  }
+
+  /** Drops every pending connection (at shutdown, so closing the server does not wait on them). */
+  dropPending(): void {
+    for (const drop of [...this.pending.values()]) drop();
+    this.pending.clear();
+  }
+
+  /** The limits as `welcome.limits` sends them. */
+  wireLimits(): Record<string, number> {
+    return {
+      max_connections: this.limits.maxConnections,
+      max_connections_per_address: this.limits.maxConnectionsPerAddress,
+      hello_timeout_s: this.limits.helloTimeoutMs / 1000,
+    };
+  }
+
+  private hold(socket: Socket, drop: () => void): void {
+    this.pending.delete(socket); // re-inserted: it is now the newest
+    this.pending.set(socket, drop);
+    while (this.pending.size > this.limits.maxPendingConnections) {
+      const [oldest, dropOldest] = this.pending.entries().next().value!;
+      this.pending.delete(oldest);
+      dropOldest();
+    }
+  }
+}
+
+/**
+ * Closes with a close frame, and drops the TCP connection if the close handshake has not finished
+ * within `graceMs` (a client that does not read never answers it). Resolves once closed: true
+ * when it had to be dropped.
+ */
+export function closeWithin(ws: WebSocket, code: number, reason: string, graceMs: number): Promise<boolean> {
+  if (ws.readyState === ws.CLOSED) return Promise.resolve(false);
+  return new Promise((resolve) => {
+    let dropped = false;
+    const timer = setTimeout(() => {
+      dropped = true;
+      ws.terminate();
+    }, graceMs);
+    ws.once("close", () => {
+      clearTimeout(timer);
+      resolve(dropped);
+    });
+    if (ws.readyState === ws.OPEN) ws.close(code, reason);
+  });
+}
+
+function addressOf(request: IncomingMessage): string {
+  return request.socket.remoteAddress ?? "unknown";
+}

@@ -616,6 +616,9 @@ const attacks: Attack[] = [
   {
     name: "builtin_policy_big_batch_and_200_clients",
     covers: "#10.9",
+    // Legitimate work, not an attack on memory: about 42,000 episodes held at once, bounded by
+    // the documented 13 KiB per held episode (docs/server.md "Memory behind a slow client").
+    rssBoundMiB: Math.ceil(((16_384 + 200 * 128) * 13) / 1024),
     async run(ctx) {
       const big = await connect(ctx.url, "big");
       big.send({ type: "credit", groups: 1_000_000 });
@@ -845,9 +848,9 @@ const attacks: Attack[] = [
       if (failures.size)
         ctx.observed.push(`requests failed: ${[...failures].map(([m, n]) => `${n}× ${m}`).join(", ")}`);
       ctx.notes.push(
-        `40 small: ${keptSmall} kept; 12 × 32 MiB: ${bigOk} accepted, ${keptBig} kept; the server keeps up to 128 MiB of uploads (docs/server.md)`,
+        `40 small: ${keptSmall} kept; 12 × 32 MiB: ${bigOk} accepted, ${keptBig} kept; the server keeps up to 64 MiB of uploads (docs/server.md)`,
       );
-      expect(ctx, bigOk === 12 && keptBig === 4, "12 uploads at the size limit accepted, 4 kept (128 MiB)");
+      expect(ctx, bigOk === 12 && keptBig === 2, "12 uploads at the size limit accepted, 2 kept (64 MiB)");
       expect(
         ctx,
         over.every((s) => s === 413 || s === 0),

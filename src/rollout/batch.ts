@@ -132,7 +132,6 @@ export async function playTurns(episode: Episode, hooks: BatchHooks, play: TurnP
     }
     const turn = episode.turnIndex;
     try {
-      await turnSlot();
       await play(turn);
     } catch (error) {
       episode.fail(
@@ -190,6 +189,7 @@ async function playChatEpisode(
         affinity,
         signal: hooks.signal,
       });
+      await turnSlot();
       episode.applyResponse(episode.prefill + response.text, response.finishReason, {
         prompt: response.promptTokens,
         completion: response.completionTokens,

@@ -1,9 +1,10 @@
-// Turns of many episodes share the event loop in slices. An episode's next turn (env step,
-// prompt, request) runs in a continuation of the engine's answer, and thousands of answers can
-// arrive in one poll of the event loop (or none at all, for the built-in policies, which answer
-// without I/O): run back to back, they would hold timers, /healthz and every other client for
-// as long as the burst takes. So a turn takes a slot first; slots are handed out first come
-// first served, at most SLICE.turns (or SLICE.ms of work) between two turns of the event loop.
+// Turns of many episodes share the event loop in slices. What an answer sets off (env step,
+// the next prompt, the next request) runs in a continuation of the engine's reply, and
+// thousands of replies can arrive in one poll of the event loop (or none at all: the built-in
+// policies answer without I/O). Run back to back, that work would hold timers, /healthz and
+// every other client for as long as the burst takes. So an answer takes a slot before its
+// episode goes on; slots are handed out first come first served, at most SLICE.turns (or
+// SLICE.ms of work) between two turns of the event loop.
 
 export const SLICE = { turns: 64, ms: 5 };
 

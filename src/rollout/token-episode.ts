@@ -8,6 +8,7 @@ import type { TokenEngine } from "../llm/token-engine.ts";
 import { type BatchHooks, type BatchRequest, playTurns } from "./batch.ts";
 import type { Episode } from "./episode.ts";
 import type { ChatMessage } from "./prompt.ts";
+import { turnSlot } from "./slices.ts";
 import { TokenLog, textDrift } from "./token-log.ts";
 
 export async function playTokenEpisode(
@@ -44,6 +45,7 @@ export async function playTokenEpisode(
       affinity,
       signal,
     );
+    await turnSlot();
     if (sample.promptDrift) log.promptDrift++;
     const promptTokens = log.length;
     log.sampled(sample.ids, sample.logprobs);

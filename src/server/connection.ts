@@ -91,7 +91,7 @@ export function handleConnection(state: ServerState, socket: WebSocket, onHello?
     }
   };
 
-  socket.on("close", () => {
+  socket.on("close", (code: number) => {
     state.rolloutContext.watch?.unsubscribe(socket);
     const current = session as Session | null;
     for (const envs of hosted.values()) {
@@ -99,8 +99,11 @@ export function handleConnection(state: ServerState, socket: WebSocket, onHello?
       current?.release(envs.size);
     }
     hosted.clear();
-    if (current && state.sessions.get(current.id) === current && !state.closing)
-      current.detach(out, state.options.resumeGraceMs);
+    if (current && state.sessions.get(current.id) === current && !state.closing) {
+      // A client that said goodbye (1000) with nothing held has nothing to resume.
+      if (code === 1000 && current.idle) current.end();
+      else current.detach(out, state.options.resumeGraceMs);
+    }
   });
   socket.on("error", (error) => state.log.warn({ err: error }, "socket error"));
 }

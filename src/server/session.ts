@@ -69,6 +69,16 @@ export class Session {
     return this.unackedTotal;
   }
 
+  /** Nothing running, nothing held, nothing waiting to be sent or acknowledged. */
+  get idle(): boolean {
+    return (
+      this.rollouts.size === 0 &&
+      this.held === 0 &&
+      this.queuedFrames === 0 &&
+      this.unacknowledgedGroups === 0
+    );
+  }
+
   /** Episodes held against the budget. */
   get episodesHeld(): number {
     return this.held;

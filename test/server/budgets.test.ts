@@ -231,6 +231,46 @@ describe("episode budgets", () => {
   });
 });
 
+describe("sessions after a normal close", () => {
+  // A grace period far beyond the test's time limit: a session still waiting fails the test.
+  let server: RollgymServer;
+  let url: string;
+  beforeAll(async () => {
+    server = await buildServer({ resumeGraceMs: 600_000 });
+    url = await server.listen(0);
+  });
+  afterAll(async () => {
+    await server.shutdown();
+  });
+  const sessionOf = (client: TestClient): Session =>
+    server.state.sessions.get(client.of("welcome")[0].session as string)!;
+
+  it("end at once when nothing is held, and wait for a resume when something is", async () => {
+    const done = await TestClient.connect(url);
+    expect(await complete(done, "all-acked", 2, 1)).toMatchObject({ type: "batch" });
+    const doneId = sessionOf(done).id;
+    await until(() => sessionOf(done).idle);
+    done.ws.close(1000);
+    await until(() => !server.state.sessions.has(doneId));
+
+    const holding = await TestClient.connect(url);
+    holding.send({ type: "credit", groups: 10 });
+    holding.send(rollout("held", 2, 1));
+    await holding.next((f) => f.type === "batch" && f.rollout === "held");
+    const held = sessionOf(holding);
+    expect(held.idle).toBe(false);
+    holding.ws.close(1000);
+    await holding.closed();
+    // Its unacknowledged groups wait for a resume for the grace period.
+    expect(server.state.sessions.get(held.id)).toBe(held);
+    const back = await TestClient.connect(url, {
+      hello: { type: "hello", protocol: 1, client: "test", resume: held.id },
+    });
+    expect(back.of("welcome")[0]).toMatchObject({ resumed: true, session: held.id });
+    back.close();
+  });
+});
+
 describe("cancelling a paused stream rollout", () => {
   it("reports the groups that never started in the batch frame without building them", async () => {
     const big = await buildServer({ maxBufferedGroups: 2, maxGroupsPerRollout: 4096 });

@@ -25,7 +25,7 @@ export interface FileLimits {
 export const DEFAULT_FILE_LIMITS: FileLimits = {
   maxUploadBytes: 32 << 20,
   maxUploads: 16,
-  maxUploadTotalBytes: 128 << 20,
+  maxUploadTotalBytes: 64 << 20,
   maxListed: 500,
   maxSharedBytes: 256 << 20,
 };

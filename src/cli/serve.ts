@@ -181,8 +181,14 @@ async function untilStopped(server: RollgymServer): Promise<void> {
     if (watcher) clearInterval(watcher);
     process.off("SIGTERM", onSignal);
     process.off("SIGINT", onSignal);
+    // A copy of the signal may still be on its way (npm passes Ctrl-C on to the server it
+    // started, late on a busy machine); it must not kill a process that has already closed.
+    for (const signal of ["SIGTERM", "SIGINT"] as const)
+      if (!process.listeners(signal).includes(ignoreLateSignal)) process.on(signal, ignoreLateSignal);
   }
 }
+
+function ignoreLateSignal(): void {}
 
 /**
  * The processes that launched the server: the parent, and also the grandparent when the parent

@@ -1,10 +1,10 @@
 // A `rollgym serve` child process for the attack bench and the soak: its own process, so the RSS
 // read from /proc/PID/status is the server's alone (the attacking clients live elsewhere).
 import { type ChildProcess, fork, spawn } from "node:child_process";
-import { readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
+import { cpuSeconds, memoryOf } from "../../src/bench/children.ts";
 import { type ProbeReport, probeReport } from "./probe-report.ts";
 
 export const ROOT = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
@@ -26,27 +26,6 @@ export interface ServeChild {
   stop(graceMs?: number, signal?: boolean): Promise<{ code: number | null; signal: string | null }>;
   /** The server's stderr so far (its warnings and errors). */
   stderr(): string;
-}
-
-function cpuSeconds(pid: number): number {
-  try {
-    // Fields after the command name (which may hold spaces): utime and stime are the 12th and 13th.
-    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-    return (Number(fields[11]) + Number(fields[12])) / 100;
-  } catch {
-    return Number.NaN;
-  }
-}
-
-function status(pid: number, field: "VmRSS" | "VmHWM"): number {
-  try {
-    const text = readFileSync(`/proc/${pid}/status`, "utf8");
-    const match = new RegExp(`${field}:\\s+(\\d+)`).exec(text);
-    return match ? Number(match[1]) * 1024 : Number.NaN;
-  } catch {
-    return Number.NaN;
-  }
 }
 
 /**
@@ -88,9 +67,9 @@ export async function startServe(
     url,
     child,
     pid,
-    rss: () => status(pid, "VmRSS"),
-    hwm: () => status(pid, "VmHWM"),
-    cpuSeconds: () => cpuSeconds(pid),
+    rss: () => memoryOf(pid)?.rss ?? Number.NaN,
+    hwm: () => memoryOf(pid)?.peak ?? Number.NaN,
+    cpuSeconds: () => cpuSeconds(pid) ?? Number.NaN,
     alive: () => exited === null,
     stderr: () => err,
     async stop(graceMs = 10_000, signal = true) {

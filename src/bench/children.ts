@@ -26,8 +26,6 @@ export interface Child {
   pid: number;
   /** The base URL the child printed when it started listening. */
   url: string;
-  /** The whole line that URL came in (the mock engine's names its latency model). */
-  banner: string;
   /** Sends SIGTERM and waits for the exit (SIGKILL after `graceMs`). */
   stop(graceMs?: number): Promise<void>;
 }
@@ -70,7 +68,6 @@ export function startRollgym(name: string, args: readonly string[], listening: R
         name,
         pid: child.pid ?? 0,
         url: match[1],
-        banner: match[0].trim(),
         stop: (graceMs) => stopChild(child, graceMs),
       });
     });

@@ -13,7 +13,7 @@ import {
   UsageError,
 } from "../cli/args.ts";
 import { io } from "../cli/io.ts";
-import { LATENCY_MODELS, type LatencyModelName } from "./latency-models.ts";
+import { LATENCY_PRESET_NAMES, type LatencyPresetName } from "../mock-engine/latency.ts";
 import { Progress } from "./progress.ts";
 import { markdownTable, svgCharts, textTable } from "./report.ts";
 import { type BenchCase, type BenchSettings, type CaseResult, runCase } from "./run.ts";
@@ -28,7 +28,7 @@ export const BENCH_FLAGS: Record<string, FlagSpec> = {
   "latency-model": {
     kind: "value",
     arg: "NAME,…",
-    help: `mock engine latency presets: ${LATENCY_MODELS.join(", ")} (default default)`,
+    help: `mock engine latency presets: ${LATENCY_PRESET_NAMES.join(", ")} (default default)`,
   },
   duration: {
     kind: "value",
@@ -121,13 +121,13 @@ export function parseBenchArgs(argv: readonly string[]): Parsed {
   for (const r of replicas) {
     if (![1, 2, 4].includes(r)) throw new UsageError(`--replicas: ${r} is not one of 1, 2, 4`);
   }
-  const models: (LatencyModelName | null)[] = llm
+  const models: (LatencyPresetName | null)[] = llm
     ? [null]
     : [
         ...new Set(
           (v.get("latency-model") ?? "default")
             .split(",")
-            .map((m) => parseChoice("--latency-model", m.trim(), LATENCY_MODELS)),
+            .map((m) => parseChoice("--latency-model", m.trim(), LATENCY_PRESET_NAMES)),
         ),
       ];
   const server = v.get("server") ?? null;

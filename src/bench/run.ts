@@ -8,8 +8,8 @@
 // one until the queue runs out, so the window is the stretch where every slot is busy: from the
 // end of the first wave (the warm-up rollout before it sized the queue) to the first whole wave
 // after --duration, or the last one before a queue runs dry.
+import { describeLatencyModel, LATENCY_PRESETS, type LatencyPresetName } from "../mock-engine/latency.ts";
 import { type Child, cpuSeconds, memoryOf, startRollgym } from "./children.ts";
-import { type LatencyModelName, latencyFromBanner } from "./latency-models.ts";
 import { chatOnce, generateLoad } from "./load-generator.ts";
 import type { Progress } from "./progress.ts";
 import { type EngineCounters, RunningSampler, scrape, scrapeEngines } from "./prometheus.ts";
@@ -40,7 +40,7 @@ export interface BenchSettings {
 export interface BenchCase {
   episodes: number;
   replicas: number;
-  latencyModel: LatencyModelName | null;
+  latencyModel: LatencyPresetName | null;
 }
 
 export interface CaseResult {
@@ -144,7 +144,7 @@ export async function runCase(
       const failure = launched.find((r) => r.status === "rejected");
       if (failure) throw failure.reason;
       urls = engines.map((e) => e.url);
-      description = latencyFromBanner(engines[0].banner) ?? model;
+      description = describeLatencyModel(LATENCY_PRESETS[model]);
     }
     const enginesCpu = () => {
       const engines = children.filter((c) => c.name.startsWith("mock engine"));

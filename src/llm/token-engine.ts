@@ -5,6 +5,7 @@
 // (closing the assistant turn, the next user message, the generation prompt and prefill) are a
 // chat-template delta rendered by the engine itself, so they follow the model's own template.
 import type { ChatMessage } from "../rollout/prompt.ts";
+import { onParentAbort } from "./deadline.ts";
 import { type Dialect, serverRoot } from "./engine.ts";
 import { EngineError, type RequestOptions, requestJson } from "./http.ts";
 import { type ChatPolicy, checkFinishReason, samplingFields } from "./openai-chat.ts";
@@ -91,15 +92,15 @@ export class TokenEngine {
   private async orAbort<T>(value: Promise<T>, signal?: AbortSignal): Promise<T> {
     if (!signal) return value;
     signal.throwIfAborted();
-    let onAbort = () => {};
+    // One listener per rollout signal, shared with the engine requests.
+    let leave = () => {};
     const aborted = new Promise<never>((_, reject) => {
-      onAbort = () => reject(signal.reason);
-      signal.addEventListener("abort", onAbort, { once: true });
+      leave = onParentAbort(signal, () => reject(signal.reason));
     });
     try {
       return await Promise.race([value, aborted]);
     } finally {
-      signal.removeEventListener("abort", onAbort);
+      leave();
     }
   }
 

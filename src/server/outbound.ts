@@ -56,16 +56,6 @@ export class Outbound {
     return this.congestedNow;
   }
 
-  /** Bytes the socket holds for the client (ws's queue and the TCP socket's). */
-  get bufferedBytes(): number {
-    return this.socket.bufferedAmount;
-  }
-
-  /** Client frames waiting for reading to resume. */
-  get deferredFrames(): number {
-    return this.deferred.length;
-  }
-
   onDrain(listener: () => void): () => void {
     this.drainListeners.add(listener);
     return () => this.drainListeners.delete(listener);

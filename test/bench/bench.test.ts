@@ -158,7 +158,7 @@ describe("rollgym bench", () => {
     ],
     [
       ["--latency-model", "fast"],
-      ["--latency-model", "fast", "default, slow10x, none"],
+      ["--latency-model", "fast", "none, default, slow10x"],
     ],
     [["--server", "http://127.0.0.1:8787"], ["--server needs --llm"]],
     [["--llm", "http://gpu:8000/v1"], ["--llm needs --model"]],

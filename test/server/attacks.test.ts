@@ -183,6 +183,10 @@ describe("attacks on one server", () => {
     const refused = await hog.next((f) => f.rollout === "more" && (f.type === "error" || f.type === "batch"));
     expect(refused).toMatchObject({ type: "error", code: "limit" });
     expect(refused.message).toMatch(/max_episodes_per_connection/);
+    // "rest" was accepted: the hog holds its 256 unacknowledged episodes and the reserved batch.
+    expect(hog.of("error").filter((f) => f.rollout === "rest")).toHaveLength(0);
+    const rest = Math.floor((share - 256) / 16) * 16;
+    expect(server.state.episodesInFlight).toBeGreaterThanOrEqual(256 + rest);
     expect(server.state.episodesInFlight).toBeLessThanOrEqual(share);
     // Another client is served meanwhile.
     expect(await goodRollout(url, "beside-hog")).toMatchObject({ type: "batch", failed: 0 });

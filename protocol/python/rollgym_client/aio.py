@@ -587,6 +587,8 @@ class AsyncClient:
     def _on_batch(self, frame: Dict[str, Any]) -> None:
         rid = frame.get("rollout")
         if isinstance(rid, str):
+            # The groups' acknowledgements go before the verdict's, as the groups arrived.
+            self._flush_acks(self._epoch)
             self._spawn(self._send({"type": "ack", "rollout": rid, "groups": [], "batch": True}))
         r = self._rollouts.get(rid)
         if r is None:

@@ -36,7 +36,8 @@ describe.concurrent("rollgym rollout against engines", () => {
     const result = JSON.parse(r.stdout) as { episodes: number; failed: number };
     expect(result).toMatchObject({ episodes: 4, failed: 4 });
     const last = r.stderr.trimEnd().split("\n").at(-1)!;
-    expect(last).toMatch(/^rollgym: every group failed \(first failure: turn 1: .*HTTP 500: .*\)$/);
+    // The broken engine answers 500 or 503 at random; which one came last depends on timing.
+    expect(last).toMatch(/^rollgym: every group failed \(first failure: turn 1: .*HTTP 50[03]: .*\)$/);
     expect(r.stderr).not.toMatch(/\bat .*:\d+:\d+/);
   });
 

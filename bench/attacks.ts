@@ -8,12 +8,19 @@
 // Usage: node bench/attacks.ts [--only NAME,NAME] [--json FILE] [--sockets N]
 import { spawn } from "node:child_process";
 import { readdirSync, readFileSync, writeFileSync } from "node:fs";
-import { type Socket, connect as tcpConnect } from "node:net";
 import { createInterface } from "node:readline";
 import { parseArgs } from "node:util";
 import WebSocket from "ws";
 import { encodeMessage } from "../protocol/codec.ts";
-import { type Client, connect, goodRollout, pauseReading, resumeReading } from "./attacks/client.ts";
+import {
+  type Client,
+  connect,
+  goodRollout,
+  pauseReading,
+  rawSocket,
+  resumeReading,
+  sleep,
+} from "./attacks/client.ts";
 import { type ProbeReport, probeReport } from "./attacks/probe-report.ts";
 import { MiB, ROOT, type ServeChild, startProber, startServe } from "./attacks/server.ts";
 
@@ -60,8 +67,6 @@ function expect(ctx: Ctx, ok: boolean, what: string): void {
   if (!ok) ctx.failures.push(what);
 }
 
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-
 /** Error codes (with counts) and the close code a client saw, e.g. "error limit ×3, close 4008". */
 function observedBy(c: Client): string {
   const counts = new Map<string, number>();
@@ -101,15 +106,6 @@ function ackAll(c: Client): void {
  * over 64 addresses, the bystander from 127.0.0.1, as hosts on a network would.
  */
 const attackerAddress = (i: number) => `127.0.1.${1 + (i % 64)}`;
-
-/** A raw TCP socket to the server (for half-sent upgrades and silent connections). */
-function rawSocket(url: string, localAddress?: string): Promise<Socket> {
-  const { hostname, port } = new URL(url);
-  return new Promise((resolve, reject) => {
-    const s = tcpConnect({ host: hostname, port: Number(port), localAddress }, () => resolve(s));
-    s.once("error", reject);
-  });
-}
 
 /** An authenticated WebSocket that never says hello; resolves once open, records its close code. */
 function silentWebSocket(

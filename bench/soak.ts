@@ -12,12 +12,22 @@
 // A bystander process (bench/attacks/prober.ts) polls /healthz every 50 ms throughout.
 // Usage: node bench/soak.ts [--minutes 10] [--json FILE]
 import { writeFileSync } from "node:fs";
-import { type Socket, connect as tcpConnect } from "node:net";
 import { loadavg } from "node:os";
 import { parseArgs } from "node:util";
 import seedrandom from "seedrandom";
 import { encodeMessage } from "../protocol/codec.ts";
-import { type Client, connect, connectSilent, pauseReading, resumeReading } from "./attacks/client.ts";
+import {
+  type Client,
+  connect,
+  connectSilent,
+  type Pacing,
+  pauseReading,
+  playRollout,
+  RolloutRefused,
+  rawSocket,
+  resumeReading,
+  sleep,
+} from "./attacks/client.ts";
 import { MiB, startProber, startServe } from "./attacks/server.ts";
 
 const { values } = parseArgs({
@@ -28,7 +38,6 @@ if (!(minutes > 0)) throw new Error(`--minutes must be a positive number, got ${
 const WARMUP_S = Math.min(60, minutes * 20);
 const SAMPLE_MS = 2000;
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const rng = seedrandom("soak");
 const pick = <T>(xs: readonly T[]): T => xs[Math.floor(rng() * xs.length)];
 
@@ -73,65 +82,54 @@ async function connectRetry(name: string): Promise<Client> {
 // ---------------------------------------------------------------------------------------------
 
 async function trainer(index: number, slow: boolean): Promise<void> {
-  let c = await connectRetry(`${slow ? "slow" : "good"}${index}`);
+  const name = `${slow ? "slow" : "good"}${index}`;
+  let c = await connectRetry(name);
   for (let i = 0; running(); i++) {
     if (c.closeCode !== null) {
       countClose(c);
-      c = await connectRetry(`${slow ? "slow" : "good"}${index}`);
+      c = await connectRetry(name);
     }
     const id = `r${i}`;
-    const delivery = slow || i % 2 === 0 ? "stream" : "batch";
-    const groups = slow ? 16 : 8;
-    const seen = new Map<number, number>();
-    const onMessage = async () => {
-      const f = c.received.at(-1)!;
-      if (f.type !== "group" || f.rollout !== id) return;
-      seen.set(f.group as number, (seen.get(f.group as number) ?? 0) + 1);
-      if (slow) await sleep(100 + rng() * 300);
-      c.send({ type: "ack", rollout: id, groups: [f.group as number] });
-      c.send({ type: "credit", groups: 1 });
-    };
-    c.ws.on("message", onMessage);
-    c.send({ type: "credit", groups: slow ? 1 : 8 });
-    c.send({
-      type: "rollout",
-      id,
-      tags: [{ tag: pick(["SimpleSokoban", "Bandit", "CoordSokoban"]), groups }],
-      mode: "train",
-      group_size: 4,
+    const shape = {
+      tag: pick(["SimpleSokoban", "Bandit", "CoordSokoban"]),
+      groups: slow ? 16 : 8,
+      groupSize: 4,
       seed: i * 1000 + index,
-      delivery,
-    });
-    // Slow trainers also stop reading for a while, now and then.
-    if (slow && rng() < 0.5) {
-      await sleep(rng() * 1000);
-      pauseReading(c);
-      await sleep(1000 + rng() * 4000);
-      resumeReading(c);
-    }
-    const end = await c
-      .next((f) => f.rollout === id && (f.type === "batch" || f.type === "error"), 120_000)
-      .catch(() => null);
-    c.ws.off("message", onMessage);
-    if (end?.type === "error") {
-      countError(end.code);
-      stats.goodRefused++;
-      await sleep(1000);
+      delivery: slow || i % 2 === 0 ? ("stream" as const) : ("batch" as const),
+    };
+    const client = c;
+    // Slow trainers credit one group at a time and ack late, and now and then stop reading.
+    const pacing: Pacing = slow
+      ? {
+          credit: 1,
+          beforeAck: () => sleep(100 + rng() * 300),
+          meanwhile:
+            rng() < 0.5
+              ? async () => {
+                  await sleep(rng() * 1000);
+                  pauseReading(client);
+                  await sleep(1000 + rng() * 4000);
+                  resumeReading(client);
+                }
+              : undefined,
+        }
+      : { credit: 8 };
+    try {
+      const delivered = await playRollout(c, id, 120_000, shape, pacing);
+      stats.groupsDelivered += delivered;
+      if (slow) stats.slowRollouts++;
+      else stats.goodRollouts++;
+    } catch (error) {
+      if (error instanceof RolloutRefused) {
+        countError(error.code);
+        stats.goodRefused++;
+        await sleep(1000);
+      } else if (c.closeCode === null) {
+        // A closed connection (a limit or a restart) is reconnected; anything else is a problem.
+        stats.goodProblems.push(`${id}: ${error instanceof Error ? error.message : String(error)}`);
+      }
       continue;
     }
-    if (end === null) {
-      if (c.closeCode === null) stats.goodProblems.push(`${id}: no batch in 120 s`);
-      continue;
-    }
-    const expected =
-      delivery === "stream" ? Array.from({ length: groups }, (_, g) => g) : (end.kept as number[]);
-    const wrong = expected.filter((g) => seen.get(g) !== 1);
-    if (wrong.length || seen.size !== expected.length)
-      stats.goodProblems.push(`${id}: groups ${wrong.join(",")} not delivered exactly once`);
-    stats.groupsDelivered += seen.size;
-    if (slow) stats.slowRollouts++;
-    else stats.goodRollouts++;
-    c.send({ type: "ack", rollout: id, groups: [], batch: true });
     // A trainer between steps (a real one spends this time on the gradient update).
     if (!slow) await sleep(500 + rng() * 500);
   }
@@ -142,21 +140,13 @@ async function trainer(index: number, slow: boolean): Promise<void> {
 // Silent sockets
 // ---------------------------------------------------------------------------------------------
 
-function rawSocket(): Promise<Socket> {
-  const { hostname, port } = new URL(url);
-  return new Promise((resolve, reject) => {
-    const s = tcpConnect({ host: hostname, port: Number(port) }, () => resolve(s));
-    s.once("error", reject);
-  });
-}
-
 async function silent(): Promise<void> {
   while (running()) {
     const held: (() => void)[] = [];
     const tries: Promise<void>[] = [];
     for (let i = 0; i < 20; i++) {
       tries.push(
-        rawSocket().then((s) => {
+        rawSocket(url).then((s) => {
           s.on("error", () => {});
           if (i % 2) s.write("GET /v1/rollouts HTTP/1.1\r\nHost: x\r\n");
           held.push(() => s.destroy());
@@ -212,10 +202,15 @@ function randomBadFrame(): Uint8Array | string {
 }
 
 /**
- * Every kind of dose runs once first (the warm-up sees each kind's peak, so RSS after it
- * measures growth, not a high-water mark not yet reached), then they come at random.
+ * The warm-up: the two hostile clients take these in step, so every kind of dose runs, and the
+ * heaviest run side by side (the worst overlap the random part can bring), twice. RSS is a
+ * high-water mark (V8 and malloc keep freed pages for reuse), so after the warm-up it measures
+ * growth, not a peak not yet reached. Then doses come at random.
  */
-const firstDoses = ["budget", "flood", "parser", "unacked", "cancel", "reuse", "bad"];
+const firstDoses = [
+  ...["budget", "budget", "flood", "flood", "budget", "flood", "cancel", "cancel"],
+  ...["budget", "budget", "flood", "flood", "parser", "parser", "unacked", "reuse", "bad", "bad"],
+];
 
 /** One dose of one of #10's attacks, or a burst of bad frames. */
 async function hostileDose(): Promise<void> {
@@ -331,8 +326,9 @@ async function hostileDose(): Promise<void> {
 
 async function hostile(): Promise<void> {
   while (running()) {
+    const warmingUp = firstDoses.length > 0;
     await hostileDose();
-    await sleep(rng() * 2000);
+    if (!warmingUp) await sleep(rng() * 2000);
   }
 }
 

@@ -4,7 +4,8 @@
 // process's CPU time so far (cpu_ms, user + system).
 // Usage: node bench/tokens-mock-engine.ts [toy|qwen3]
 import { createInterface } from "node:readline";
-import { startMockEngine, type TokenizerName } from "../src/mock-engine/server.ts";
+import { startMockEngine } from "../src/mock-engine/server.ts";
+import type { TokenizerName } from "../src/mock-engine/tokenizer.ts";
 
 const tokenizer = (process.argv[2] ?? "qwen3") as TokenizerName;
 const engine = await startMockEngine({ model: "mock", seed: 1, tokenizer });

@@ -1,11 +1,23 @@
 // The attack bench's clients: the tests' protocol client (test/helpers/ws-client.ts), plus
 // a way to stop reading (the kernel's buffers fill, then the server's), and the well-behaved
 // client whose rollouts must keep completing during every attack.
+import { type Socket, connect as tcpConnect } from "node:net";
 import { pauseReading, resumeReading, TestClient } from "../../test/helpers/ws-client.ts";
 
 export { pauseReading, resumeReading };
 
 export type Client = TestClient;
+
+export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
+
+/** A raw TCP socket to the server (for half-sent upgrades and silent connections). */
+export function rawSocket(url: string, localAddress?: string): Promise<Socket> {
+  const { hostname, port } = new URL(url);
+  return new Promise((resolve, reject) => {
+    const s = tcpConnect({ host: hostname, port: Number(port), localAddress }, () => resolve(s));
+    s.once("error", reject);
+  });
+}
 
 /** Connects and says hello as `name`; socket errors (the server closing on us) are expected here. */
 export async function connect(url: string, name = "attack", token?: string): Promise<Client> {
@@ -52,25 +64,49 @@ export async function goodRollout(
   }
 }
 
-/** One rollout on an open connection (see goodRollout). */
+/** A rollout the server refused (its error frame's code and message). */
+export class RolloutRefused extends Error {
+  readonly code: string;
+  constructor(code: string, message: string) {
+    super(`refused: ${code} ${message}`);
+    this.code = code;
+  }
+}
+
+/** How a trainer paces itself (the soak's slow trainers credit one group at a time, late). */
+export interface Pacing {
+  /** Credit sent with the rollout (default 4); each acknowledged group gives one more. */
+  credit?: number;
+  /** Awaited before each group's ack. */
+  beforeAck?: () => Promise<void>;
+  /** Run once the rollout is sent, beside the wait for its verdict (e.g. stop reading a while). */
+  meanwhile?: () => Promise<void>;
+}
+
+/**
+ * One rollout on an open connection (see goodRollout); resolves to the number of groups
+ * delivered. Throws RolloutRefused when the server refuses it, or an Error naming what went wrong.
+ */
 export async function playRollout(
   c: Client,
   id: string,
   timeoutMs: number,
   shape: GoodRolloutShape,
-): Promise<void> {
+  pacing: Pacing = {},
+): Promise<number> {
   const seen = new Map<number, number>();
-  const onMessage = () => {
+  const onMessage = async () => {
     const f = c.received.at(-1)!;
     if (f.type !== "group" || f.rollout !== id) return;
     const g = f.group as number;
     seen.set(g, (seen.get(g) ?? 0) + 1);
+    await pacing.beforeAck?.();
     c.send({ type: "ack", rollout: id, groups: [g] });
     c.send({ type: "credit", groups: 1 });
   };
   c.ws.on("message", onMessage);
   try {
-    c.send({ type: "credit", groups: 4 });
+    c.send({ type: "credit", groups: pacing.credit ?? 4 });
     c.send({
       type: "rollout",
       id,
@@ -80,11 +116,12 @@ export async function playRollout(
       seed: shape.seed ?? 7,
       delivery: shape.delivery,
     });
+    await pacing.meanwhile?.();
     const end = await c.next(
       (f) => f.rollout === id && (f.type === "batch" || f.type === "error"),
       timeoutMs,
     );
-    if (end.type === "error") throw new Error(`refused: ${end.code} ${end.message}`);
+    if (end.type === "error") throw new RolloutRefused(String(end.code), String(end.message));
     if (end.failed !== 0) throw new Error(`${end.failed} failed episodes`);
     const expected =
       shape.delivery === "stream"
@@ -92,9 +129,10 @@ export async function playRollout(
         : (end.kept as number[]);
     const missing = expected.filter((g) => !seen.has(g));
     const twice = [...seen].filter(([, n]) => n > 1).map(([g]) => g);
-    if (missing.length || twice.length)
+    if (missing.length || twice.length || seen.size !== expected.length)
       throw new Error(`groups missing ${missing.join(",") || "none"}, twice ${twice.join(",") || "none"}`);
     c.send({ type: "ack", rollout: id, groups: [], batch: true });
+    return seen.size;
   } finally {
     c.ws.off("message", onMessage);
   }

@@ -24,6 +24,7 @@ import { FILTER_FLAGS, filterCommand } from "./filter.ts";
 import { type CliStreams, io, withStreams } from "./io.ts";
 import { PARSE_FLAGS, parseCommand } from "./parse.ts";
 import { ROLLOUT_FLAGS, rolloutCommand } from "./rollout.ts";
+import { ensureServeRuntime } from "./runtime.ts";
 import { SERVE_FLAGS, serveCommand } from "./serve.ts";
 import { SHOW_FLAGS, showCommand } from "./show.ts";
 
@@ -257,7 +258,10 @@ export async function runMain(): Promise<void> {
     if (error.code === "EPIPE") process.exit(0);
     throw error;
   });
-  process.exitCode = await run(process.argv.slice(2));
+  const argv = process.argv.slice(2);
+  // A server runs with its measured memory settings (runtime.ts); this may re-execute in place.
+  if (argv[0] === "serve" && !wantsHelp(argv)) ensureServeRuntime();
+  process.exitCode = await run(argv);
 }
 
 if (import.meta.main) await runMain();

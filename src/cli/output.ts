@@ -61,7 +61,7 @@ function scalarText(value: unknown): string {
  * A JSON value as indented `key: value` lines; text with line breaks (boards, prompts) is printed
  * as a block below its key instead of a string full of `\n`.
  */
-export function prettyLines(value: unknown, indent = ""): string[] {
+function prettyLines(value: unknown, indent = ""): string[] {
   if (isScalar(value)) return [`${indent}${scalarText(value)}`];
   const entries: [string, unknown][] = Array.isArray(value)
     ? value.map((v, i) => [`[${i}]`, v])

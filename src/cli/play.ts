@@ -29,7 +29,7 @@ interface Step {
 const ESC = "\u001b";
 
 /** Splits a chunk of terminal input into keys, escape sequences (arrow keys) kept whole. */
-export function keysOf(chunk: string): string[] {
+function keysOf(chunk: string): string[] {
   const keys: string[] = [];
   for (let i = 0; i < chunk.length; ) {
     if (chunk[i] === ESC && (chunk[i + 1] === "[" || chunk[i + 1] === "O")) {

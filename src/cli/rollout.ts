@@ -515,7 +515,7 @@ function seedField(config: RollgymConfig, mode: string, groups: number): [string
 }
 
 /** Fails now, before any work, when `path` cannot be created or written. */
-export function checkWritable(flag: string, path: string): void {
+function checkWritable(flag: string, path: string): void {
   let problem: string | null;
   try {
     problem = writeProblem(path);

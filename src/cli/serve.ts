@@ -5,6 +5,7 @@ import { readFileSync, statSync } from "node:fs";
 import { resolve as absolute } from "node:path";
 import { buildServer, type RollgymServer, type ShutdownReport } from "../server/app.ts";
 import { DEFAULT_CONNECTION_LIMITS } from "../server/connections.ts";
+import { DEFAULT_LIMITS } from "../server/state.ts";
 import { type FlagSpec, parseArgs, parseInteger, UsageError } from "./args.ts";
 import { CONFIG_FLAGS, isOverride, reportLoaded, setup } from "./context.ts";
 import { io, say } from "./io.ts";
@@ -24,7 +25,7 @@ export const SERVE_FLAGS: Record<string, FlagSpec> = {
   "max-buffered-groups": {
     kind: "value",
     arg: "N",
-    help: "finished groups a stream rollout holds for a slow client (64)",
+    help: `finished groups a stream rollout holds for a slow client (${DEFAULT_LIMITS.maxBufferedGroups})`,
   },
   "group-concurrency": {
     kind: "value",
@@ -74,7 +75,7 @@ export async function serveCommand(argv: readonly string[]): Promise<void> {
 
   const maxBufferedGroups = parseInteger(
     "--max-buffered-groups",
-    args.values.get("max-buffered-groups") ?? "64",
+    args.values.get("max-buffered-groups") ?? String(DEFAULT_LIMITS.maxBufferedGroups),
     1,
     1_000_000,
   );

@@ -46,11 +46,7 @@ function mergeData(base: unknown, over: unknown): unknown {
 }
 
 /** A custom_envs entry merged into the tag it names, or a new tag when it names none. */
-export function mergeTagSpec(
-  tag: string,
-  base: TagSpec | undefined,
-  entry: CustomEnvEntry,
-): Partial<TagSpec> {
+function mergeTagSpec(tag: string, base: TagSpec | undefined, entry: CustomEnvEntry): Partial<TagSpec> {
   const merged: Record<string, unknown> = base ? { ...structuredClone(base) } : { tag };
   for (const [field, value] of Object.entries(entry)) {
     merged[field] = field === "env_config" ? mergeData(merged.env_config, value) : value;

@@ -6,8 +6,10 @@
 // verbatim. Written here rather than called through @lenml/tokenizers (whose encode the tests
 // use as the reference) because it is several times faster: a load test must not be bound by
 // the mock's tokenizer. Loaded once per process, on first use (about 0.5 s, ~150 MB).
+
 import { readFile } from "node:fs/promises";
 import { createRequire } from "node:module";
+import { MinHeap } from "./min-heap.ts";
 import type { DecodeOptions, MockTokenizer, TokenStreamDecoder } from "./tokenizer.ts";
 
 /** The package the vocabulary comes from; the version is pinned in package.json. */
@@ -85,48 +87,6 @@ const FILLER_WORDS = [
 const SHIFT = 2 ** 18; // > every id and every merge rank
 const POS_SHIFT = 2 ** 32;
 const CACHE_LIMIT = 200_000;
-
-/** A binary min-heap of non-negative safe integers. */
-class MinHeap {
-  readonly #items: number[] = [];
-
-  get size(): number {
-    return this.#items.length;
-  }
-
-  push(value: number): void {
-    const a = this.#items;
-    let i = a.length;
-    a.push(value);
-    while (i > 0) {
-      const parent = (i - 1) >> 1;
-      if (a[parent] <= value) break;
-      a[i] = a[parent];
-      i = parent;
-    }
-    a[i] = value;
-  }
-
-  pop(): number {
-    const a = this.#items;
-    const top = a[0];
-    const last = a.pop()!;
-    if (a.length > 0) {
-      let i = 0;
-      for (;;) {
-        const l = 2 * i + 1;
-        if (l >= a.length) break;
-        const r = l + 1;
-        const c = r < a.length && a[r] < a[l] ? r : l;
-        if (a[c] >= last) break;
-        a[i] = a[c];
-        i = c;
-      }
-      a[i] = last;
-    }
-    return top;
-  }
-}
 
 class Qwen3Tokenizer implements MockTokenizer {
   readonly name = "qwen3" as const;
@@ -267,7 +227,7 @@ class Qwen3Tokenizer implements MockTokenizer {
       prev[i] = i - 1;
       next[i] = i + 1 < n ? i + 1 : -1;
     }
-    const heap = new MinHeap();
+    const heap = new MinHeap<number>((entry) => entry);
     const consider = (pos: number): void => {
       const r = next[pos];
       if (r < 0) return;
@@ -276,7 +236,7 @@ class Qwen3Tokenizer implements MockTokenizer {
     };
     for (let i = 0; i + 1 < n; i++) consider(i);
     while (heap.size > 0) {
-      const entry = heap.pop();
+      const entry = heap.pop()!;
       const rank = Math.floor(entry / POS_SHIFT);
       const pos = entry - rank * POS_SHIFT;
       if (ids[pos] < 0) continue;
@@ -335,8 +295,17 @@ class Qwen3Tokenizer implements MockTokenizer {
     return this.#tokens[id] ?? "";
   }
 
+  /** Decoded once per id: logprobs ask for the same tokens' text over and over. */
+  readonly #textOf = new Map<number, string>();
+
   tokenText(id: number): string {
-    return this.isValidId(id) ? this.decode([id]) : "";
+    if (!this.isValidId(id)) return "";
+    let text = this.#textOf.get(id);
+    if (text === undefined) {
+      text = this.decode([id]);
+      this.#textOf.set(id, text);
+    }
+    return text;
   }
 
   tokenBytes(id: number): number[] {

@@ -8,7 +8,9 @@
 // 1 + k·(V − V0) tokens. Jobs wait in two min-heaps, prefill by end time and decode by the V
 // at which they finish, and one timer is armed for the next event. Streaming jobs are also
 // woken every `streamTickMs` to pass on the tokens they made.
+
 import { type LatencyModel, perTokenMs } from "./latency.ts";
+import { MinHeap } from "./min-heap.ts";
 
 /** What the scheduler needs from the latency model. */
 export type DecodeTiming = Pick<LatencyModel, "tpotMs" | "batchKnee" | "slowdownPerRequest">;
@@ -73,63 +75,38 @@ class Job implements DecodeJob {
   }
 }
 
-/** A binary min-heap of jobs by a key; removed jobs are dropped lazily when they reach the top. */
+/** Jobs of one phase by a key; jobs that have left the phase are dropped lazily when they reach the top. */
 class JobHeap {
-  readonly #items: Job[] = [];
-  readonly #key: (job: Job) => number;
+  readonly #heap: MinHeap<Job>;
   readonly #phase: Job["phase"];
 
   constructor(key: (job: Job) => number, phase: Job["phase"]) {
-    this.#key = key;
+    this.#heap = new MinHeap(key);
     this.#phase = phase;
   }
 
   push(job: Job): void {
-    const items = this.#items;
-    items.push(job);
-    let i = items.length - 1;
-    const k = this.#key(job);
-    while (i > 0) {
-      const parent = (i - 1) >> 1;
-      if (this.#key(items[parent]) <= k) break;
-      items[i] = items[parent];
-      i = parent;
-    }
-    items[i] = job;
+    this.#heap.push(job);
   }
 
   /** The live job with the smallest key, or undefined. */
   peek(): Job | undefined {
-    while (this.#items.length > 0 && this.#items[0].phase !== this.#phase) this.#popTop();
-    return this.#items[0];
+    let top = this.#heap.peek();
+    while (top !== undefined && top.phase !== this.#phase) {
+      this.#heap.pop();
+      top = this.#heap.peek();
+    }
+    return top;
   }
 
   pop(): Job | undefined {
     const top = this.peek();
-    if (top !== undefined) this.#popTop();
+    if (top !== undefined) this.#heap.pop();
     return top;
   }
 
   clear(): void {
-    this.#items.length = 0;
-  }
-
-  #popTop(): void {
-    const items = this.#items;
-    const last = items.pop()!;
-    if (items.length === 0) return;
-    const k = this.#key(last);
-    let i = 0;
-    for (;;) {
-      const left = 2 * i + 1;
-      if (left >= items.length) break;
-      const right = left + 1;
-      const child = right < items.length && this.#key(items[right]) < this.#key(items[left]) ? right : left;
-      if (this.#key(items[child]) >= k) break;
-      items[i] = items[child];
-      i = child;
-    }
-    items[i] = last;
+    this.#heap.clear();
   }
 }
 

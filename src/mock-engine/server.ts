@@ -55,19 +55,6 @@ import {
   parseTokenizeRequest,
 } from "./validate.ts";
 
-export type { ChatTemplateName } from "./chat-template.ts";
-export type { GenerationConfig } from "./generation-config.ts";
-export {
-  describeLatencyModel,
-  LATENCY_PRESET_NAMES,
-  LATENCY_PRESETS,
-  type LatencyModel,
-  type LatencyPresetName,
-  type LognormalLengths,
-} from "./latency.ts";
-export type { ReasoningParserName } from "./reasoning.ts";
-export type { MockTokenizer, TokenizerName } from "./tokenizer.ts";
-
 /** vLLM's /pause modes (facts §4.3). */
 export type PauseMode = "abort" | "wait" | "keep";
 

@@ -469,11 +469,11 @@ export function tokenBytes(id: number): number[] {
 }
 
 /** Word-piece ids, for filler text (ignore_eos, min_tokens) and logprob alternatives. */
-export function wordPieceId(index: number): number {
+function wordPieceId(index: number): number {
   return WORD_BASE + (index % PIECES.length);
 }
 
-export const WORD_PIECE_COUNT = PIECES.length;
+const WORD_PIECE_COUNT = PIECES.length;
 
 // --- the tokenizer interface the server uses (the toy above, or the real Qwen3 one) ---------
 

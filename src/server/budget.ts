@@ -4,15 +4,41 @@
 import type { Session } from "./session.ts";
 import type { ServerState } from "./state.ts";
 
-/** Stream groups waiting for budget, per server: woken whenever any session releases episodes. */
-const waiting = new WeakMap<ServerState, Set<() => void>>();
+/** A stream group waiting for room: held and resolved (true) as soon as its episodes fit. */
+interface Waiter {
+  session: Session;
+  episodes: number;
+  /** Called once its episodes are held. */
+  admitted: () => void;
+}
+
+/** Stream groups waiting for budget, per server, oldest first. */
+const waiting = new WeakMap<ServerState, Set<Waiter>>();
 
 /** The callback a new session reports its changes to. */
 export function budgetReporter(state: ServerState): (delta: number) => void {
   return (delta) => {
     state.episodesInFlight += delta;
-    if (delta < 0) for (const wake of [...(waiting.get(state) ?? [])]) wake();
+    if (delta < 0) admitWaiting(state);
   };
+}
+
+/** Holds the episodes of every waiting group that fits now, oldest first. */
+function admitWaiting(state: ServerState): void {
+  const set = waiting.get(state);
+  if (!set) return;
+  for (const waiter of set) {
+    if (!fitsBudget(state, waiter.session, waiter.episodes)) continue;
+    set.delete(waiter);
+    waiter.session.hold(waiter.episodes);
+    waiter.admitted();
+  }
+}
+
+/** Whether `episodes` more fit the session's share and the server's total. */
+function fitsBudget(state: ServerState, session: Session, episodes: number): boolean {
+  const { maxEpisodesPerConnection: share, maxEpisodesInFlight: total } = state.options;
+  return state.episodesInFlight + episodes <= total && session.episodesHeld + episodes <= share;
 }
 
 /**
@@ -25,6 +51,7 @@ export function budgetRefusal(
   episodes: number,
   what: string,
 ): { limit: string; message: string } | null {
+  if (fitsBudget(state, session, episodes)) return null;
   const { maxEpisodesPerConnection: share, maxEpisodesInFlight: total } = state.options;
   if (state.episodesInFlight + episodes > total) {
     return {
@@ -41,27 +68,34 @@ export function budgetRefusal(
   return null;
 }
 
-/** Resolves once `episodes` fit the session's share and the server's total (or `signal` aborts), and holds them. */
-export async function holdWhenRoom(
+/** Resolves once `episodes` fit the session's share and the server's total, holding them (true), or when `signal` aborts (false). */
+export function holdWhenRoom(
   state: ServerState,
   session: Session,
   episodes: number,
   signal: AbortSignal,
 ): Promise<boolean> {
-  while (budgetRefusal(state, session, episodes, "") && !signal.aborted) {
-    await new Promise<void>((resolve) => {
-      const set = waiting.get(state) ?? new Set<() => void>();
-      waiting.set(state, set);
-      const wake = () => {
-        set.delete(wake);
-        signal.removeEventListener("abort", wake);
-        resolve();
-      };
-      set.add(wake);
-      signal.addEventListener("abort", wake, { once: true });
-    });
+  if (signal.aborted) return Promise.resolve(false);
+  if (fitsBudget(state, session, episodes)) {
+    session.hold(episodes);
+    return Promise.resolve(true);
   }
-  if (signal.aborted) return false;
-  session.hold(episodes);
-  return true;
+  const set = waiting.get(state) ?? new Set<Waiter>();
+  waiting.set(state, set);
+  return new Promise<boolean>((resolve) => {
+    const abort = () => {
+      set.delete(waiter);
+      resolve(false);
+    };
+    const waiter: Waiter = {
+      session,
+      episodes,
+      admitted: () => {
+        signal.removeEventListener("abort", abort);
+        resolve(true);
+      },
+    };
+    set.add(waiter);
+    signal.addEventListener("abort", abort, { once: true });
+  });
 }

@@ -94,11 +94,7 @@ export function handleConnection(state: ServerState, socket: WebSocket, onHello?
   socket.on("close", (code: number) => {
     state.rolloutContext.watch?.unsubscribe(socket);
     const current = session as Session | null;
-    for (const envs of hosted.values()) {
-      envs.dispose();
-      current?.release(envs.size);
-    }
-    hosted.clear();
+    if (current) for (const [id, envs] of hosted) dropHosted(hosted, current, id, envs);
     if (current && state.sessions.get(current.id) === current && !state.closing) {
       // A client that said goodbye (1000) with nothing held has nothing to resume.
       if (code === 1000 && current.idle) current.end();
@@ -381,10 +377,7 @@ function dispatch(
           .then(
             () => reply({ type: "env_opened", id: message.id, episodes: envs.opened() }),
             (error: unknown) => {
-              if (hosted.get(message.id) !== envs) return; // closed meanwhile
-              hosted.delete(message.id);
-              envs.dispose();
-              session.release(envs.size);
+              if (!dropHosted(hosted, session, message.id, envs)) return; // closed meanwhile
               fail(
                 "internal",
                 `${envs.tokenSession ? "engine: " : ""}${error instanceof Error ? error.message : String(error)}`,
@@ -413,16 +406,15 @@ function dispatch(
         );
         return;
       }
+      // Counted now, so steps queued behind this one are checked against it too.
+      envs.heldBytes += adds;
       const refuse = (error: unknown): void => {
-        if (error instanceof EnvHostError)
+        if (error instanceof EnvHostError) {
+          envs.heldBytes -= adds; // refused before anything was applied
           fail(error.code, error.message, { field: "responses", id: message.id });
-        else if (envs.tokenSession) {
+        } else if (envs.tokenSession) {
           // Its responses are applied but its next ids are not known: the session cannot go on.
-          if (hosted.get(message.id) === envs) {
-            hosted.delete(message.id);
-            session.release(envs.size);
-          }
-          envs.dispose();
+          dropHosted(hosted, session, message.id, envs);
           fail(
             "internal",
             `engine: ${error instanceof Error ? error.message : String(error)}; env session ${JSON.stringify(message.id)} is closed, open a new one`,
@@ -462,6 +454,23 @@ function dispatch(
       return;
     }
   }
+}
+
+/**
+ * Ends env session `id` if `envs` is still hosted under it (a session closed meanwhile is its
+ * env_close's to release). Returns whether it did.
+ */
+function dropHosted(
+  hosted: Map<string, HostedEnvs>,
+  session: Session,
+  id: string,
+  envs: HostedEnvs,
+): boolean {
+  if (hosted.get(id) !== envs) return false;
+  hosted.delete(id);
+  envs.dispose();
+  session.release(envs.size);
+  return true;
 }
 
 /** checkRolloutShape's group and seed checks only: episodes are the budget's (budget.ts). */

@@ -33,7 +33,10 @@ export class HostedEnvs {
   private readonly registry: EnvRegistry;
   private readonly episodes: Episode[] = [];
   private readonly messagesMode: MessagesMode;
-  /** Response text (UTF-16 code units ≈ bytes) applied so far: what the session holds. */
+  /**
+   * Response text (UTF-16 code units ≈ bytes) and sampled ids this session holds, counted by
+   * the connection when a step is accepted (before it runs) against max_env_bytes_per_connection.
+   */
   heldBytes = 0;
   /** Token sessions only: the engine that renders deltas, and one log per episode. */
   private readonly tokens: TokenEngine | null;
@@ -168,7 +171,6 @@ export class HostedEnvs {
   step(responses: Responses): Record<string, unknown>[] {
     if (this.tokens) throw new Error("a token session steps through stepTokens");
     this.check(responses);
-    this.heldBytes += HostedEnvs.bytesOf(responses);
     return responses.map(({ env_id, text }) => this.apply(env_id, text));
   }
 
@@ -178,7 +180,6 @@ export class HostedEnvs {
     const signal = this.stop.signal;
     if (!engine) throw new Error("not a token session");
     this.check(responses);
-    this.heldBytes += HostedEnvs.bytesOf(responses);
     const results = responses.map(({ env_id, text, sampled_ids, logprobs }) => {
       const log = this.logs[env_id];
       // Unknown logprobs stay unknown (NaN), never a made-up certainty.

@@ -19,7 +19,7 @@ export interface SendLimits {
 }
 
 /** Client frames whose replies may be in preparation at once before reading stops. */
-export const MAX_REPLIES_IN_PROGRESS = 16;
+const MAX_REPLIES_IN_PROGRESS = 16;
 
 export class Outbound {
   readonly socket: WebSocket;
@@ -86,8 +86,12 @@ export class Outbound {
 
   /** Sends `frame` unless the socket is closed or the client has passed the hard mark. */
   send(frame: object): boolean {
+    return this.open && this.sendEncoded(encodeMessage(frame));
+  }
+
+  /** Sends an already encoded frame, like `send`. */
+  sendEncoded(bytes: Uint8Array): boolean {
     if (!this.open) return false;
-    const bytes = encodeMessage(frame);
     const buffered = this.socket.bufferedAmount;
     if (buffered > 0 && buffered + bytes.byteLength > this.limits.maxSendBufferBytes) {
       this.closeSlow(`${buffered + bytes.byteLength} bytes unread > max_send_buffer_bytes`);

@@ -3,10 +3,13 @@
 // groups for resume, the per-rollout buffers that hold a rollout back behind a slow client, and
 // the session's share of the episode budget (docs/server.md "Episode budget").
 import { randomUUID } from "node:crypto";
+import { encodeMessage } from "../../protocol/codec.ts";
 import type { ServerMessage } from "../../protocol/messages.ts";
 import type { Outbound } from "./outbound.ts";
 
 type Frame = ServerMessage & { type: string };
+
+const isGroup = (item: GroupEntry | Frame): item is GroupEntry => "bytes" in item;
 
 interface GroupEntry {
   rollout: string;
@@ -14,7 +17,11 @@ interface GroupEntry {
   seq: number;
   /** Episodes the group holds against the budget until it is acknowledged. */
   episodes: number;
-  frame: Frame;
+  /**
+   * The group frame, encoded once when it is queued: a held group costs its msgpack bytes (a
+   * fraction of the objects it was built from), and a resume sends the same bytes again.
+   */
+  bytes: Uint8Array;
 }
 
 /** What a session knows about one rollout's delivery. */
@@ -121,7 +128,7 @@ export class Session {
       // batch frames of complete rollouts the client has not confirmed.
       const again = [...this.inflight.values()].sort((a, b) => a.seq - b.seq);
       this.inflight.clear();
-      const queuedBatches = new Set(this.outbox.filter((f) => !("frame" in f) && f.type === "batch"));
+      const queuedBatches = new Set(this.outbox.filter((f) => !isGroup(f) && f.type === "batch"));
       const batches = [...this.rollouts.values()]
         .map((r) => r.batch)
         .filter((b): b is Frame => b !== null && !queuedBatches.has(b));
@@ -168,7 +175,8 @@ export class Session {
 
   /** Queues a finished group; its `episodes` stay held until the client acknowledges it. */
   enqueueGroup(rollout: string, group: number, frame: Frame, episodes = 0): void {
-    const entry = { rollout, group, seq: ++this.seq, episodes, frame: { ...frame, seq: this.seq } as Frame };
+    const seq = ++this.seq;
+    const entry = { rollout, group, seq, episodes, bytes: encodeMessage({ ...frame, seq }) };
     this.unacked.set(rollout, (this.unacked.get(rollout) ?? 0) + 1);
     this.unackedTotal++;
     this.outbox.push(entry);
@@ -226,7 +234,7 @@ export class Session {
   /** Shutdown: send the queued non-group frames (the verdicts) even where groups wait for credit. */
   flushVerdicts(): void {
     const out = this.out;
-    for (const frame of this.outbox.splice(0)) if (!("frame" in frame)) out?.send(frame);
+    for (const frame of this.outbox.splice(0)) if (!isGroup(frame)) out?.send(frame);
   }
 
   private pump(): void {
@@ -235,12 +243,12 @@ export class Session {
     // Behind a socket that is not draining, frames wait here (none is dropped) until it drains.
     while (this.outbox.length > 0 && !out.congested && out.open) {
       const next = this.outbox[0];
-      if ("frame" in next) {
+      if (isGroup(next)) {
         if (this.credit <= 0) return;
         this.credit--;
         this.inflight.set(`${next.rollout}/${next.group}`, next);
         this.outbox.shift();
-        out.send(next.frame);
+        out.sendEncoded(next.bytes);
       } else {
         this.outbox.shift();
         out.send(next);

@@ -23,7 +23,7 @@ export interface WatchLimits {
   maxBufferBytes: number;
 }
 
-export const DEFAULT_WATCH_LIMITS: WatchLimits = { maxWatchers: 32, maxBufferBytes: 4 << 20 };
+const DEFAULT_WATCH_LIMITS: WatchLimits = { maxWatchers: 32, maxBufferBytes: 4 << 20 };
 
 /** How often a watcher that lost frames is checked for room to send its gap notice. */
 const GAP_POLL_MS = 200;

@@ -7,46 +7,21 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ChatPolicy } from "../../src/llm/openai-chat.ts";
 import { startMockEngine } from "../../src/mock-engine/server.ts";
 import { buildServer, type RollgymServer } from "../../src/server/app.ts";
-import { type Frame, TestClient } from "../helpers/ws-client.ts";
+import { type Frame, playToVerdict, rolloutFrame, TestClient } from "../helpers/ws-client.ts";
 
 const PROTOCOL = readFileSync(new URL("../../protocol/PROTOCOL.md", import.meta.url), "utf8");
 
-/** A 2 × 2 rollout with credit and acks (so its session holds nothing after); resolves to its batch frame. */
+/** A 2 × 2 stream rollout with credit and acks (so its session holds nothing after); resolves to its verdict. */
 async function goodRollout(url: string, id: string): Promise<Frame> {
   const c = await TestClient.connect(url);
-  c.ws.on("message", () => {
-    const f = c.received.at(-1)!;
-    if (f.type === "group") c.send({ type: "ack", rollout: id, groups: [f.group] });
-  });
-  c.send({ type: "credit", groups: 10 });
-  c.send({
-    type: "rollout",
-    id,
-    tags: [{ tag: "SimpleSokoban", groups: 2 }],
-    mode: "train",
-    group_size: 2,
-    seed: 3,
-    delivery: "stream",
-  });
-  const batch = await c.next((f) => f.rollout === id && (f.type === "batch" || f.type === "error"));
+  const verdict = await playToVerdict(c, rolloutFrame(id, 2, 2, { seed: 3, delivery: "stream" }));
   expect(c.of("group").filter((g) => g.rollout === id)).toHaveLength(2);
-  c.send({ type: "ack", rollout: id, groups: [], batch: true });
   c.close();
-  return batch;
+  return verdict;
 }
 
-function rollout(id: string, groups: number, groupSize: number, extra: Record<string, unknown> = {}) {
-  return {
-    type: "rollout",
-    id,
-    tags: [{ tag: "SimpleSokoban", groups }],
-    mode: "train",
-    group_size: groupSize,
-    seed: 1,
-    delivery: "batch",
-    ...extra,
-  };
-}
+const rollout = (id: string, groups: number, groupSize: number, extra: Record<string, unknown> = {}) =>
+  rolloutFrame(id, groups, groupSize, { seed: 1, ...extra });
 
 describe("#10.2: responses built to make a regex backtrack", () => {
   it("~1 MB each: parsed and answered with env_stepped (no action found)", async () => {

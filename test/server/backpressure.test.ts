@@ -5,7 +5,14 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { CLOSE_CODES } from "../../protocol/codec.ts";
 import { buildServer, type RollgymServer } from "../../src/server/app.ts";
 import type { Outbound } from "../../src/server/outbound.ts";
-import { type Frame, pauseReading, resumeReading, TestClient } from "../helpers/ws-client.ts";
+import {
+  pauseReading,
+  playToVerdict,
+  resumeReading,
+  rolloutFrame,
+  TestClient,
+  until,
+} from "../helpers/ws-client.ts";
 
 const PAUSE = 64 * 1024;
 const HARD = 4 * 1024 * 1024;
@@ -31,25 +38,6 @@ function outboundOf(client: TestClient): Outbound {
   return server.state.sessions.get(id)!.outbound!;
 }
 
-async function until(check: () => boolean): Promise<void> {
-  while (!check()) await new Promise((resolve) => setTimeout(resolve, 5));
-}
-
-async function completeRollout(client: TestClient, id: string): Promise<Frame> {
-  client.send({ type: "credit", groups: 100 });
-  client.send({
-    type: "rollout",
-    id,
-    tags: [{ tag: "SimpleSokoban", groups: 8 }],
-    mode: "train",
-    group_size: 2,
-    delivery: "batch",
-  });
-  const batch = await client.next((f) => f.type === "batch" && f.rollout === id);
-  client.send({ type: "ack", rollout: id, groups: batch.kept as number[], batch: true });
-  return batch;
-}
-
 describe("a client that stops reading", () => {
   it("is paused, its frames wait unprocessed, then it is closed with 4008; others are served", async () => {
     const hog = await TestClient.connect(url);
@@ -63,7 +51,10 @@ describe("a client that stops reading", () => {
     }
     await until(() => out.congested || !out.open);
     const bystander = await TestClient.connect(url);
-    expect(await completeRollout(bystander, "fine")).toMatchObject({ episodes: 16, failed: 0 });
+    expect(await playToVerdict(bystander, rolloutFrame("fine", 8, 2))).toMatchObject({
+      episodes: 16,
+      failed: 0,
+    });
 
     // Closed for not reading once send_stall_s passes; nothing more was queued meanwhile.
     await until(() => !out.open);
@@ -79,7 +70,10 @@ describe("a client that stops reading", () => {
     expect(hog.closeReason).toMatch(/send_stall_s/);
     expect(hog.of("env_closed").length).toBeLessThan(pairs);
     expect(hog.received.length).toBeGreaterThanOrEqual(answered);
-    expect(await completeRollout(bystander, "again")).toMatchObject({ episodes: 16, failed: 0 });
+    expect(await playToVerdict(bystander, rolloutFrame("again", 8, 2))).toMatchObject({
+      episodes: 16,
+      failed: 0,
+    });
     bystander.close();
   });
 

@@ -4,7 +4,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { buildServer, type RollgymServer } from "../../src/server/app.ts";
 import type { Session } from "../../src/server/session.ts";
-import { type Frame, TestClient } from "../helpers/ws-client.ts";
+import { playToVerdict, rolloutFrame, TestClient, until } from "../helpers/ws-client.ts";
 
 let server: RollgymServer;
 let url: string;
@@ -22,45 +22,12 @@ afterAll(async () => {
   await server.shutdown();
 });
 
-const rollout = (id: string, groups: number, groupSize: number, delivery = "stream") => ({
-  type: "rollout",
-  id,
-  tags: [{ tag: "SimpleSokoban", groups }],
-  mode: "train",
-  group_size: groupSize,
-  delivery,
-});
+const rollout = (id: string, groups: number, groupSize: number, delivery = "stream") =>
+  rolloutFrame(id, groups, groupSize, { delivery });
 
 function sessionOf(client: TestClient): Session {
   const id = client.of("welcome")[0].session as string;
   return server.state.sessions.get(id)!;
-}
-
-/** Plays a rollout to its batch frame, acknowledging everything. */
-async function complete(client: TestClient, id: string, groups: number, groupSize: number): Promise<Frame> {
-  const from = client.received.length;
-  const fresh = (f: Frame) => client.received.indexOf(f) >= from;
-  client.send({ type: "credit", groups: 1000 });
-  client.send(rollout(id, groups, groupSize));
-  for (;;) {
-    const next = await client.next(
-      (f) =>
-        f.rollout === id &&
-        fresh(f) &&
-        (f.type === "batch" || f.type === "error" || (f.type === "group" && !f._acked)),
-    );
-    if (next.type !== "group") {
-      client.send({ type: "ack", rollout: id, groups: [], batch: true });
-      return next;
-    }
-    next._acked = true;
-    client.send({ type: "ack", rollout: id, groups: [next.group as number] });
-  }
-}
-
-/** Waits until `check` holds, reading server state between event-loop turns (never a timing assertion). */
-async function until(check: () => boolean): Promise<void> {
-  while (!check()) await new Promise((resolve) => setTimeout(resolve, 5));
 }
 
 describe("episode budgets", () => {
@@ -87,13 +54,17 @@ describe("episode budgets", () => {
     expect(await host.next((f) => f.type === "error" && f.id === "e2")).toMatchObject({ code: "limit" });
 
     // Another client's rollout completes meanwhile.
-    expect(await complete(other, "fine", 4, 2)).toMatchObject({ type: "batch", episodes: 8, failed: 0 });
+    expect(await playToVerdict(other, rollout("fine", 4, 2))).toMatchObject({
+      type: "batch",
+      episodes: 8,
+      failed: 0,
+    });
 
     // Closing the env session gives its episodes back.
     host.send({ type: "env_close", id: "e" });
     await host.next((f) => f.type === "env_closed");
     expect(sessionOf(host).episodesHeld).toBe(0);
-    expect(await complete(host, "r2", 8, 2)).toMatchObject({ type: "batch", episodes: 16 });
+    expect(await playToVerdict(host, rollout("r2", 8, 2))).toMatchObject({ type: "batch", episodes: 16 });
     await until(() => server.state.episodesInFlight === 0);
     host.close();
     other.close();
@@ -147,7 +118,7 @@ describe("episode budgets", () => {
     // Acknowledging gives episodes back; the paused stream goes on once it gets credit.
     c.send({ type: "ack", rollout: "c", groups: Array.from({ length: 10 }, (_, g) => g), batch: true });
     await until(() => server.state.episodesInFlight === 48);
-    expect(await complete(d, "d2", 10, 2)).toMatchObject({ type: "batch", episodes: 20 });
+    expect(await playToVerdict(d, rollout("d2", 10, 2))).toMatchObject({ type: "batch", episodes: 20 });
     streamHog.send({ type: "cancel", rollout: "huge" });
     streamHog.send({ type: "credit", groups: 100 });
     const cancelled = await streamHog.next((f) => f.type === "batch" && f.rollout === "huge");
@@ -166,7 +137,7 @@ describe("episode budgets", () => {
       peak = Math.max(peak, sessionOf(client).episodesHeld);
     }, 1);
     try {
-      expect(await complete(client, "narrow", 10, 4)).toMatchObject({
+      expect(await playToVerdict(client, rollout("narrow", 10, 4))).toMatchObject({
         type: "batch",
         episodes: 40,
         failed: 0,
@@ -197,12 +168,12 @@ describe("episode budgets", () => {
     expect(refused.message).toMatch(/max_unacked_groups is 20; this session holds 20/);
     // Meanwhile another client is served.
     const other = await TestClient.connect(url);
-    expect(await complete(other, "o", 2, 2)).toMatchObject({ type: "batch", episodes: 4 });
+    expect(await playToVerdict(other, rollout("o", 2, 2))).toMatchObject({ type: "batch", episodes: 4 });
 
     client.send({ type: "ack", rollout: "keep", groups: [0, 1, 2, 3, 4, 5, 6, 7, 8, 9] });
     await until(() => session.unacknowledgedGroups === 10);
     expect(session.episodesHeld).toBe(10);
-    expect(await complete(client, "next", 1, 1)).toMatchObject({ type: "batch", episodes: 1 });
+    expect(await playToVerdict(client, rollout("next", 1, 1))).toMatchObject({ type: "batch", episodes: 1 });
     client.close();
     other.close();
   });
@@ -247,7 +218,7 @@ describe("sessions after a normal close", () => {
 
   it("end at once when nothing is held, and wait for a resume when something is", async () => {
     const done = await TestClient.connect(url);
-    expect(await complete(done, "all-acked", 2, 1)).toMatchObject({ type: "batch" });
+    expect(await playToVerdict(done, rollout("all-acked", 2, 1))).toMatchObject({ type: "batch" });
     const doneId = sessionOf(done).id;
     await until(() => sessionOf(done).idle);
     done.ws.close(1000);

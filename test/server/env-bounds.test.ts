@@ -75,6 +75,28 @@ describe("env hosting bounds", () => {
     client.close();
   });
 
+  it("counts a step's bytes when it is accepted, so steps sent back to back cannot overshoot", async () => {
+    const client = await TestClient.connect(url);
+    client.send({ type: "env_open", id: "q", tag: "SimpleSokoban", groups: 1, group_size: 3, max_turn: 5 });
+    await client.next((f) => f.type === "env_opened" && f.id === "q");
+    const long = `${"x".repeat(4000)}</think><answer>Up</answer>`;
+    // Three steps in one TCP write: the server checks each before the one ahead of it has run.
+    const from = client.received.length;
+    const socket = (client.ws as unknown as { _socket: import("node:net").Socket })._socket;
+    socket.cork();
+    for (const env_id of [0, 1, 2])
+      client.send({ type: "env_step", id: "q", responses: [{ env_id, text: long }] });
+    socket.uncork();
+    const refused = await arrivedAfter(client, from, "error", "q");
+    expect(refused).toMatchObject({ code: "limit", field: "responses" });
+    expect(refused.message).toMatch(/hold 8\d{3} bytes/);
+    // A refused step holds nothing: once the session is closed, the bytes are free again.
+    client.send({ type: "env_close", id: "q" });
+    const closed = await client.next((f) => f.type === "env_closed" && f.id === "q");
+    expect((closed.episodes as { turns: unknown[] }[]).map((e) => e.turns.length)).toEqual([1, 1, 0]);
+    client.close();
+  });
+
   it("sends only the messages added since the previous turn by default; `full` sends the chat", async () => {
     const client = await TestClient.connect(url);
     const open = { tag: "SimpleSokoban", groups: 2, group_size: 2, seed: 77, max_turn: 8 };

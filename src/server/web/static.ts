@@ -37,8 +37,15 @@ function stripTypes(source: string): string {
   }
 }
 
-/** Every file the page may load, by URL path, read and prepared once. */
+let loaded: Map<string, StaticFile> | null = null;
+
+/** Every file the page may load, by URL path, read and prepared once per process. */
 export function loadStaticFiles(): Map<string, StaticFile> {
+  loaded ??= readStaticFiles();
+  return loaded;
+}
+
+function readStaticFiles(): Map<string, StaticFile> {
   const files = new Map<string, StaticFile>();
   for (const name of readdirSync(CLIENT_DIR)) {
     const type = TYPES[extname(name)];

@@ -12,6 +12,7 @@ import { createInterface } from "node:readline";
 import { parseArgs } from "node:util";
 import WebSocket from "ws";
 import { encodeMessage } from "../protocol/codec.ts";
+import { servingUrl } from "../test/helpers/cli.ts";
 import {
   type Client,
   connect,
@@ -202,14 +203,7 @@ async function signalThroughWrapper(command: string, args: string[]): Promise<st
     env: { ...process.env, ROLLGYM_LOG_LEVEL: "error" },
   });
   child.stderr!.resume();
-  let url = "";
-  for await (const line of createInterface({ input: child.stdout! })) {
-    const match = /serving on (http:\/\/\S+)/.exec(line);
-    if (match) {
-      url = match[1];
-      break;
-    }
-  }
+  const url = await servingUrl(child.stdout!);
   child.stdout!.resume();
   if (!url) return `${command}: did not start`;
   const start = performance.now();

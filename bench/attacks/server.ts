@@ -2,9 +2,9 @@
 // read from /proc/PID/status is the server's alone (the attacking clients live elsewhere).
 import { type ChildProcess, fork, spawn } from "node:child_process";
 import { dirname, join } from "node:path";
-import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 import { cpuSeconds, memoryOf } from "../../src/bench/children.ts";
+import { servingUrl } from "../../test/helpers/cli.ts";
 import { type ProbeReport, probeReport } from "./probe-report.ts";
 
 export const ROOT = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
@@ -52,14 +52,7 @@ export async function startServe(
       resolve(exited);
     }),
   );
-  let url = "";
-  for await (const line of createInterface({ input: child.stdout! })) {
-    const match = /serving on (http:\/\/\S+)/.exec(line);
-    if (match) {
-      url = match[1];
-      break;
-    }
-  }
+  const url = await servingUrl(child.stdout!);
   if (!url) throw new Error(`rollgym serve exited before listening: ${err}`);
   child.stdout!.resume();
   const pid = child.pid!;

@@ -10,6 +10,8 @@
 // there and are never filled; they are accepted here for later vLLM, where those fields
 // default to null and take the server default (facts §1.1), so a test can cover both.
 
+import type { SamplingFields } from "./validate.ts";
+
 export interface GenerationConfig {
   temperature?: number;
   top_p?: number;
@@ -64,17 +66,17 @@ export function checkGenerationConfig(value: unknown): GenerationConfig {
 }
 
 /** The sampling fields as the request sent them: null means omitted or JSON null. */
-export interface RequestedSampling {
-  kind: "chat" | "completion";
-  temperature: number | null;
-  topP: number | null;
-  topK: number | null;
-  minP: number | null;
-  repetitionPenalty: number | null;
-  presencePenalty: number | null;
-  frequencyPenalty: number | null;
-  maxTokens: number | null;
-}
+export type RequestedSampling = { kind: "chat" | "completion" } & Pick<
+  SamplingFields,
+  | "temperature"
+  | "topP"
+  | "topK"
+  | "minP"
+  | "repetitionPenalty"
+  | "presencePenalty"
+  | "frequencyPenalty"
+  | "maxTokens"
+>;
 
 export interface EffectiveSampling {
   temperature: number;

@@ -1,36 +1,26 @@
 // `rollgym serve` runs with its memory settings (src/cli/runtime.ts): started without them it
 // re-executes itself in place (same PID), keeps any setting the user gave, and ROLLGYM_RUNTIME=as-is
 // leaves the process as started.
-import { type ChildProcess, spawn } from "node:child_process";
+
+import type { ChildProcess } from "node:child_process";
 import { readFileSync } from "node:fs";
-import { dirname, join } from "node:path";
-import { createInterface } from "node:readline";
-import { fileURLToPath } from "node:url";
 import { afterEach, describe, expect, it } from "vitest";
 import { missingServeSettings, SERVE_MALLOC_ENV, SERVE_NODE_FLAGS } from "../../src/cli/runtime.ts";
+import { spawnServe } from "../helpers/cli.ts";
 
-const ROOT = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
 const children: ChildProcess[] = [];
 afterEach(() => {
   for (const child of children.splice(0)) child.kill("SIGKILL");
 });
 
-/** Starts `rollgym serve --port 0` with `env` added; resolves once it listens. */
+/** `rollgym serve` with `env` added to an environment without any serve setting of its own. */
 async function serve(env: NodeJS.ProcessEnv): Promise<{ pid: number; url: string }> {
   const clean = { ...process.env };
   for (const name of [...Object.keys(SERVE_MALLOC_ENV), "NODE_OPTIONS", "ROLLGYM_RUNTIME"])
     delete clean[name];
-  const child = spawn(process.execPath, ["src/cli/main.ts", "serve", "--port", "0"], {
-    cwd: ROOT,
-    stdio: ["ignore", "pipe", "pipe"],
-    env: { ...clean, ...env },
-  });
+  const { url, child } = await spawnServe([], { ...clean, ...env });
   children.push(child);
-  for await (const line of createInterface({ input: child.stdout! })) {
-    const match = /serving on (http:\/\/\S+)/.exec(line);
-    if (match) return { pid: child.pid!, url: match[1] };
-  }
-  throw new Error("serve exited before listening");
+  return { pid: child.pid!, url };
 }
 
 const argvOf = (pid: number) => readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0");

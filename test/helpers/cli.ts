@@ -2,6 +2,7 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { dirname, join } from "node:path";
 import { createInterface } from "node:readline";
+import type { Readable } from "node:stream";
 import { fileURLToPath } from "node:url";
 
 export const ROOT = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
@@ -46,17 +47,29 @@ export function expectUsageError(result: CliResult, mentions: readonly string[],
   if (problems.length) throw new Error(`${problems.join("; ")}\nstderr: ${result.stderr}`);
 }
 
-/** `rollgym serve` in its own process on a free port; resolves once it prints its URL. */
+/** The URL `rollgym serve` prints once it listens, read from its stdout; "" if it ends first. */
+export async function servingUrl(stdout: Readable): Promise<string> {
+  for await (const line of createInterface({ input: stdout })) {
+    const match = /serving on (http:\/\/\S+)/.exec(line);
+    if (match) return match[1];
+  }
+  return "";
+}
+
+/**
+ * `rollgym serve` in its own process on a free port, with `env` as its whole environment
+ * (default: this one's); resolves once it prints its URL.
+ */
 export async function spawnServe(
   args: readonly string[] = [],
+  env: NodeJS.ProcessEnv = process.env,
 ): Promise<{ url: string; child: ChildProcess }> {
   const child = spawn(process.execPath, ["src/cli/main.ts", "serve", "--port", "0", ...args], {
     cwd: ROOT,
+    env,
     stdio: ["ignore", "pipe", "inherit"],
   });
-  for await (const line of createInterface({ input: child.stdout! })) {
-    const match = /serving on (http:\/\/\S+)/.exec(line);
-    if (match) return { url: match[1], child };
-  }
-  throw new Error("rollgym serve exited before listening");
+  const url = await servingUrl(child.stdout!);
+  if (!url) throw new Error("rollgym serve exited before listening");
+  return { url, child };
 }

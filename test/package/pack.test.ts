@@ -5,9 +5,8 @@ import { execFileSync, spawn } from "node:child_process";
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { delimiter, dirname, join } from "node:path";
-import { createInterface } from "node:readline";
 import { beforeAll, describe, expect, it } from "vitest";
-import { ROOT } from "../helpers/cli.ts";
+import { ROOT, servingUrl } from "../helpers/cli.ts";
 
 const work = mkdtempSync(join(tmpdir(), "rollgym-pack-"));
 const project = join(work, "project");
@@ -121,14 +120,7 @@ describe("the packed package in a fresh project", () => {
       detached: true,
     });
     try {
-      let url = "";
-      for await (const line of createInterface({ input: child.stdout! })) {
-        const match = /serving on (http:\/\/\S+)/.exec(line);
-        if (match) {
-          url = match[1];
-          break;
-        }
-      }
+      const url = await servingUrl(child.stdout!);
       const envs = (await (await fetch(`${url}/v1/envs`)).json()) as {
         envs: { tag: string; config: object }[];
       };

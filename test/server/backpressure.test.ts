@@ -85,14 +85,7 @@ describe("a client that stops reading", () => {
     const out = session.outbound!;
     pauseReading(client);
     client.send({ type: "credit", groups: 10_000 });
-    client.send({
-      type: "rollout",
-      id: "s",
-      tags: [{ tag: "SimpleSokoban", groups: 400 }],
-      mode: "train",
-      group_size: 16,
-      delivery: "stream",
-    });
+    client.send(rolloutFrame("s", 400, 16, { delivery: "stream" }));
     let queuedWhilePaused = 0;
     await until(() => {
       if (out.congested) queuedWhilePaused = Math.max(queuedWhilePaused, session.queuedFrames);
@@ -126,14 +119,7 @@ describe("a client that stops reading", () => {
     const out = session.outbound!;
     pauseReading(client);
     client.send({ type: "credit", groups: 10_000 });
-    client.send({
-      type: "rollout",
-      id: "s",
-      tags: [{ tag: "SimpleSokoban", groups: 1000 }],
-      mode: "train",
-      group_size: 16,
-      delivery: "stream",
-    });
+    client.send(rolloutFrame("s", 1000, 16, { delivery: "stream" }));
     await until(() => !out.open);
     expect(out.peakBufferedBytes).toBeLessThanOrEqual(HARD);
     resumeReading(client);
@@ -143,16 +129,7 @@ describe("a client that stops reading", () => {
     // The session waits for a resume, its unsent groups kept; other clients are served.
     expect(strict.state.sessions.get(session.id)).toBe(session);
     const other = await TestClient.connect(strictUrl);
-    other.send({ type: "credit", groups: 10 });
-    other.send({
-      type: "rollout",
-      id: "o",
-      tags: [{ tag: "SimpleSokoban", groups: 2 }],
-      mode: "train",
-      group_size: 2,
-      delivery: "batch",
-    });
-    expect(await other.next((f) => f.type === "batch")).toMatchObject({ episodes: 4 });
+    expect(await playToVerdict(other, rolloutFrame("o", 2, 2))).toMatchObject({ type: "batch", episodes: 4 });
     other.close();
     await strict.shutdown();
   }, 120_000);

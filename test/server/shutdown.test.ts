@@ -4,9 +4,8 @@
 // client that does not read, and with a second and third signal.
 import { type ChildProcess, spawn } from "node:child_process";
 import { existsSync, readdirSync, readFileSync } from "node:fs";
-import { createInterface } from "node:readline";
 import { afterEach, describe, expect, it } from "vitest";
-import { ROOT, spawnServe } from "../helpers/cli.ts";
+import { ROOT, servingUrl, spawnServe } from "../helpers/cli.ts";
 import { pauseReading, TestClient } from "../helpers/ws-client.ts";
 
 // Processes a failed test may leave behind (an orphaned server is what these tests look for).
@@ -184,21 +183,18 @@ async function serve(
       w.resolve();
     }
   });
-  for await (const text of createInterface({ input: child.stdout! })) {
-    const match = /serving on (http:\/\/\S+)/.exec(text);
-    if (match)
-      return {
-        child,
-        url: match[1],
-        exited,
-        stderr: () => stderr,
-        line: (pattern) =>
-          pattern.test(stderr)
-            ? Promise.resolve()
-            : new Promise((resolve) => watchers.push({ pattern, resolve })),
-      };
-  }
-  throw new Error(`${command} ${args.join(" ")} exited before listening: ${stderr}`);
+  const url = await servingUrl(child.stdout!);
+  if (!url) throw new Error(`${command} ${args.join(" ")} exited before listening: ${stderr}`);
+  return {
+    child,
+    url,
+    exited,
+    stderr: () => stderr,
+    line: (pattern) =>
+      pattern.test(stderr)
+        ? Promise.resolve()
+        : new Promise((resolve) => watchers.push({ pattern, resolve })),
+  };
 }
 
 /** Every process below `pid` now (Linux /proc). */

@@ -556,6 +556,7 @@ interface Interruptible {
   signalName(): NodeJS.Signals | null;
   /** The batch has started: from now on a first signal stops it gracefully. */
   started(): void;
+  /** The command is done: uninstall the handlers, unless a signal came (the process is ending). */
   release(): void;
 }
 
@@ -586,6 +587,9 @@ function interruptible(): Interruptible {
       running = true;
     },
     release: () => {
+      // Once interrupted, a second signal still stops at once, also while the end is written:
+      // without a handler it would kill the process with the signal instead.
+      if (received) return;
       process.off("SIGINT", onSignal);
       process.off("SIGTERM", onSignal);
     },

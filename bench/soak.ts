@@ -388,24 +388,38 @@ function perMinute(points: { t: number; rss: number }[]): number[] {
   return out;
 }
 
-/** Least-squares slope of RSS (MiB) over time (min), for samples after the warm-up. */
-function slope(points: { t: number; rss: number }[]): number {
+/**
+ * Least-squares slope of RSS (MiB) over time (min), for samples after the warm-up, and its
+ * standard error. RSS rises and falls with every full GC, so neighbouring samples are not
+ * independent: the error is widened by the residuals' integrated autocorrelation time.
+ */
+function slope(points: { t: number; rss: number }[]): { slope: number; standardError: number } {
   const xs = points.map((p) => p.t / 60);
   const ys = points.map((p) => p.rss / MiB);
-  const mx = xs.reduce((a, b) => a + b, 0) / xs.length;
-  const my = ys.reduce((a, b) => a + b, 0) / ys.length;
+  const n = xs.length;
+  const mx = xs.reduce((a, b) => a + b, 0) / n;
+  const my = ys.reduce((a, b) => a + b, 0) / n;
   let num = 0;
   let den = 0;
-  for (let i = 0; i < xs.length; i++) {
+  for (let i = 0; i < n; i++) {
     num += (xs[i] - mx) * (ys[i] - my);
     den += (xs[i] - mx) ** 2;
   }
-  return num / den;
+  const b = num / den;
+  const residuals = ys.map((y, i) => y - (my + b * (xs[i] - mx)));
+  const sumSquares = residuals.reduce((a, r) => a + r * r, 0);
+  let tau = 1;
+  for (let lag = 1; lag < Math.min(30, n); lag++) {
+    let c = 0;
+    for (let i = 0; i + lag < n; i++) c += residuals[i] * residuals[i + lag];
+    tau += 2 * Math.max(0, c / sumSquares);
+  }
+  return { slope: b, standardError: Math.sqrt((sumSquares / (n - 2) / den) * tau) };
 }
 const after = samples.filter((s) => s.t >= WARMUP_S && Number.isFinite(s.rss));
-const rssSlope = slope(after);
+const { slope: rssSlope, standardError: rssSlopeError } = slope(after);
 const heapAfter = heapSamples.filter((s) => s.t >= WARMUP_S);
-const heapSlope = heapAfter.length > 2 ? slope(heapAfter) : Number.NaN;
+const heapSlope = heapAfter.length > 2 ? slope(heapAfter).slope : Number.NaN;
 const summary = {
   date: new Date().toISOString(),
   minutes,
@@ -415,6 +429,7 @@ const summary = {
   rss_end_mib: Math.round(samples.at(-1)!.rss / MiB),
   rss_peak_mib: Math.round(hwm / MiB),
   rss_slope_mib_per_min: Number(rssSlope.toFixed(3)),
+  rss_slope_standard_error_mib_per_min: Number(rssSlopeError.toFixed(2)),
   samples_after_warmup: after.length,
   rss_per_minute_mib: perMinute(samples),
   heap_plus_external_after_warmup_mib: Math.round(heapAfter[0]?.rss / MiB),

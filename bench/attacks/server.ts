@@ -21,8 +21,10 @@ export interface ServeChild {
   /** CPU seconds the process has used (user + system), from /proc/PID/stat; NaN once gone. */
   cpuSeconds(): number;
   alive(): boolean;
-  /** SIGTERM, then SIGKILL after `graceMs`; resolves when the process has exited. */
-  /** SIGTERM (unless `signal` is false: the caller has signalled), then SIGKILL after `graceMs`. */
+  /**
+   * SIGTERM (unless `signal` is false: the caller has signalled), then SIGKILL after `graceMs`;
+   * resolves when the process has exited.
+   */
   stop(graceMs?: number, signal?: boolean): Promise<{ code: number | null; signal: string | null }>;
   /** The server's stderr so far (its warnings and errors). */
   stderr(): string;

@@ -51,7 +51,6 @@ export function budgetRefusal(
   episodes: number,
   what: string,
 ): { limit: string; message: string } | null {
-  if (fitsBudget(state, session, episodes)) return null;
   const { maxEpisodesPerConnection: share, maxEpisodesInFlight: total } = state.options;
   if (state.episodesInFlight + episodes > total) {
     return {

@@ -25,6 +25,9 @@ export const SERVE_NODE_FLAGS: readonly string[] = [
   "--heap-growing-percent=200",
 ];
 
+/** The growing percent only tempers memory-saver mode: a user who turns that off gets neither. */
+const PART_OF: Readonly<Record<string, string>> = { "--heap-growing-percent": "--memory-saver-mode" };
+
 /** Where distributions install jemalloc's shared library (Debian's `libjemalloc2` first). */
 const MULTIARCH: Partial<Record<NodeJS.Architecture, string>> = {
   x64: "x86_64-linux-gnu",
@@ -62,12 +65,13 @@ export function missingServeSettings(
     for (const [name, value] of Object.entries(SERVE_MALLOC_ENV))
       if (env[name] === undefined) missingEnv[name] = value;
   const given = [...execArgv, ...(env.NODE_OPTIONS ?? "").split(/\s+/)];
+  const has = (name: string) => given.some((arg) => arg === name || arg.startsWith(`${name}=`));
+  const turnedOff = (name: string | undefined) => name !== undefined && has(name.replace(/^--/, "--no-"));
   return {
     env: missingEnv,
     flags: SERVE_NODE_FLAGS.filter((flag) => {
       const name = flag.split("=")[0];
-      const negated = name.replace(/^--/, "--no-");
-      return !given.some((arg) => arg === name || arg === negated || arg.startsWith(`${name}=`));
+      return !has(name) && !turnedOff(name) && !turnedOff(PART_OF[name]);
     }),
   };
 }

@@ -100,6 +100,8 @@ export class ProgressBar {
   private last = this.started;
   /** The count the last drawn line showed. */
   private shown = -1;
+  private detail: () => string | null = () => null;
+  private timer: NodeJS.Timeout | null = null;
 
   constructor(label: string, total: number, unit = "episodes") {
     this.label = label;
@@ -116,20 +118,39 @@ export class ProgressBar {
     if (due) this.draw(now);
   }
 
+  /**
+   * Also redraws on a timer (every second on a terminal, every 5 s in a log) while `detail`
+   * says something, so a wait on the engine shows instead of a frozen bar.
+   */
+  watch(detail: () => string | null): void {
+    this.detail = detail;
+    this.timer = setInterval(
+      () => {
+        if (detail() !== null) this.draw(Date.now());
+      },
+      this.tty ? 1000 : 5000,
+    );
+    this.timer.unref();
+  }
+
   private draw(now: number): void {
     this.last = now;
     this.shown = this.done_;
     const width = 30;
     const filled = Math.round((width * this.done_) / Math.max(this.total, 1));
     const rate = this.done_ / Math.max((now - this.started) / 1000, 1e-3);
+    const detail = this.detail();
     const text =
       `${this.label} [${"#".repeat(filled)}${"-".repeat(width - filled)}] ${this.done_}/${this.total} ${this.unit}` +
-      `${this.failed ? `, ${this.failed} failed` : ""}, ${rate.toFixed(1)}/s`;
-    this.stderr.write(this.tty ? `\r${text}` : `${text}\n`);
+      `${this.failed ? `, ${this.failed} failed` : ""}, ${rate.toFixed(1)}/s${detail ? `; ${detail}` : ""}`;
+    this.stderr.write(this.tty ? `\r\x1b[2K${text}` : `${text}\n`);
   }
 
   /** Ends the bar with the final count (also in a log, where the last periodic line may be old). */
   done(): void {
+    if (this.timer !== null) clearInterval(this.timer);
+    this.timer = null;
+    this.detail = () => null;
     if (this.done_ > 0 && this.shown !== this.done_) this.draw(Date.now());
     if (this.tty && this.done_ > 0) this.stderr.write("\n");
   }

@@ -7,7 +7,8 @@ import type { EnvRegistry } from "../../envs/registry.ts";
 import { type LoadedConfig, originOf, type RollgymConfig } from "../config/index.ts";
 import { oraclePolicy, randomPolicy } from "../llm/builtin.ts";
 import { ChatPolicy } from "../llm/openai-chat.ts";
-import { type Policy, PolicyError } from "../llm/policy.ts";
+import { describeEngineStatus, type Policy, PolicyError } from "../llm/policy.ts";
+import { logprobsSource, logprobsWarning } from "../llm/token-engine.ts";
 import { EpisodeFileWriter } from "../record/episode-file.ts";
 import { type BatchRequest, type BatchResult, runBatch, validateBatchRequest } from "../rollout/batch.ts";
 import { checkRolloutShape, RolloutLimitError } from "../rollout/limits.ts";
@@ -306,6 +307,12 @@ async function play(
       `rollgym.max_obs_length=${config.rollgym.max_obs_length} has no effect: observations are never cut (RAGEN's renders are far below old RAGEN's limits)`,
     );
   }
+  const logprobs =
+    request.tokens && policy instanceof ChatPolicy ? logprobsSource(policy.engineDialect) : null;
+  if (request.tokens && policy instanceof ChatPolicy) {
+    const warning = logprobsWarning(policy.engineDialect, request.sampling);
+    if (warning) say(warning);
+  }
   let file: EpisodeFileWriter | null = null;
   if (out !== undefined) {
     try {
@@ -318,6 +325,7 @@ async function play(
 
   const total = request.tags.reduce((n, t) => n + t.groups, 0) * request.groupSize;
   const bar = new ProgressBar(`${request.mode} ${request.tags.map((t) => t.tag).join("+")}`, total);
+  bar.watch(() => describeEngineStatus(policy.engineStatus?.()));
   const started = Date.now();
   let turns = 0;
   let batch: BatchResult;
@@ -351,6 +359,7 @@ async function play(
           group_size: request.groupSize,
           tags: [...request.tags],
           policy: policy.name,
+          ...(logprobs ? { logprobs } : {}),
           settings: {
             episode: request.episode,
             sampling: request.sampling,

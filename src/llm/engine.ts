@@ -2,7 +2,7 @@
 // speaks (vLLM or llama.cpp, told apart by their routes), its context length, and how to count
 // a chat prompt's tokens exactly as its chat route will render them.
 import type { ChatMessage } from "../rollout/prompt.ts";
-import { type EngineConnections, EngineError, requestJson } from "./http.ts";
+import { type EngineConnections, EngineError, requestJson, UnusableAnswer } from "./http.ts";
 
 export type Dialect = "vllm" | "llamacpp";
 
@@ -157,7 +157,7 @@ export class EngineTokenCounter {
         ),
       );
       const count = positiveInt(body.count) ?? (Array.isArray(body.tokens) ? body.tokens.length : null);
-      if (count === null) throw new EngineError("/tokenize answered without a token count", 502);
+      if (count === null) throw new UnusableAnswer("/tokenize answered without a token count");
       return count;
     }
     // llama.cpp counts a chat body exactly as its chat route renders and tokenizes it.
@@ -171,7 +171,7 @@ export class EngineTokenCounter {
     );
     const count = positiveInt(body.input_tokens);
     if (count === null)
-      throw new EngineError("/v1/chat/completions/input_tokens answered without a count", 502);
+      throw new UnusableAnswer("/v1/chat/completions/input_tokens answered without a count");
     return count;
   }
 }

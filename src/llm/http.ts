@@ -39,6 +39,19 @@ export class EngineError extends Error {
   }
 }
 
+/**
+ * A 2xx answer that cannot be used (a missing field, logprobs that do not fit the tokens). The
+ * same request gives the same answer (same prompt, same per-request seed), so it is tried once
+ * more at most, in case a proxy garbled it, and never for the whole retry budget. Not the
+ * replica's fault: it stays in routing.
+ */
+export class UnusableAnswer extends EngineError {
+  constructor(message: string) {
+    super(message, 502, null, false);
+    this.name = "UnusableAnswer";
+  }
+}
+
 export interface RequestOptions {
   signal?: AbortSignal;
   timeoutMs: number;

@@ -9,8 +9,9 @@ import { setTimeout as sleep } from "node:timers/promises";
 import type { ChatMessage } from "../rollout/prompt.ts";
 import { type Deadline, deadline } from "./deadline.ts";
 import { type Dialect, describeEngine, type EngineInfo, EngineTokenCounter } from "./engine.ts";
-import { EngineConnections, EngineError, requestJson } from "./http.ts";
+import { EngineConnections, EngineError, requestJson, UnusableAnswer } from "./http.ts";
 import {
+  type EngineStatus,
   type Policy,
   PolicyError,
   type PolicyRequest,
@@ -78,7 +79,12 @@ export function samplingFields(sampling: SamplingParams, dialect: Dialect): Reco
           mirostat: 0,
           top_n_sigma: -1,
         }
-      : { repetition_penalty: sampling.repetition_penalty };
+      : {
+          repetition_penalty: sampling.repetition_penalty,
+          // A stop string stays in the text (vLLM drops it by default), so the scored response
+          // is what the model wrote: RAGEN's parser needs a closing tag used as a stop.
+          include_stop_str_in_output: true,
+        };
   return {
     temperature: sampling.temperature,
     top_p: sampling.top_p,
@@ -149,6 +155,9 @@ export class ChatPolicy implements Policy {
   /** Set by preflight when the context length is known. */
   meter: PromptMeter | null = null;
   /** Request outcomes, for reports and metrics. */
+  /** Requests in backoff before their next attempt, and the fault that put the latest there. */
+  private retrying = 0;
+  private lastError: string | null = null;
   readonly stats = {
     requests: 0,
     retries: 0,
@@ -326,6 +335,21 @@ export class ChatPolicy implements Policy {
     });
   }
 
+  engineStatus(): EngineStatus {
+    const replicas = this.pool.snapshot();
+    const down = replicas.filter((r) => !r.healthy).length;
+    // Requests queue for a slot all the time; waiting counts only while no replica is up.
+    const waiting = this.pool.anyHealthy ? 0 : this.pool.waiting;
+    const busy = this.retrying > 0 || down > 0 || waiting > 0;
+    return {
+      retrying: this.retrying,
+      waiting_for_replica: waiting,
+      replicas: replicas.length,
+      replicas_down: down,
+      last_error: busy ? this.lastError : null,
+    };
+  }
+
   /** Settings the token engine needs to speak to the same replicas the same way. */
   get transport(): {
     model: string;
@@ -401,6 +425,10 @@ export class ChatPolicy implements Policy {
           this.stats.failures++;
           throw new PolicyError(error.message);
         }
+        if (error instanceof UnusableAnswer && index >= 1) {
+          this.stats.failures++;
+          throw new PolicyError(`${error.message} (twice; an answer like this is not retried further)`);
+        }
         const elapsed = Date.now() - started;
         const capped = maxRetries !== null && maxRetries !== undefined && index >= maxRetries;
         if (capped || elapsed >= retryBudgetMs) {
@@ -411,6 +439,7 @@ export class ChatPolicy implements Policy {
           );
         }
         this.stats.retries++;
+        this.lastError = error.message;
         const backoff =
           Math.min(maxBackoffMs, backoffMs * 2 ** Math.min(index, 20)) * (0.5 + Math.random() / 2);
         // Retry-After is a floor, never a reason to retry hot ("Retry-After: 0").
@@ -418,10 +447,13 @@ export class ChatPolicy implements Policy {
           error.retryAfterS !== null ? Math.max(error.retryAfterS * 1000, backoffMs) : backoff,
           retryBudgetMs - elapsed,
         );
+        this.retrying++;
         try {
           await sleep(wait, undefined, { signal });
         } catch {
           throw new PolicyError("cancelled");
+        } finally {
+          this.retrying--;
         }
       }
     }
@@ -455,7 +487,7 @@ export class ChatPolicy implements Policy {
       connections: this.connections,
     })) as ChatCompletion;
     const choice = completion?.choices?.[0];
-    if (!choice?.message) throw new EngineError("the response has no choices", 502);
+    if (!choice?.message) throw new UnusableAnswer("the response has no choices");
     const finishReason = choice.finish_reason ?? null;
     if (finishReason === "abort") this.stats.aborts++;
     checkFinishReason(finishReason);

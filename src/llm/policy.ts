@@ -88,9 +88,34 @@ export interface Policy {
   tokenEngine?(): TokenEngine | null;
   /** Engine replicas and their load, for metrics (remote policies). */
   replicas?(): ReplicaSnapshot[];
+  /** What the policy is waiting on at the engine right now (remote policies). */
+  engineStatus?(): EngineStatus;
   /** The episode behind `affinity` is over (frees routing state). */
   forget?(affinity: string): void;
   close?(): Promise<void>;
+}
+
+/** Requests waiting on the engine at one moment: retries in backoff and replicas out of routing. */
+export interface EngineStatus {
+  /** Requests waiting to be tried again after a transient fault. */
+  retrying: number;
+  /** Requests waiting for a healthy replica. */
+  waiting_for_replica: number;
+  replicas: number;
+  replicas_down: number;
+  /** The latest transient fault, while requests are waiting; null otherwise. */
+  last_error: string | null;
+}
+
+/** One line for a progress display, or null when nothing waits on the engine. */
+export function describeEngineStatus(status: EngineStatus | undefined): string | null {
+  if (!status) return null;
+  const parts: string[] = [];
+  if (status.replicas_down > 0) parts.push(`${status.replicas_down}/${status.replicas} replicas down`);
+  if (status.retrying > 0) parts.push(`${status.retrying} requests retrying`);
+  if (status.waiting_for_replica > 0) parts.push(`${status.waiting_for_replica} waiting for a replica`);
+  if (parts.length === 0) return null;
+  return `waiting on the engine: ${parts.join(", ")}${status.last_error ? ` (last error: ${status.last_error})` : ""}`;
 }
 
 /** A generation that failed for good (after retries); the episode is reported failed with it. */

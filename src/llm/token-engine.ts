@@ -7,18 +7,24 @@
 import type { ChatMessage } from "../rollout/prompt.ts";
 import { onParentAbort } from "./deadline.ts";
 import { type Dialect, serverRoot } from "./engine.ts";
-import { EngineError, type RequestOptions, requestJson } from "./http.ts";
+import { EngineError, type RequestOptions, requestJson, UnusableAnswer } from "./http.ts";
 import { type ChatPolicy, checkFinishReason, samplingFields } from "./openai-chat.ts";
 import type { SamplingParams } from "./policy.ts";
 
 export interface TokenSample {
   /** Exactly the ids the engine sampled, the stop token included when it reports it. */
   ids: number[];
-  /** The sampled token's logprob at each of `ids`. */
+  /** The sampled token's logprob at each of `ids`; NaN where the engine reported none. */
   logprobs: number[];
   /** The generated text as the engine decoded it (special tokens skipped). */
   text: string;
   finishReason: string;
+  /**
+   * The engine stopped on a stop string: its text then ends before the string (or inside the
+   * token that completed it) while `ids` hold every sampled token, so the text is decoded from
+   * the ids instead.
+   */
+  stoppedOnString: boolean;
   /** The prompt ids as the engine saw them, when it echoes them (vLLM's prompt_token_ids). */
   promptIds: number[] | null;
   /** Prompt tokens the engine reused from its cache, when it reports it (llama.cpp). */
@@ -36,10 +42,15 @@ const CHAT_ONLY_FIELDS = new Set([
   "messages",
 ]);
 
-/** A fixed system message the next user block is rendered after (its delta is the block). */
-const TEMPLATE_NOT_PREFIX =
-  "the chat template renders a conversation differently once a user message follows; token mode needs a template that appends each message";
+/** How a turn ended, for what the log appends after it. */
+export interface TurnEnd {
+  /** The last sampled id. */
+  lastId: number | undefined;
+  /** The engine stopped on an end-of-generation token (not a stop string, not the length limit). */
+  stoppedOnToken: boolean;
+}
 
+/** A probe conversation's system message, only to find the template's closing of a turn (never in a log). */
 const ANCHOR: ChatMessage = { role: "system", content: "x" };
 /** Content whose end marks where the template closes an assistant turn. */
 const MARK = "\u2063rollgym-end-of-content\u2063";
@@ -55,6 +66,28 @@ function startsWith(ids: readonly number[], prefix: readonly number[]): boolean 
 }
 
 type Options = RequestOptions;
+
+/**
+ * Which distribution the logged logprobs come from, for the episode file header: llama.cpp is
+ * asked for probabilities after its sampling chain; vLLM's depend on how it was started, which
+ * its API does not tell.
+ */
+export function logprobsSource(dialect: Dialect): string {
+  return dialect === "llamacpp"
+    ? "sampling distribution (llama.cpp post_sampling_probs)"
+    : "vLLM's --logprobs-mode: raw_logprobs (before temperature, top-k/p, min-p) unless the engine was started with --logprobs-mode processed_logprobs";
+}
+
+/** A start-up warning when the logged logprobs may not be those of the sampling distribution. */
+export function logprobsWarning(dialect: Dialect, sampling: Omit<SamplingParams, "seed">): string | null {
+  if (dialect !== "vllm") return null;
+  const shaped = sampling.temperature !== 1 || sampling.top_p < 1 || sampling.top_k > 0 || sampling.min_p > 0;
+  if (!shaped) return null;
+  return (
+    `token mode: vLLM logs raw logprobs (before temperature ${sampling.temperature}, top_p ${sampling.top_p}, top_k ${sampling.top_k}, min_p ${sampling.min_p}) ` +
+    "unless it was started with --logprobs-mode processed_logprobs; start it so for logprobs of the distribution tokens were sampled from (recorded in the episode file header)"
+  );
+}
 
 export class TokenEngine {
   private readonly policy: ChatPolicy;
@@ -129,50 +162,67 @@ export class TokenEngine {
   }
 
   /**
-   * The ids to append after a turn's sampled ids so the log continues with `user`, the
-   * generation prompt and `prefill`: the rest of the template's closing of the assistant turn
-   * (all of it when the model stopped without the end-of-turn token), then the user block as
-   * the template renders it after any earlier message, then the prefill.
+   * The ids to append after a turn's sampled ids so the log continues with the next user
+   * message, the generation prompt and `prefill`: what the chat template writes after the last
+   * assistant turn when it renders the real conversation (`conversation` ends with that turn
+   * and the new user message), so no text but the conversation's own enters the log, and
+   * templates that move or repeat the system prompt put it where they render it. The template's
+   * closing of the assistant turn is left out up to what the model sampled itself: its
+   * end-of-turn token when the model stopped on it or on another end token, which then stands
+   * in for it (docs/rollouts.md, "Token mode").
    */
   async continuation(
-    lastSampled: number | undefined,
-    user: string,
+    conversation: readonly ChatMessage[],
+    end: TurnEnd,
     prefill: string,
     affinity: string,
     signal?: AbortSignal,
   ): Promise<number[]> {
-    const [closing, block, tail] = await Promise.all([
+    const last = conversation.length - 2;
+    if (last < 0 || conversation[last].role !== "assistant" || conversation[last + 1].role !== "user") {
+      throw new RangeError("a continuation follows an assistant turn and a user message");
+    }
+    const marked = conversation.map((m, i) => (i === last ? { ...m, content: MARK } : m));
+    const [text, closing, tail] = await Promise.all([
+      this.promptText(marked, affinity, signal),
       this.closingIds(affinity, signal),
-      this.userBlock(user, affinity, signal),
       this.prefillIds(prefill, affinity, signal),
     ]);
-    const close = closing.length > 0 && lastSampled === closing[0] ? closing.slice(1) : closing;
-    return [...close, ...block, ...tail];
+    const at = text.lastIndexOf(MARK);
+    if (at < 0) throw new EngineError("the chat template does not show the assistant turn's content", 422);
+    const after = await this.tokenize(text.slice(at + MARK.length), affinity, signal);
+    if (!startsWith(after, closing)) {
+      throw new EngineError(
+        "the chat template closes this assistant turn differently from the others; token mode cannot tell what follows it",
+        422,
+      );
+    }
+    const skip =
+      closing.length > 0 &&
+      (end.lastId === closing[0] ||
+        (end.stoppedOnToken && (await this.endsTurn(closing[0], affinity, signal))))
+        ? 1
+        : 0;
+    return [...after.slice(skip), ...tail];
   }
 
-  /** The user block and generation prompt: the template of [anchor, user] less that of [anchor]. */
-  private async userBlock(user: string, affinity: string, signal?: AbortSignal): Promise<number[]> {
-    const messages = [ANCHOR, { role: "user" as const, content: user }];
-    if (this.dialect === "vllm") {
-      const [anchor, full] = await Promise.all([
-        this.orAbort(
-          this.constant("anchor-ids", () => this.templateIds([ANCHOR], false, affinity)),
-          signal,
-        ),
-        this.templateIds(messages, true, affinity, signal),
-      ]);
-      if (!startsWith(full, anchor)) throw new EngineError(TEMPLATE_NOT_PREFIX, 422);
-      return full.slice(anchor.length);
-    }
-    const [anchor, full] = await Promise.all([
-      this.orAbort(
-        this.constant("anchor-text", () => this.templateText([ANCHOR], false, affinity)),
-        signal,
-      ),
-      this.templateText(messages, true, affinity, signal),
-    ]);
-    if (!full.startsWith(anchor)) throw new EngineError(TEMPLATE_NOT_PREFIX, 422);
-    return this.tokenize(full.slice(anchor.length), affinity, signal);
+  /** Whether the template's closing starts with a special end-of-turn token (e.g. <|im_end|>, </s>, <|eot_id|>). */
+  private async endsTurn(id: number, affinity: string, signal?: AbortSignal): Promise<boolean> {
+    const text = await this.orAbort(
+      this.constant(`token:${id}`, () => this.decode([id], affinity)),
+      signal,
+    );
+    return /^<[^<>\s]+>$/.test(text);
+  }
+
+  /** The template's text for `messages` with its generation prompt. */
+  private async promptText(
+    messages: readonly ChatMessage[],
+    affinity: string,
+    signal?: AbortSignal,
+  ): Promise<string> {
+    if (this.dialect === "llamacpp") return this.templateText(messages, true, affinity, signal);
+    return this.decode(await this.templateIds(messages, true, affinity, signal), affinity, signal);
   }
 
   private prefillIds(prefill: string, affinity: string, signal?: AbortSignal): Promise<number[]> {
@@ -221,28 +271,6 @@ export class TokenEngine {
     return this.decode(await this.templateIds(messages, false, affinity, signal), affinity, signal);
   }
 
-  /**
-   * A turn's content as the template shows it: the text the engine decoded (special tokens
-   * skipped), plus the end token's text when the model stopped on an end-of-generation token
-   * other than the template's own end-of-turn (llama.cpp stops on any of several).
-   */
-  async assistantContent(
-    text: string,
-    lastId: number | undefined,
-    stopped: boolean,
-    affinity: string,
-    signal?: AbortSignal,
-  ): Promise<string> {
-    if (!stopped || lastId === undefined) return text;
-    const closing = await this.closingIds(affinity, signal);
-    if (closing[0] === lastId) return text;
-    const end = await this.orAbort(
-      this.constant(`token:${lastId}`, () => this.decode([lastId], affinity)),
-      signal,
-    );
-    return text + end;
-  }
-
   /** Samples from `promptIds`. Retried like chat requests (aborts, outages). */
   async generate(
     promptIds: readonly number[],
@@ -253,7 +281,7 @@ export class TokenEngine {
     const { model, headers, connections, timeoutMs, grammar, extraBody } = this.policy.transport;
     // The extra body goes along except what only the chat route reads.
     const extra = Object.fromEntries(Object.entries(extraBody).filter(([key]) => !CHAT_ONLY_FIELDS.has(key)));
-    return this.policy.routed(affinity, signal, async (url) => {
+    const sample = await this.policy.routed(affinity, signal, async (url) => {
       const fields = samplingFields(sampling, this.dialect);
       const options = { signal, timeoutMs, headers, connections };
       const sample =
@@ -272,6 +300,9 @@ export class TokenEngine {
               ...fields,
               n_predict: sampling.max_tokens,
               n_probs: 1,
+              // Probabilities after the sampling chain (temperature, top-k/p, min-p), the
+              // distribution the token was drawn from, as vLLM's processed_logprobs.
+              post_sampling_probs: true,
               return_tokens: true,
               cache_prompt: true,
               ...(grammar ? { grammar } : {}),
@@ -288,6 +319,8 @@ export class TokenEngine {
       }
       return sample;
     });
+    if (sample.stoppedOnString) sample.text = await this.decode(sample.ids, affinity, signal);
+    return sample;
   }
 
   /** Text of `ids` with special tokens kept, as the engine decodes them. */
@@ -302,7 +335,7 @@ export class TokenEngine {
         options,
       )) as { prompt?: unknown; content?: unknown };
       const text = vllm ? body.prompt : body.content;
-      if (typeof text !== "string") throw new EngineError("/detokenize answered without text", 502);
+      if (typeof text !== "string") throw new UnusableAnswer("/detokenize answered without text");
       return text;
     });
   }
@@ -345,7 +378,7 @@ export class TokenEngine {
         { model, messages, add_generation_prompt: generationPrompt, ...this.kwargs() },
         options,
       )) as { tokens?: unknown };
-      if (!isIdList(body.tokens)) throw new EngineError("/tokenize answered without token ids", 502);
+      if (!isIdList(body.tokens)) throw new UnusableAnswer("/tokenize answered without token ids");
       return body.tokens;
     });
   }
@@ -365,7 +398,7 @@ export class TokenEngine {
         options,
       )) as { prompt?: unknown };
       if (typeof body.prompt !== "string")
-        throw new EngineError("/apply-template answered without a prompt", 502);
+        throw new UnusableAnswer("/apply-template answered without a prompt");
       return body.prompt;
     });
   }
@@ -382,7 +415,7 @@ export class TokenEngine {
           : { content: text, add_special: false, parse_special: true },
         options,
       )) as { tokens?: unknown };
-      if (!isIdList(body.tokens)) throw new EngineError("/tokenize answered without token ids", 502);
+      if (!isIdList(body.tokens)) throw new UnusableAnswer("/tokenize answered without token ids");
       return body.tokens;
     });
   }
@@ -413,11 +446,12 @@ export class TokenEngine {
         token_ids?: unknown;
         prompt_token_ids?: unknown;
         finish_reason?: unknown;
+        stop_reason?: unknown;
         logprobs?: { token_logprobs?: unknown } | null;
       }[];
     };
     const choice = answer.choices?.[0];
-    if (!choice) throw new EngineError("the response has no choices", 502);
+    if (!choice) throw new UnusableAnswer("the response has no choices");
     if (!isIdList(choice.token_ids)) {
       throw new EngineError(
         "the engine returned no token_ids: token mode needs vLLM >= 0.10.2 (return_token_ids)",
@@ -426,9 +460,8 @@ export class TokenEngine {
     }
     const logprobs = choice.logprobs?.token_logprobs;
     if (!Array.isArray(logprobs) || logprobs.length !== choice.token_ids.length) {
-      throw new EngineError(
+      throw new UnusableAnswer(
         `the engine returned ${Array.isArray(logprobs) ? logprobs.length : "no"} logprobs for ${choice.token_ids.length} tokens`,
-        502,
       );
     }
     return {
@@ -436,6 +469,8 @@ export class TokenEngine {
       logprobs: logprobs.map((v) => (typeof v === "number" ? v : Number.NaN)),
       text: typeof choice.text === "string" ? choice.text : "",
       finishReason: typeof choice.finish_reason === "string" ? choice.finish_reason : "unknown",
+      // vLLM names the matched stop string here (a stop token's id is a number).
+      stoppedOnString: typeof choice.stop_reason === "string",
       promptIds: isIdList(choice.prompt_token_ids) ? choice.prompt_token_ids : null,
       cachedTokens: null,
     };
@@ -450,21 +485,12 @@ export class TokenEngine {
       content?: unknown;
       tokens?: unknown;
       stop_type?: unknown;
-      completion_probabilities?: { id?: unknown; logprob?: unknown }[];
+      stopping_word?: unknown;
+      completion_probabilities?: unknown;
       timings?: { cache_n?: unknown };
     };
     const tokens = answer.tokens;
-    if (!isIdList(tokens)) throw new EngineError("llama.cpp returned no tokens (return_tokens)", 502);
-    const probabilities = answer.completion_probabilities ?? [];
-    if (probabilities.length !== tokens.length) {
-      throw new EngineError(
-        `llama.cpp returned ${probabilities.length} logprobs for ${tokens.length} tokens`,
-        502,
-      );
-    }
-    probabilities.forEach((p, i) => {
-      if (p.id !== tokens[i]) throw new EngineError(`llama.cpp's logprob ${i} is for another token`, 502);
-    });
+    if (!isIdList(tokens)) throw new UnusableAnswer("llama.cpp returned no tokens (return_tokens)");
     const finishReason =
       answer.stop_type === "limit"
         ? "length"
@@ -474,11 +500,68 @@ export class TokenEngine {
     const cached = answer.timings?.cache_n;
     return {
       ids: tokens,
-      logprobs: probabilities.map((p) => (typeof p.logprob === "number" ? p.logprob : Number.NaN)),
+      logprobs: alignLlamaLogprobs(
+        tokens,
+        answer.completion_probabilities,
+        body.post_sampling_probs === true,
+      ),
       text: typeof answer.content === "string" ? answer.content : "",
       finishReason,
+      stoppedOnString: answer.stop_type === "word",
       promptIds: null,
       cachedTokens: typeof cached === "number" ? cached : null,
     };
   }
+}
+
+/**
+ * The logprob of each sampled id from llama.cpp's `completion_probabilities`, NaN where it
+ * reported none. llama.cpp leaves out every token whose text ends inside a UTF-8 character (a
+ * CJK character or an emoji split across tokens: it holds the token until the character is
+ * whole and never reports it) and, after a stop string, the last few entries; `tokens` keeps
+ * every sampled id. So the entries are a subsequence of the ids, placed by id: where repeated
+ * ids allow more than one placement, the entry is used only if every placement puts it at the
+ * same position, so a logprob is never written at another token's place. With
+ * `post_sampling_probs` the entries carry probabilities after the sampling chain (`prob`).
+ */
+export function alignLlamaLogprobs(
+  ids: readonly number[],
+  entries: unknown,
+  postSampling: boolean,
+): number[] {
+  const list = Array.isArray(entries)
+    ? (entries as { id?: unknown; logprob?: unknown; prob?: unknown }[])
+    : [];
+  const entryIds = list.map((entry) => entry?.id);
+  const first = placeLeftmost(ids, entryIds);
+  const last = placeLeftmost([...ids].reverse(), [...entryIds].reverse());
+  if (first === null || last === null) {
+    throw new UnusableAnswer(
+      `llama.cpp's ${list.length} logprobs are not for the ${ids.length} tokens it returned (an id is out of order)`,
+    );
+  }
+  const logprobs = new Array<number>(ids.length).fill(Number.NaN);
+  list.forEach((entry, j) => {
+    const at = first[j];
+    if (at !== ids.length - 1 - last[list.length - 1 - j]) return;
+    const value = postSampling
+      ? typeof entry.prob === "number"
+        ? Math.log(entry.prob)
+        : Number.NaN
+      : entry.logprob;
+    logprobs[at] = typeof value === "number" ? value : Number.NaN;
+  });
+  return logprobs;
+}
+
+/** Positions of `wanted` as a subsequence of `ids`, each as early as possible; null when it is not one. */
+function placeLeftmost(ids: readonly number[], wanted: readonly unknown[]): number[] | null {
+  const at: number[] = [];
+  let i = 0;
+  for (const id of wanted) {
+    while (i < ids.length && ids[i] !== id) i++;
+    if (i === ids.length) return null;
+    at.push(i++);
+  }
+  return at;
 }

@@ -21,6 +21,8 @@ export interface EpisodeFileHeader {
   group_size: number;
   tags: { tag: string; groups: number }[];
   policy: string;
+  /** Token mode: which distribution the logged logprobs come from (docs/rollouts.md). */
+  logprobs?: string;
   /** The settings the rollout ran with (context mode, turns, sampling, filter …). */
   settings: Record<string, unknown>;
   /** Wall-clock facts, only with --timings. */

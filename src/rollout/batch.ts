@@ -390,6 +390,7 @@ function emptyTally() {
     "rollgym/ambiguous_splits": 0,
     "rollgym/prompt_drift_requests": 0,
     "rollgym/template_drift_episodes": 0,
+    "rollgym/logprobs_missing": 0,
   };
 }
 
@@ -405,6 +406,7 @@ function tallyContext(tally: ReturnType<typeof emptyTally>, record: EpisodeRecor
   if (record.end_reason === "context_full") tally["rollgym/context_full_episodes"]++;
   if (record.tokens) {
     tally["rollgym/prompt_drift_requests"] += record.tokens.prompt_drift;
+    tally["rollgym/logprobs_missing"] += record.tokens.logprobs_missing ?? 0;
     if (record.tokens.template_drift !== null) tally["rollgym/template_drift_episodes"]++;
   }
 }

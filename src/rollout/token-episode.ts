@@ -21,9 +21,8 @@ export async function playTokenEpisode(
   const { signal } = hooks;
   const prefill = episode.prefill;
   let log: TokenLog | null = null;
-  // The conversation as chat messages, and each turn's end, for the template-drift check.
+  // The conversation as chat messages, for the continuations and the template-drift check.
   const conversation: ChatMessage[] = [];
-  const ends: { text: string; lastId: number | undefined; stopped: boolean }[] = [];
   const wanted = request.sampling.max_tokens;
   const floor = Math.min(wanted, request.minResponseTokens ?? 32);
 
@@ -51,7 +50,10 @@ export async function playTokenEpisode(
     log.sampled(sample.ids, sample.logprobs);
     const raw = prefill + sample.text;
     conversation.push({ role: "assistant", content: raw });
-    ends.push({ text: sample.text, lastId: sample.ids.at(-1), stopped: sample.finishReason === "stop" });
+    const end = {
+      lastId: sample.ids.at(-1),
+      stoppedOnToken: sample.finishReason === "stop" && !sample.stoppedOnString,
+    };
     const record = episode.applyResponse(raw, sample.finishReason, {
       prompt: promptTokens,
       completion: sample.ids.length,
@@ -62,7 +64,7 @@ export async function playTokenEpisode(
     const messages = episode.promptMessages();
     const user = messages[messages.length - 1].content;
     conversation.push({ role: "user", content: user });
-    log.inserted(await engine.continuation(log.last, user, prefill, affinity, signal));
+    log.inserted(await engine.continuation(conversation, end, prefill, affinity, signal));
   });
 
   // An episode that failed before its first prompt still gets a (empty) log, so its group's arrays stay whole.
@@ -71,18 +73,11 @@ export async function playTokenEpisode(
   const turns = record.turn_ends.length;
   if (turns > 0 && !episode.failed && !signal?.aborted) {
     try {
-      // The conversation as the template would show it, with each turn's content exactly as sampled.
-      const contents = await Promise.all(
-        ends.map((end) => engine.assistantContent(end.text, end.lastId, end.stopped, affinity, signal)),
-      );
-      let turn = 0;
-      const shown = conversation.map((m) =>
-        m.role === "assistant" ? { ...m, content: prefill + contents[turn++] } : m,
-      );
+      // The conversation as chat inference would render it, each turn's content as the engine decoded it.
       // Up to the last sampled id: after it the log may hold the next turn's prompt (context_full).
       const [text, rendering] = await Promise.all([
         engine.decode(record.ids.slice(0, record.turn_ends[turns - 1]), affinity, signal),
-        engine.renderText(shown, affinity, signal),
+        engine.renderText(conversation, affinity, signal),
       ]);
       finished.templateDrift = textDrift(text, rendering);
     } catch {

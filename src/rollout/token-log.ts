@@ -8,7 +8,11 @@ export interface TokenRecord {
   ids: number[];
   /** 1 at sampled ids, 0 at prompt and inserted ids. */
   loss_mask: number[];
-  /** The engine's logprob of each sampled id; 0 elsewhere. */
+  /**
+   * The engine's logprob of each sampled id; 0 elsewhere. NaN (null in JSON files) at a sampled
+   * id whose logprob the engine did not report (llama.cpp leaves out tokens that end inside a
+   * UTF-8 character): never made up. `loss_mask` & finite(`logprobs`) is the mask of known ones.
+   */
   logprobs: number[];
   /** Each turn's reward on the turn's last sampled id; 0 elsewhere. */
   rewards: number[];
@@ -17,6 +21,8 @@ export interface TokenRecord {
   turn_ends: number[];
   /** Length of the first prompt. */
   prompt_length: number;
+  /** Sampled ids whose logprob the engine did not report (NaN in `logprobs`). */
+  logprobs_missing: number;
   /** Requests whose prompt, as the engine echoed it, was not the log so far (expected 0). */
   prompt_drift: number;
   /**
@@ -37,6 +43,7 @@ export class TokenLog {
   private readonly ends: number[] = [];
   private readonly promptLength: number;
   promptDrift = 0;
+  private missing = 0;
   templateDrift: number | null = null;
   /** False when the template check could not run (the engine failed it); drift is then unknown. */
   templateChecked = true;
@@ -66,6 +73,7 @@ export class TokenLog {
       this.ids.push(ids[i]);
       this.mask.push(1);
       this.logprobs.push(logprobs[i]);
+      if (Number.isNaN(logprobs[i])) this.missing++;
       this.rewards.push(0);
     }
     this.ends.push(this.ids.length);
@@ -101,6 +109,7 @@ export class TokenLog {
       turn_starts: this.starts,
       turn_ends: this.ends,
       prompt_length: this.promptLength,
+      logprobs_missing: this.missing,
       prompt_drift: this.promptDrift,
       template_drift: this.templateChecked ? this.templateDrift : null,
       ...(this.templateChecked ? {} : { template_checked: false }),

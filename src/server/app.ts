@@ -124,7 +124,12 @@ export async function buildServer(options: ServerOptions = {}): Promise<RollgymS
     limits: () => ({ ...wireLimits(limits), ...guard.wireLimits() }),
   };
 
-  app.get("/healthz", async () => ({ status: state.closing ? "closing" : "ok", version: VERSION }));
+  app.get("/healthz", async () => ({
+    status: state.closing ? "closing" : "ok",
+    version: VERSION,
+    // What rollouts wait on at the engine (retries, replicas down), when the policy is remote.
+    ...(policy.engineStatus ? { engine: policy.engineStatus() } : {}),
+  }));
   app.get("/metrics", async (_request, reply) => {
     reply.header("content-type", metrics.registry.contentType);
     return metrics.registry.metrics();

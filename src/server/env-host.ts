@@ -41,6 +41,8 @@ export class HostedEnvs {
   /** Token sessions only: the engine that renders deltas, and one log per episode. */
   private readonly tokens: TokenEngine | null;
   private readonly logs: TokenLog[] = [];
+  /** Token sessions: each episode's chat so far (raw responses), which continuations are rendered from. */
+  private readonly chats: ChatMessage[][] = [];
   private readonly affinity: string;
   /** Token steps await the engine; they run one after another, in arrival order. */
   private queue: Promise<unknown> = Promise.resolve();
@@ -114,6 +116,7 @@ export class HostedEnvs {
     );
     prompts.forEach((ids, i) => {
       this.logs[i] = new TokenLog(ids);
+      this.chats[i] = [...this.episodes[i].promptMessages()];
     });
   }
 
@@ -195,13 +198,14 @@ export class HostedEnvs {
         if (!episode.active) return { ...result, next_ids: null };
         const log = this.logs[env_id];
         const messages = episode.promptMessages();
-        const next = await engine.continuation(
-          log.last,
-          messages[messages.length - 1].content,
-          episode.prefill,
-          this.affinity,
-          signal,
+        const chat = this.chats[env_id];
+        chat.push(
+          { role: "assistant", content: episode.prefill + responses[i].text },
+          { role: "user", content: messages[messages.length - 1].content },
         );
+        // The trainer's engine did not say how the turn ended: only its own end-of-turn token is known.
+        const end = { lastId: log.last, stoppedOnToken: false };
+        const next = await engine.continuation(chat, end, episode.prefill, this.affinity, signal);
         log.inserted(next);
         return { ...result, next_ids: next };
       }),

@@ -121,6 +121,7 @@ export function instrumentPolicy(policy: Policy, metrics: ServerMetrics): Policy
       return policy.meter;
     },
     replicas: policy.replicas?.bind(policy),
+    engineStatus: policy.engineStatus?.bind(policy),
     tokenEngine: policy.tokenEngine?.bind(policy),
     forget: policy.forget?.bind(policy),
     close: policy.close?.bind(policy),

@@ -57,7 +57,14 @@ export function groupFrame(
 function withoutTokenArrays(episode: EpisodeRecord): EpisodeRecord | Record<string, unknown> {
   if (!episode.tokens) return episode;
   const { tokens, ...rest } = episode;
-  return { ...rest, tokens: { prompt_drift: tokens.prompt_drift, template_drift: tokens.template_drift } };
+  return {
+    ...rest,
+    tokens: {
+      prompt_drift: tokens.prompt_drift,
+      template_drift: tokens.template_drift,
+      logprobs_missing: tokens.logprobs_missing,
+    },
+  };
 }
 
 /** Every episode's token log, concatenated into one typed array per field (PROTOCOL.md). */

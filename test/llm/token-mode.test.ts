@@ -7,6 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createRegistry } from "../../envs/catalog.ts";
 import { ChatPolicy } from "../../src/llm/openai-chat.ts";
 import type { TokenEngine } from "../../src/llm/token-engine.ts";
+import { QWEN3_IM_END_ID } from "../../src/mock-engine/qwen3-tokenizer.ts";
 import { type MockEngine, startMockEngine } from "../../src/mock-engine/server.ts";
 import { type BatchRequest, type BatchResult, runBatch } from "../../src/rollout/batch.ts";
 import type { EpisodeRecord } from "../../src/rollout/episode.ts";
@@ -50,8 +51,9 @@ function checkLog(e: EpisodeRecord): void {
     const inTurn = t.turn_starts.some((s, k) => i >= s && i < t.turn_ends[k]);
     expect(m).toBe(inTurn ? 1 : 0);
     if (!m) expect(t.logprobs[i]).toBe(0);
-    else expect(t.logprobs[i]).toBeLessThanOrEqual(0);
+    else if (!Number.isNaN(t.logprobs[i])) expect(t.logprobs[i]).toBeLessThanOrEqual(0);
   });
+  expect(t.logprobs.filter(Number.isNaN)).toHaveLength(t.logprobs_missing);
   expect(t.prompt_drift).toBe(0);
 }
 
@@ -243,8 +245,14 @@ describe("token mode against llama.cpp (real Qwen3 tokenizer)", () => {
     expect(batch.failed).toBe(0);
     for (const e of batch.episodes) {
       checkLog(e);
-      expect(e.tokens!.template_drift).toBeNull();
       const t = e.tokens!;
+      // A turn that ended on <|endoftext|> keeps it where chat inference renders <|im_end|>: that,
+      // and only that, is drift (the grammar lets the model end on either).
+      const otherEnd = e.turns.some(
+        (turn, k) => turn.finish_reason === "stop" && t.ids[t.turn_ends[k] - 1] !== QWEN3_IM_END_ID,
+      );
+      if (otherEnd) expect(t.template_drift).toEqual(expect.any(Number));
+      else expect(t.template_drift).toBeNull();
       for (let k = 1; k < e.turns.length; k++) {
         // llama.cpp never evaluates the last sampled token, so it is the one id not cached.
         expect(e.turns[k].cached_tokens).toBeGreaterThanOrEqual(t.turn_ends[k - 1] - 1);

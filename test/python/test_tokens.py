@@ -288,6 +288,25 @@ class PackTests(unittest.TestCase):
         np.testing.assert_array_equal(packed["env_ids"], self.batch.env_ids)
         self.assertFalse(packed["truncated"].any())
 
+    def test_unreported_logprobs_are_masked_not_zeroed_into_the_loss(self):
+        # Two sampled ids of the first episode without a logprob (NaN), as llama.cpp gives
+        # for tokens that end inside a UTF-8 character.
+        frame = dict(self.frames[0])
+        logprobs = np.frombuffer(frame["logprobs_f32"], dtype="<f4").copy()
+        mask = np.frombuffer(frame["loss_mask_u8"], dtype=np.uint8)
+        holes = np.flatnonzero(mask == 1)[:2]
+        logprobs[holes] = np.nan
+        frame["logprobs_f32"] = logprobs.astype("<f4").tobytes()
+        group = Group.from_frame(decode(encode(frame)))
+        log = group.tokens[0]
+        self.assertEqual(int(np.count_nonzero(log.logprob_mask)), int(np.count_nonzero(log.loss_mask)) - 2)
+        self.assertTrue(np.all(log.logprob_mask[holes] == 0))
+        packed = pack_batch(group)
+        self.assertTrue(np.isfinite(packed["old_logprobs"]).all())
+        self.assertEqual(packed["logprob_mask"].dtype, np.int64)
+        self.assertEqual(int(packed["logprob_mask"].sum()), int(packed["loss_mask"].sum()) - 2)
+        self.assertTrue(np.all(packed["logprob_mask"] <= packed["loss_mask"]))
+
     def test_right_and_left_padding(self):
         width = max(len(log["ids"]) for log in self.logs)
         self.check_packed(pack_batch(self.batch), left_pad=False, pad_id=0, width=width)

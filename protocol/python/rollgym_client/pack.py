@@ -103,7 +103,10 @@ def pack_batch(
         - ``position_ids`` int64: ``clip(cumsum(attention_mask) − 1, 0)``, verl's
           ``compute_position_id_with_mask``: 0 … len − 1 over the real tokens (padding gets 0
           on the left, len − 1 on the right).
-        - ``old_logprobs`` float32: the engine's logprob of each sampled id, 0 elsewhere.
+        - ``old_logprobs`` float32: the engine's logprob of each sampled id, 0 elsewhere (also 0
+          where the engine reported none: see ``logprob_mask``).
+        - ``logprob_mask`` int64: 1 at sampled ids whose logprob the engine reported; leave the
+          others out of importance ratios (equal to ``loss_mask`` on vLLM).
         - ``token_rewards`` float32: each turn's reward on its last sampled id, 0 elsewhere.
         - ``advantages`` float32 (unless ``advantages=None``): the episode's advantage at its
           loss-mask positions, 0 elsewhere.
@@ -164,7 +167,10 @@ def pack_batch(
     out["attention_mask"] = scatter(1, np.int64)
     out["loss_mask"] = scatter(mask, np.int64)
     out["position_ids"] = np.clip(np.cumsum(out["attention_mask"], axis=1) - 1, 0, None)
-    out["old_logprobs"] = scatter(flat("logprobs"), np.float32)
+    logprobs = flat("logprobs")
+    known = (mask != 0) & ~np.isnan(logprobs)
+    out["old_logprobs"] = scatter(np.where(np.isnan(logprobs), np.float32(0), logprobs), np.float32)
+    out["logprob_mask"] = scatter(known.astype(np.int64), np.int64)
     out["token_rewards"] = scatter(flat("rewards"), np.float32)
 
     scores = np.concatenate([g.scores for g in groups]).astype(np.float32) if groups else np.empty(0, np.float32)

@@ -57,7 +57,9 @@ class TokenLog:
         ids: int32 token ids: the first prompt, then per turn the exact sampled ids followed
             by the ids inserted before the next turn (env feedback, chat-template glue).
         loss_mask: uint8, 1 exactly at sampled ids (the tokens to train on), 0 elsewhere.
-        logprobs: float32, the engine's logprob of each sampled id, 0 elsewhere.
+        logprobs: float32, the engine's logprob of each sampled id, 0 elsewhere; NaN at a
+            sampled id whose logprob the engine did not report (llama.cpp leaves out tokens
+            that end inside a UTF-8 character). ``logprob_mask`` marks the known ones.
         rewards: float32, each turn's reward on that turn's last sampled id, 0 elsewhere.
         turn_starts, turn_ends: int32, ``ids[turn_starts[k]:turn_ends[k]]`` are turn *k*'s
             sampled ids (positions relative to the episode's first token).
@@ -83,6 +85,11 @@ class TokenLog:
     def prompt_ids(self) -> np.ndarray:
         """The first prompt's ids (a view)."""
         return self.ids[: self.prompt_length]
+
+    @property
+    def logprob_mask(self) -> np.ndarray:
+        """uint8, 1 at sampled ids whose logprob the engine reported (``loss_mask`` less the NaNs)."""
+        return ((self.loss_mask != 0) & ~np.isnan(self.logprobs)).astype(np.uint8)
 
     @property
     def sampled_ids(self) -> np.ndarray:

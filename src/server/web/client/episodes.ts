@@ -281,13 +281,16 @@ function tokenOverlay(episode: EpisodeRecord): HTMLElement | null {
   if (!log?.ids?.length) return null;
   const spans = log.ids.map((id, i) => {
     const trained = log.loss_mask[i] === 1;
-    const p = Math.exp(log.logprobs[i] ?? 0);
+    // null in a file (NaN on the wire): a logprob the engine did not report.
+    const logprob = log.logprobs[i];
+    const known = typeof logprob === "number" && !Number.isNaN(logprob);
+    const p = known ? Math.exp(logprob) : 0;
     return h(
       "span",
       {
         class: trained ? "tok trained" : "tok",
         style: trained ? `--p:${p.toFixed(3)}` : null,
-        title: `#${i} id ${id} · mask ${log.loss_mask[i]}${trained ? ` · logprob ${num(log.logprobs[i])}` : ""}`,
+        title: `#${i} id ${id} · mask ${log.loss_mask[i]}${trained ? ` · logprob ${known ? num(logprob) : "not reported"}` : ""}`,
       },
       String(id),
     );

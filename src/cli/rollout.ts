@@ -216,6 +216,7 @@ export async function readyPolicy(config: RollgymConfig): Promise<Policy> {
           ? "unknown context length: prompts are sent whole"
           : `context ${info.contextLength} tokens`;
       say(`${info.dialect} engine at ${config.rollgym.llm.base_url?.join(", ")}, ${limit}`);
+      for (const warning of info.warnings) say(`warning: ${warning}`);
     } catch (error) {
       await policy.close();
       if (error instanceof PolicyError) {

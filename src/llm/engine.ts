@@ -12,6 +12,8 @@ export interface EngineInfo {
   models: string[];
   /** Context length per sequence (vLLM max_model_len; llama.cpp's per-slot n_ctx), when reported. */
   contextLength: number | null;
+  /** What looked wrong but does not stop a rollout (a forced dialect the routes contradict), each with its fix. */
+  warnings: string[];
 }
 
 /** The server root: the base URL without its OpenAI `/v1` suffix (vLLM's /tokenize, llama.cpp's /props live there). */
@@ -46,20 +48,31 @@ export async function describeEngine(
 
   // llama.cpp answers GET /props with its slot settings; vLLM has no such route (404).
   let props: Record<string, unknown> | null = null;
+  let propsRefusal = "";
   if (dialect !== "vllm") {
     try {
       props = record(await requestJson("GET", `${serverRoot(baseURL)}/props`, undefined, options));
     } catch (error) {
       if (!(error instanceof EngineError) || error.status === null || error.status >= 500) throw error;
+      propsRefusal = error.message;
     }
   }
-  const detected: Dialect =
-    dialect !== "auto" ? dialect : props && "default_generation_settings" in props ? "llamacpp" : "vllm";
+  const llamaProps = props !== null && "default_generation_settings" in props;
+  const detected: Dialect = dialect !== "auto" ? dialect : llamaProps ? "llamacpp" : "vllm";
   const contextLength =
     detected === "llamacpp"
       ? positiveInt(record(props?.default_generation_settings).n_ctx)
       : (cards.map((c) => positiveInt(c.max_model_len)).find((n) => n !== null) ?? null);
-  return { dialect: detected, models, contextLength };
+  const warnings: string[] = [];
+  if (dialect === "llamacpp" && !llamaProps) {
+    // Sent in llama.cpp's dialect, vLLM ignores repeat_penalty and fills the model's own penalty.
+    warnings.push(
+      `rollgym.llm.dialect=llamacpp, but ${serverRoot(baseURL)}/props ${propsRefusal ? `answered ${propsRefusal}` : "has no default_generation_settings"}: ` +
+        "this does not look like a llama.cpp server. On vLLM the llama.cpp dialect's repeat_penalty is ignored and the model's generation_config " +
+        "repetition penalty applies; set rollgym.llm.dialect=auto (or vllm).",
+    );
+  }
+  return { dialect: detected, models, contextLength, warnings };
 }
 
 export interface TokenCounterOptions {

@@ -267,7 +267,8 @@ export class ChatPolicy implements Policy {
         },
       };
     }
-    return { ...first, contextLength: limit };
+    const warnings = [...new Set(answered.flatMap((a) => a.info.warnings))];
+    return { ...first, contextLength: limit, warnings };
   }
 
   /** The dialect requests are sent in (detected by preflight when "auto"). */

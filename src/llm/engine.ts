@@ -75,6 +75,16 @@ export async function describeEngine(
   return { dialect: detected, models, contextLength, warnings };
 }
 
+/**
+ * An engine's 404/405 for an auxiliary route, restated with the route and what to do: behind a
+ * gateway that forwards only /v1/*, a bare "HTTP 404: Not Found" names neither. Anything else
+ * is returned unchanged.
+ */
+export function missingRoute(error: unknown, route: string, fix: string): unknown {
+  if (!(error instanceof EngineError) || (error.status !== 404 && error.status !== 405)) return error;
+  return new EngineError(`POST ${route} answered ${error.message}; ${fix}`, error.status);
+}
+
 export interface TokenCounterOptions {
   model: string;
   dialect: Dialect;
@@ -167,19 +177,31 @@ export class EngineTokenCounter {
           `${root}/tokenize`,
           { model, messages: chat, ...switches, ...rendering },
           options,
-        ),
+        ).catch((error: unknown) => {
+          throw missingRoute(
+            error,
+            `${root}/tokenize`,
+            "rollgym counts prompts with vLLM's /tokenize, which sits at the server root, outside /v1: " +
+              "let the gateway forward /tokenize too, or set rollgym.llm.count_tokens=usage (chat mode)",
+          );
+        }),
       );
       const count = positiveInt(body.count) ?? (Array.isArray(body.tokens) ? body.tokens.length : null);
       if (count === null) throw new EngineError("/tokenize answered without a token count", 502);
       return count;
     }
     // llama.cpp counts a chat body exactly as its chat route renders and tokenizes it.
+    const route = `${baseURL.replace(/\/+$/, "")}/chat/completions/input_tokens`;
     const body = record(
-      await requestJson(
-        "POST",
-        `${baseURL.replace(/\/+$/, "")}/chat/completions/input_tokens`,
-        { model, messages: chat, ...switches, ...rendering },
-        options,
+      await requestJson("POST", route, { model, messages: chat, ...switches, ...rendering }, options).catch(
+        (error: unknown) => {
+          throw missingRoute(
+            error,
+            route,
+            "rollgym counts prompts with llama.cpp's input_tokens route (recent builds): update llama-server, " +
+              "or set rollgym.llm.count_tokens=usage (chat mode)",
+          );
+        },
       ),
     );
     const count = positiveInt(body.input_tokens);

@@ -16,6 +16,7 @@ import {
   type PolicyRequest,
   type PolicyResponse,
   type PromptMeter,
+  promptUpperBound,
   type SamplingParams,
 } from "./policy.ts";
 import { ReplicaPool } from "./replicas.ts";
@@ -44,7 +45,10 @@ export interface ChatPolicyOptions {
   prefill?: "continue" | "none";
   /** The engine's request dialect; "auto" asks the first replica at preflight. */
   dialect?: Dialect | "auto";
-  /** Merged into every request body last (e.g. chat_template_kwargs, vLLM's structured_outputs). */
+  /**
+   * Merged into every request body last (e.g. chat_template_kwargs, vLLM's structured_outputs);
+   * fields rollgym sets per turn are refused (see extraBodyProblem).
+   */
   extraBody?: Record<string, unknown>;
   /** A GBNF grammar, sent as llama.cpp's `grammar` or vLLM's `structured_outputs.grammar`. */
   grammar?: string | null;
@@ -54,7 +58,77 @@ export interface ChatPolicyOptions {
   failureThreshold?: number;
   /** Called for every answered turn with the replica that served it (routing audits, tests). */
   onServed?: (affinity: string | null, url: string) => void;
+  /**
+   * "engine" (default): prompts are counted by the engine. "usage": no count requests (a gateway
+   * that forwards only /v1/*): prompts are fitted on upper bounds and the usage.prompt_tokens
+   * answers report; token mode is refused.
+   */
+  countTokens?: "engine" | "usage";
+  /** Send each request's seed (default); false sends `seed: null`, so vLLM samples the batch without per-request generators. */
+  requestSeeds?: boolean;
 }
+
+/**
+ * Request fields rollgym sets on every request, with where to set them: an extra_body copy would
+ * override the value fitted for the turn (a max_tokens past the context window is a 400) or the
+ * trainer's sampling.
+ */
+const OWNED_FIELDS: Readonly<Record<string, string>> = {
+  max_tokens: "actor_rollout_ref.rollout.response_length (lowered per turn to fit the context window)",
+  max_completion_tokens:
+    "actor_rollout_ref.rollout.response_length (lowered per turn to fit the context window)",
+  n_predict: "actor_rollout_ref.rollout.response_length (lowered per turn to fit the context window)",
+  temperature: "actor_rollout_ref.rollout.temperature (val_kwargs.temperature in val mode)",
+  top_p: "actor_rollout_ref.rollout.top_p (val_kwargs.top_p in val mode)",
+  top_k: "actor_rollout_ref.rollout.top_k (val_kwargs.top_k in val mode)",
+  min_p: "actor_rollout_ref.rollout.min_p",
+  repetition_penalty: "rollgym.llm.repetition_penalty",
+  repeat_penalty: "rollgym.llm.repetition_penalty",
+  presence_penalty: "rollgym.llm.presence_penalty",
+  frequency_penalty: "rollgym.llm.frequency_penalty",
+  seed: "rollgym.seed (each request's seed derives from it) or rollgym.llm.request_seeds=false",
+  n: "es_manager.<mode>.group_size (each request asks for one answer)",
+  model: "rollgym.llm.model",
+  messages: "the episode (its prompt is built from the history)",
+  prompt: "the episode (its prompt is built from the history)",
+  continue_final_message: "rollgym.llm.prefill",
+  add_generation_prompt: "rollgym.llm.prefill",
+  stream: "nothing: rollgym reads whole answers",
+};
+
+/** The first extra_body key rollgym sets itself, with why and the key to use instead; null when none. */
+export function extraBodyProblem(
+  extraBody: Readonly<Record<string, unknown>>,
+): { key: string; reason: string } | null {
+  for (const key of Object.keys(extraBody)) {
+    const instead = OWNED_FIELDS[key];
+    if (instead !== undefined)
+      return {
+        key: `rollgym.llm.extra_body.${key}`,
+        reason: `rollgym sets ${key} on every request and an extra_body copy would override it; set it with ${instead}`,
+      };
+  }
+  return null;
+}
+
+/**
+ * Extra-body fields that change how the chat template renders the prompt: count and render
+ * requests carry them too, or the counts come out lower than the prompt the chat route renders.
+ */
+const RENDERING_FIELDS = new Set([
+  "chat_template",
+  "chat_template_kwargs",
+  "tools",
+  "documents",
+  "add_special_tokens",
+  "reasoning_effort",
+  "mm_processor_kwargs",
+]);
+
+/** Why token mode cannot run with count_tokens=usage. */
+export const TOKENS_NEED_ENGINE_ROUTES =
+  "token mode needs the engine's /tokenize and /detokenize (llama.cpp: /apply-template, /tokenize, /completion); " +
+  "rollgym.llm.count_tokens=usage is for gateways without them: set rollgym.llm.count_tokens=engine, or play in chat mode";
 
 /** vLLM ≥ 0.10.1 nests errors; older versions and llama.cpp differ, http.ts reads all of them. */
 interface ChatCompletion {
@@ -139,6 +213,8 @@ export class ChatPolicy implements Policy {
     Omit<ChatPolicyOptions, "apiKey" | "extraBody" | "grammar" | "baseURL" | "maxRetries" | "onServed">
   > &
     Pick<ChatPolicyOptions, "extraBody" | "grammar" | "maxRetries" | "onServed">;
+  /** The extra body plus `seed: null` when request seeds are off, merged into every request last. */
+  private readonly extras: Record<string, unknown>;
   private readonly headers: Record<string, string>;
   private readonly pool: ReplicaPool;
   /** Keep-alive connections to the replicas, one per request in flight. */
@@ -175,9 +251,14 @@ export class ChatPolicy implements Policy {
       dialect: "auto",
       maxModelLen: "auto",
       failureThreshold: 3,
+      countTokens: "engine",
+      requestSeeds: true,
       // An option given as undefined keeps its default.
       ...(Object.fromEntries(Object.entries(rest).filter(([, value]) => value !== undefined)) as typeof rest),
     };
+    const problem = extraBodyProblem(this.options.extraBody ?? {});
+    if (problem) throw new RangeError(`${problem.key}: ${problem.reason}`);
+    this.extras = { ...this.options.extraBody, ...(this.options.requestSeeds ? {} : { seed: null }) };
     const key = apiKey ?? process.env.OPENAI_API_KEY;
     this.headers = key ? { authorization: `Bearer ${key}` } : {};
     this.dialect = this.options.dialect === "auto" ? "vllm" : this.options.dialect;
@@ -252,7 +333,20 @@ export class ChatPolicy implements Policy {
       rendering: this.renderingFields,
       connections: this.connections,
     });
-    if (limit !== null) {
+    if (limit !== null && this.options.countTokens === "usage") {
+      // No count requests: every prompt is fitted on a bound, tightened by the usage answers report.
+      const rendering = this.renderingFields;
+      this.meter = {
+        limit,
+        count: async (messages, prefill) => {
+          this.stats.countsAvoided++;
+          return promptUpperBound(messages, prefill, rendering);
+        },
+        fittedByBound: () => {
+          this.stats.countsAvoided++;
+        },
+      };
+    } else if (limit !== null) {
       const counter = this.counter;
       // Counted on the episode's own replica, through the pool like its turns.
       this.meter = {
@@ -279,6 +373,7 @@ export class ChatPolicy implements Policy {
   /** Token in, token out on the same replicas; null before preflight (the dialect is not known). */
   tokenEngine(): TokenEngine | null {
     if (!this.counter) return null;
+    if (this.options.countTokens === "usage") throw new PolicyError(TOKENS_NEED_ENGINE_ROUTES);
     this.tokens ??= new TokenEngine(this);
     return this.tokens;
   }
@@ -343,7 +438,7 @@ export class ChatPolicy implements Policy {
       connections: this.connections,
       timeoutMs: this.options.timeoutMs,
       grammar: this.options.grammar ?? null,
-      extraBody: this.options.extraBody ?? {},
+      extraBody: this.extras,
       rendering: this.renderingFields,
     };
   }
@@ -351,9 +446,7 @@ export class ChatPolicy implements Policy {
   /** The extra body's fields that change how the chat template renders, for count and render requests. */
   private get renderingFields(): Record<string, unknown> {
     const extra = this.options.extraBody ?? {};
-    return Object.fromEntries(
-      Object.entries(extra).filter(([key]) => key === "chat_template" || key === "chat_template_kwargs"),
-    );
+    return Object.fromEntries(Object.entries(extra).filter(([key]) => RENDERING_FIELDS.has(key)));
   }
 
   /**
@@ -444,7 +537,7 @@ export class ChatPolicy implements Policy {
       ...samplingFields(request.sampling, this.dialect),
       ...(prefill ? { continue_final_message: true, add_generation_prompt: false } : {}),
       ...grammar,
-      ...this.options.extraBody,
+      ...this.extras,
     };
   }
 

@@ -10,6 +10,7 @@ import {
   type PromptMeter,
   requestSeed,
   type SamplingParams,
+  TEMPLATE_TOKENS_PER_MESSAGE,
 } from "../llm/policy.ts";
 import { Episode, type EpisodeRecord, type EpisodeSettings } from "./episode.ts";
 import { type FilterConfig, runGroupFilter } from "./filter.ts";
@@ -209,12 +210,7 @@ export interface KnownPrompt {
   tokens: number;
 }
 
-/**
- * Template tokens allowed per message added to a known prompt: the role header and end marker
- * (ChatML: "<|im_start|>assistant\n" … "<|im_end|>\n", 5 tokens), with room to spare for
- * other templates and for merges across the seams. See docs/rollouts.md, "Counting less".
- */
-export const TEMPLATE_TOKENS_PER_MESSAGE = 32;
+export { TEMPLATE_TOKENS_PER_MESSAGE };
 
 /**
  * An upper bound on the tokens of `messages` (plus the same prefill), from a known prompt they

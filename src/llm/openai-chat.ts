@@ -11,6 +11,7 @@ import { type Deadline, deadline } from "./deadline.ts";
 import { type Dialect, describeEngine, type EngineInfo, EngineTokenCounter } from "./engine.ts";
 import { EngineConnections, EngineError, requestJson } from "./http.ts";
 import {
+  ContextLimitChanged,
   type Policy,
   PolicyError,
   type PolicyRequest,
@@ -220,6 +221,8 @@ export class ChatPolicy implements Policy {
   /** Keep-alive connections to the replicas, one per request in flight. */
   private readonly connections = new EngineConnections();
   private dialect: Dialect;
+  /** Context length per replica, as last reported (preflight, probes after an outage, rechecks). */
+  private readonly lengths = new Map<string, number>();
   private counter: EngineTokenCounter | null = null;
   private tokens: TokenEngine | null = null;
   /** Set by preflight when the context length is known. */
@@ -265,13 +268,10 @@ export class ChatPolicy implements Policy {
     this.pool = new ReplicaPool(this.urls, {
       concurrency: this.options.concurrency,
       failureThreshold: this.options.failureThreshold,
+      // A replica coming back may be a restart with another context length: read it again.
       probe: async (url, signal) => {
-        await requestJson("GET", `${url}/models`, undefined, {
-          signal,
-          timeoutMs: 5_000,
-          headers: this.headers,
-          connections: this.connections,
-        });
+        const info = await describeEngine(url, this.dialect, this.headers, signal, this.connections);
+        this.noteLength(url, info.contextLength);
       },
     });
   }
@@ -317,13 +317,8 @@ export class ChatPolicy implements Policy {
     }
     const first = answered[0].info;
     this.dialect = first.dialect;
-    const lengths = answered.map((a) => a.info.contextLength).filter((n): n is number => n !== null);
-    const engineLimit = lengths.length > 0 ? Math.min(...lengths) : null;
-    const configured = this.options.maxModelLen === "auto" ? null : this.options.maxModelLen;
-    const limit =
-      configured !== null && engineLimit !== null
-        ? Math.min(configured, engineLimit)
-        : (configured ?? engineLimit);
+    for (const { url, info } of answered) this.noteLength(url, info.contextLength);
+    const limit = this.contextLimit;
     this.counter = new EngineTokenCounter({
       model: this.options.model,
       dialect: this.dialect,
@@ -336,8 +331,11 @@ export class ChatPolicy implements Policy {
     if (limit !== null && this.options.countTokens === "usage") {
       // No count requests: every prompt is fitted on a bound, tightened by the usage answers report.
       const rendering = this.renderingFields;
+      const policy = this;
       this.meter = {
-        limit,
+        get limit() {
+          return policy.contextLimit ?? limit;
+        },
         count: async (messages, prefill) => {
           this.stats.countsAvoided++;
           return promptUpperBound(messages, prefill, rendering);
@@ -348,9 +346,12 @@ export class ChatPolicy implements Policy {
       };
     } else if (limit !== null) {
       const counter = this.counter;
+      const policy = this;
       // Counted on the episode's own replica, through the pool like its turns.
       this.meter = {
-        limit,
+        get limit() {
+          return policy.contextLimit ?? limit;
+        },
         // A cached or shared count takes no lease: its "ok" would hide a dead replica's failures.
         count: (messages, prefill, countSignal, affinity) =>
           counter.count(messages, prefill, countSignal, (send) =>
@@ -363,6 +364,40 @@ export class ChatPolicy implements Policy {
     }
     const warnings = [...new Set(answered.flatMap((a) => a.info.warnings))];
     return { ...first, contextLength: limit, warnings };
+  }
+
+  /**
+   * The context length prompts are fitted to: the configured one or the smallest a replica
+   * reported, whichever is smaller; null when neither is known. Replicas are asked again when
+   * theirs can have changed (a restart), see noteLength's callers.
+   */
+  get contextLimit(): number | null {
+    const reported = [...this.lengths.values()];
+    const engine = reported.length > 0 ? Math.min(...reported) : null;
+    const configured = this.options.maxModelLen === "auto" ? null : this.options.maxModelLen;
+    return configured !== null && engine !== null ? Math.min(configured, engine) : (configured ?? engine);
+  }
+
+  /** Records a replica's context length; an answer that does not report one changes nothing. */
+  private noteLength(url: string, length: number | null): void {
+    if (length !== null) this.lengths.set(url, length);
+  }
+
+  /**
+   * After a refusal for length: asks the replica for its context length again (a restarted vLLM
+   * may run with a smaller --max-model-len). When the limit fell below the one the request was
+   * fitted to, throws ContextLimitChanged so the turn is fitted again; otherwise returns.
+   */
+  private async recheckLength(url: string, fittedTo: number | null, signal?: AbortSignal): Promise<void> {
+    try {
+      const info = await describeEngine(url, this.dialect, this.headers, signal, this.connections);
+      this.noteLength(url, info.contextLength);
+    } catch {
+      return;
+    }
+    const now = this.contextLimit;
+    if (fittedTo !== null && now !== null && now < fittedTo)
+      throw new ContextLimitChanged(fittedTo, now, url);
   }
 
   /** The dialect requests are sent in (detected by preflight when "auto"). */
@@ -404,6 +439,7 @@ export class ChatPolicy implements Policy {
     send: (url: string, attempt: number) => Promise<T>,
     kind: "turn" | "aux" = "turn",
   ): Promise<T> {
+    const fittedTo = this.contextLimit;
     return this.withRetries(signal, async (attempt, budget) => {
       const lease = await this.pool.acquire(affinity, budget);
       if (kind === "turn") this.stats.requests++;
@@ -417,6 +453,7 @@ export class ChatPolicy implements Policy {
         return result;
       } catch (error) {
         lease.release(error instanceof EngineError && error.replicaFault ? "failed" : "refused");
+        if (isLengthRefusal(error)) await this.recheckLength(lease.url, fittedTo, signal);
         throw error;
       }
     });
@@ -567,6 +604,17 @@ export class ChatPolicy implements Policy {
       ...(rebuilt.ambiguous ? { ambiguousSplit: true } : {}),
     };
   }
+}
+
+/** An engine's 400 for a prompt plus max_tokens past its context length (vLLM's wordings, llama.cpp's). */
+export function isLengthRefusal(error: unknown): boolean {
+  return (
+    error instanceof EngineError &&
+    error.status === 400 &&
+    /maximum context length|max_model_len|maximum model length|context size|context length/i.test(
+      error.message,
+    )
+  );
 }
 
 function describe(error: unknown): string {

@@ -143,6 +143,21 @@ export class PolicyError extends Error {
   }
 }
 
+/**
+ * The engine refused a turn for length because its context length fell (a replica restarted
+ * with a smaller one) below the one the turn was fitted to: the turn is fitted again, once.
+ */
+export class ContextLimitChanged extends PolicyError {
+  readonly before: number;
+  readonly after: number;
+  constructor(before: number, after: number, url: string) {
+    super(`the context length fell from ${before} to ${after} tokens (${url} now reports ${after})`);
+    this.name = "ContextLimitChanged";
+    this.before = before;
+    this.after = after;
+  }
+}
+
 /** 32-bit mix of (batch seed, env id, turn) for per-request sampling seeds (murmur3 finaliser). */
 export function requestSeed(batchSeed: number, envId: number, turn: number): number {
   let h = batchSeed >>> 0;

@@ -5,8 +5,10 @@
 import { setImmediate as nextTurn } from "node:timers/promises";
 import type { EnvRegistry } from "../../envs/registry.ts";
 import {
+  ContextLimitChanged,
   type EpisodeView,
   type Policy,
+  type PolicyResponse,
   type PromptMeter,
   requestSeed,
   type SamplingParams,
@@ -156,7 +158,8 @@ async function playChatEpisode(
   let dropped = 0;
   let known: KnownPrompt | null = null;
   await playTurns(episode, hooks, async (turn) => {
-    {
+    // A second pass only when the engine's context length fell under the turn (a restart).
+    for (let pass = 0; ; pass++) {
       let messages: ChatMessage[];
       let maxTokens = request.sampling.max_tokens;
       let tokens: number | null = null;
@@ -178,18 +181,24 @@ async function playChatEpisode(
       } else {
         messages = episode.promptMessages();
       }
-      const response = await policy.generate({
-        messages,
-        prefill: episode.prefill,
-        sampling: {
-          ...request.sampling,
-          max_tokens: maxTokens,
-          seed: requestSeed(request.seed, episode.envId, turn),
-        },
-        episode: episodeView(episode, request, turn),
-        affinity,
-        signal: hooks.signal,
-      });
+      let response: PolicyResponse;
+      try {
+        response = await policy.generate({
+          messages,
+          prefill: episode.prefill,
+          sampling: {
+            ...request.sampling,
+            max_tokens: maxTokens,
+            seed: requestSeed(request.seed, episode.envId, turn),
+          },
+          episode: episodeView(episode, request, turn),
+          affinity,
+          signal: hooks.signal,
+        });
+      } catch (error) {
+        if (error instanceof ContextLimitChanged && pass === 0) continue;
+        throw error;
+      }
       await turnSlot();
       episode.applyResponse(episode.prefill + response.text, response.finishReason, {
         prompt: response.promptTokens,
@@ -200,6 +209,7 @@ async function playChatEpisode(
       // The engine's own count of this prompt is exact; without one, the count or bound it was fitted on.
       const exact = response.promptTokens ?? tokens;
       known = exact === null ? null : { messages, tokens: exact };
+      return;
     }
   });
 }

@@ -5,6 +5,7 @@
 import { once } from "node:events";
 import { createServer, request as httpRequest } from "node:http";
 import type { AddressInfo } from "node:net";
+import { setTimeout as sleep } from "node:timers/promises";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createRegistry } from "../../envs/catalog.ts";
 import { loadConfig } from "../../src/config/index.ts";
@@ -192,5 +193,70 @@ describe("behind a gateway that forwards only /v1/*", () => {
     expect(batch.metrics["rollgym/context_shortened_turns"]).toBeGreaterThan(0);
     // Token mode needs /tokenize and is refused with the reason.
     expect(() => chat.tokenEngine()).toThrow(/token mode needs the engine's \/tokenize.*count_tokens=engine/);
+  });
+});
+
+describe("a context limit that shrinks while the policy lives (vLLM restarted with a smaller --max-model-len)", () => {
+  /** 2 × 2 CoordSokoban episodes of up to 3 turns, asking 700 tokens per answer. */
+  const longAnswers = (): BatchRequest =>
+    batchRequest(
+      loadConfig({
+        overrides: [
+          "es_manager.train.env_configs.tags=[CoordSokoban]",
+          "es_manager.train.env_groups=2",
+          "es_manager.train.env_configs.n_groups=[2]",
+          "es_manager.train.group_size=2",
+          "agent_proxy.max_turn=3",
+          "actor_rollout_ref.rollout.response_length=700",
+        ],
+      }).config,
+    );
+
+  async function restarted(smaller: number, port: number): Promise<MockEngine> {
+    return startMockEngine({ model: "mock", seed: 7, maxModelLen: smaller, port });
+  }
+
+  it("is read again when the engine refuses a prompt for length, and the turn is fitted again", async () => {
+    let engine = await startMockEngine({ model: "mock", seed: 7, maxModelLen: 4096 });
+    const port = Number(new URL(engine.url).port);
+    const policy = new ChatPolicy({ baseURL: engine.url, model: "mock", backoffMs: 20 });
+    try {
+      expect((await policy.preflight()).contextLength).toBe(4096);
+      await engine.close();
+      engine = await restarted(1024, port);
+      const batch = await runBatch(registry, longAnswers(), policy);
+      expect(batch.episodes.map((e) => e.failure)).toEqual([null, null, null, null]);
+      expect(policy.meter!.limit).toBe(1024);
+      expect(
+        Math.max(...batch.episodes.flatMap((e) => e.turns.map((t) => t.prompt_tokens! + 700))),
+      ).toBeGreaterThan(1024);
+    } finally {
+      await policy.close();
+      await engine.close();
+    }
+  });
+
+  it("is read again when a replica comes back from an outage, before any refusal", async () => {
+    let engine = await startMockEngine({ model: "mock", seed: 7, maxModelLen: 4096 });
+    const port = Number(new URL(engine.url).port);
+    const policy = new ChatPolicy({ baseURL: engine.url, model: "mock", backoffMs: 20, maxBackoffMs: 100 });
+    try {
+      await policy.preflight();
+      await engine.close();
+      // A short turn (it fits either window) fails on the dead replica until it is taken out;
+      // the probe that brings the restarted one back reads its context length.
+      const turn = policy.generate(singleRequest("go", { max_tokens: 16 }));
+      while (policy.replicas()[0].healthy) await sleep(20);
+      engine = await restarted(1024, port);
+      expect((await turn).finishReason).toMatch(/stop|length/);
+      expect(policy.meter!.limit).toBe(1024);
+      // Later turns are fitted to it from the start: the engine refuses none.
+      const batch = await runBatch(registry, longAnswers(), policy);
+      expect(batch.failed).toBe(0);
+      expect(engine.stats().rejected).toBe(0);
+    } finally {
+      await policy.close();
+      await engine.close();
+    }
   });
 });

@@ -480,10 +480,27 @@ export class ChatPolicy implements Policy {
     };
   }
 
-  /** The extra body's fields that change how the chat template renders, for count and render requests. */
+  /**
+   * The extra body's fields that change how the chat template renders, for count and render
+   * requests. vLLM's /tokenize takes no `documents` or `reasoning_effort`, but its chat route
+   * hands both to the template merged with chat_template_kwargs (which win), so for vLLM they
+   * travel inside chat_template_kwargs and render the same.
+   */
   private get renderingFields(): Record<string, unknown> {
     const extra = this.options.extraBody ?? {};
-    return Object.fromEntries(Object.entries(extra).filter(([key]) => RENDERING_FIELDS.has(key)));
+    const fields = Object.fromEntries(Object.entries(extra).filter(([key]) => RENDERING_FIELDS.has(key)));
+    if (this.dialect !== "vllm") return fields;
+    const { documents, reasoning_effort, ...rest } = fields;
+    if (documents === undefined && reasoning_effort === undefined) return fields;
+    const kwargs = typeof rest.chat_template_kwargs === "object" ? rest.chat_template_kwargs : {};
+    return {
+      ...rest,
+      chat_template_kwargs: {
+        ...(documents !== undefined ? { documents } : {}),
+        ...(reasoning_effort !== undefined ? { reasoning_effort } : {}),
+        ...kwargs,
+      },
+    };
   }
 
   /**

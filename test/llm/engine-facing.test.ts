@@ -87,6 +87,49 @@ describe("extra_body", () => {
   });
 });
 
+describe("rendering fields vLLM's /tokenize has no field for", () => {
+  it("travel inside chat_template_kwargs, where vLLM's chat route hands them to the template", async () => {
+    const bodies: Record<string, unknown>[] = [];
+    const server = createServer((req, res) => {
+      let text = "";
+      req.on("data", (chunk) => {
+        text += chunk;
+      });
+      req.on("end", () => {
+        res.setHeader("content-type", "application/json");
+        if (req.url === "/v1/models") {
+          res.end(JSON.stringify({ data: [{ id: "m", max_model_len: 4096 }] }));
+          return;
+        }
+        bodies.push({ path: req.url, ...JSON.parse(text) });
+        res.end(JSON.stringify({ count: 7, max_model_len: 4096 }));
+      });
+    });
+    server.listen(0, "127.0.0.1");
+    await once(server, "listening");
+    const documents = [{ title: "rules", text: "Push every box onto a target." }];
+    const policy = new ChatPolicy({
+      baseURL: `http://127.0.0.1:${(server.address() as AddressInfo).port}/v1`,
+      model: "m",
+      dialect: "vllm",
+      extraBody: { documents, reasoning_effort: "low", chat_template_kwargs: { enable_thinking: false } },
+    });
+    try {
+      await policy.preflight();
+      expect(await policy.meter!.count([{ role: "user", content: "go" }], "<think>")).toBe(7);
+      expect(bodies).toHaveLength(1);
+      expect(bodies[0]).toMatchObject({
+        path: "/tokenize",
+        chat_template_kwargs: { documents, reasoning_effort: "low", enable_thinking: false },
+      });
+      expect(bodies[0]).not.toHaveProperty("documents");
+    } finally {
+      await policy.close();
+      server.close();
+    }
+  });
+});
+
 /** A gateway that forwards only /v1/* to `target` (as many API gateways do) and answers 404 elsewhere. */
 async function v1Gateway(
   target: string,

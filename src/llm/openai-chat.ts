@@ -423,10 +423,16 @@ export class ChatPolicy implements Policy {
   }
 
   async generate(request: PolicyRequest): Promise<PolicyResponse> {
-    return this.routed(request.affinity ?? null, request.signal, async (url, attempt) => ({
-      ...(await this.once(url, request)),
-      attempts: attempt + 1,
-    }));
+    return this.routed(
+      request.affinity ?? null,
+      request.signal,
+      async (url, attempt) => ({
+        ...(await this.once(url, request)),
+        attempts: attempt + 1,
+      }),
+      "turn",
+      request.fittedTo,
+    );
   }
 
   /**
@@ -438,8 +444,9 @@ export class ChatPolicy implements Policy {
     signal: AbortSignal | undefined,
     send: (url: string, attempt: number) => Promise<T>,
     kind: "turn" | "aux" = "turn",
+    /** The context length the request was fitted to; default: the one in force now. */
+    fittedTo: number | null = this.contextLimit,
   ): Promise<T> {
-    const fittedTo = this.contextLimit;
     return this.withRetries(signal, async (attempt, budget) => {
       const lease = await this.pool.acquire(affinity, budget);
       if (kind === "turn") this.stats.requests++;

@@ -45,6 +45,8 @@ export interface PolicyRequest {
   episode: EpisodeView;
   /** Keeps an episode's turns on one engine replica (its prefix cache); unique per live episode. */
   affinity?: string;
+  /** The context length the prompt and max_tokens were fitted to, when they were (see ContextLimitChanged). */
+  fittedTo?: number;
   signal?: AbortSignal;
 }
 

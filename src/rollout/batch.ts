@@ -163,7 +163,9 @@ async function playChatEpisode(
       let messages: ChatMessage[];
       let maxTokens = request.sampling.max_tokens;
       let tokens: number | null = null;
+      let limit: number | undefined;
       if (policy.meter) {
+        limit = policy.meter.limit;
         const fitted = await fitContext(
           episode,
           request,
@@ -194,6 +196,7 @@ async function playChatEpisode(
           episode: episodeView(episode, request, turn),
           affinity,
           signal: hooks.signal,
+          fittedTo: limit,
         });
       } catch (error) {
         if (error instanceof ContextLimitChanged && pass === 0) continue;

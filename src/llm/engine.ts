@@ -68,7 +68,8 @@ export async function describeEngine(
     // Sent in llama.cpp's dialect, vLLM ignores repeat_penalty and fills the model's own penalty.
     warnings.push(
       `rollgym.llm.dialect=llamacpp, but ${serverRoot(baseURL)}/props ${propsRefusal ? `answered ${propsRefusal}` : "has no default_generation_settings"}: ` +
-        "this does not look like a llama.cpp server. On vLLM the llama.cpp dialect's repeat_penalty is ignored and the model's generation_config " +
+        "this does not look like a llama.cpp server (or a gateway in front hides /props, and with it the context length). " +
+        "On vLLM the llama.cpp dialect's repeat_penalty is ignored and the model's generation_config " +
         "repetition penalty applies; set rollgym.llm.dialect=auto (or vllm).",
     );
   }

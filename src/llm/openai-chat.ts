@@ -7,8 +7,10 @@
 // pool's probe instead of hammering it.
 import { setTimeout as sleep } from "node:timers/promises";
 import type { ChatMessage } from "../rollout/prompt.ts";
+import { ContextLimit, isLengthRefusal } from "./context-limit.ts";
 import { type Deadline, deadline } from "./deadline.ts";
 import { type Dialect, describeEngine, type EngineInfo, EngineTokenCounter } from "./engine.ts";
+import { extraBodyProblem, renderingFields, requestExtras } from "./extra-body.ts";
 import { EngineConnections, EngineError, requestJson } from "./http.ts";
 import {
   ContextLimitChanged,
@@ -68,63 +70,6 @@ export interface ChatPolicyOptions {
   /** Send each request's seed (default); false sends `seed: null`, so vLLM samples the batch without per-request generators. */
   requestSeeds?: boolean;
 }
-
-/**
- * Request fields rollgym sets on every request, with where to set them: an extra_body copy would
- * override the value fitted for the turn (a max_tokens past the context window is a 400) or the
- * trainer's sampling.
- */
-const OWNED_FIELDS: Readonly<Record<string, string>> = {
-  max_tokens: "actor_rollout_ref.rollout.response_length (lowered per turn to fit the context window)",
-  max_completion_tokens:
-    "actor_rollout_ref.rollout.response_length (lowered per turn to fit the context window)",
-  n_predict: "actor_rollout_ref.rollout.response_length (lowered per turn to fit the context window)",
-  temperature: "actor_rollout_ref.rollout.temperature (val_kwargs.temperature in val mode)",
-  top_p: "actor_rollout_ref.rollout.top_p (val_kwargs.top_p in val mode)",
-  top_k: "actor_rollout_ref.rollout.top_k (val_kwargs.top_k in val mode)",
-  min_p: "actor_rollout_ref.rollout.min_p",
-  repetition_penalty: "rollgym.llm.repetition_penalty",
-  repeat_penalty: "rollgym.llm.repetition_penalty",
-  presence_penalty: "rollgym.llm.presence_penalty",
-  frequency_penalty: "rollgym.llm.frequency_penalty",
-  seed: "rollgym.seed (each request's seed derives from it) or rollgym.llm.request_seeds=false",
-  n: "es_manager.<mode>.group_size (each request asks for one answer)",
-  model: "rollgym.llm.model",
-  messages: "the episode (its prompt is built from the history)",
-  prompt: "the episode (its prompt is built from the history)",
-  continue_final_message: "rollgym.llm.prefill",
-  add_generation_prompt: "rollgym.llm.prefill",
-  stream: "nothing: rollgym reads whole answers",
-};
-
-/** The first extra_body key rollgym sets itself, with why and the key to use instead; null when none. */
-export function extraBodyProblem(
-  extraBody: Readonly<Record<string, unknown>>,
-): { key: string; reason: string } | null {
-  for (const key of Object.keys(extraBody)) {
-    const instead = OWNED_FIELDS[key];
-    if (instead !== undefined)
-      return {
-        key: `rollgym.llm.extra_body.${key}`,
-        reason: `rollgym sets ${key} on every request and an extra_body copy would override it; set it with ${instead}`,
-      };
-  }
-  return null;
-}
-
-/**
- * Extra-body fields that change how the chat template renders the prompt: count and render
- * requests carry them too, or the counts come out lower than the prompt the chat route renders.
- */
-const RENDERING_FIELDS = new Set([
-  "chat_template",
-  "chat_template_kwargs",
-  "tools",
-  "documents",
-  "add_special_tokens",
-  "reasoning_effort",
-  "mm_processor_kwargs",
-]);
 
 /** Why token mode cannot run with count_tokens=usage. */
 export const TOKENS_NEED_ENGINE_ROUTES =
@@ -221,8 +166,8 @@ export class ChatPolicy implements Policy {
   /** Keep-alive connections to the replicas, one per request in flight. */
   private readonly connections = new EngineConnections();
   private dialect: Dialect;
-  /** Context length per replica, as last reported (preflight, probes after an outage, rechecks). */
-  private readonly lengths = new Map<string, number>();
+  /** The context length prompts are fitted to, kept current as replicas report theirs. */
+  private readonly limit: ContextLimit;
   private counter: EngineTokenCounter | null = null;
   private tokens: TokenEngine | null = null;
   /** Set by preflight when the context length is known. */
@@ -261,7 +206,8 @@ export class ChatPolicy implements Policy {
     };
     const problem = extraBodyProblem(this.options.extraBody ?? {});
     if (problem) throw new RangeError(`${problem.key}: ${problem.reason}`);
-    this.extras = { ...this.options.extraBody, ...(this.options.requestSeeds ? {} : { seed: null }) };
+    this.extras = requestExtras(this.options.extraBody ?? {}, this.options.requestSeeds);
+    this.limit = new ContextLimit(this.options.maxModelLen);
     const key = apiKey ?? process.env.OPENAI_API_KEY;
     this.headers = key ? { authorization: `Bearer ${key}` } : {};
     this.dialect = this.options.dialect === "auto" ? "vllm" : this.options.dialect;
@@ -271,7 +217,7 @@ export class ChatPolicy implements Policy {
       // A replica coming back may be a restart with another context length: read it again.
       probe: async (url, signal) => {
         const info = await describeEngine(url, this.dialect, this.headers, signal, this.connections);
-        this.noteLength(url, info.contextLength);
+        this.limit.note(url, info.contextLength);
       },
     });
   }
@@ -317,8 +263,8 @@ export class ChatPolicy implements Policy {
     }
     const first = answered[0].info;
     this.dialect = first.dialect;
-    for (const { url, info } of answered) this.noteLength(url, info.contextLength);
-    const limit = this.contextLimit;
+    for (const { url, info } of answered) this.limit.note(url, info.contextLength);
+    const limit = this.limit.value;
     this.counter = new EngineTokenCounter({
       model: this.options.model,
       dialect: this.dialect,
@@ -328,35 +274,27 @@ export class ChatPolicy implements Policy {
       rendering: this.renderingFields,
       connections: this.connections,
     });
-    if (limit !== null && this.options.countTokens === "usage") {
-      // No count requests: every prompt is fitted on a bound, tightened by the usage answers report.
-      const rendering = this.renderingFields;
-      const policy = this;
-      this.meter = {
-        get limit() {
-          return policy.contextLimit ?? limit;
-        },
-        count: async (messages, prefill) => {
-          this.stats.countsAvoided++;
-          return promptUpperBound(messages, prefill, rendering);
-        },
-        fittedByBound: () => {
-          this.stats.countsAvoided++;
-        },
-      };
-    } else if (limit !== null) {
+    if (limit !== null) {
       const counter = this.counter;
-      const policy = this;
-      // Counted on the episode's own replica, through the pool like its turns.
+      const current = this.limit;
+      const rendering = this.renderingFields;
       this.meter = {
         get limit() {
-          return policy.contextLimit ?? limit;
+          return current.value ?? limit;
         },
-        // A cached or shared count takes no lease: its "ok" would hide a dead replica's failures.
-        count: (messages, prefill, countSignal, affinity) =>
-          counter.count(messages, prefill, countSignal, (send) =>
-            this.routed(affinity ?? null, countSignal, send, "aux"),
-          ),
+        count:
+          this.options.countTokens === "usage"
+            ? // No count requests: a bound, tightened by the usage answers report (batch.ts).
+              async (messages, prefill) => {
+                this.stats.countsAvoided++;
+                return promptUpperBound(messages, prefill, rendering);
+              }
+            : // Counted on the episode's own replica, through the pool like its turns. A cached or
+              // shared count takes no lease: its "ok" would hide a dead replica's failures.
+              (messages, prefill, countSignal, affinity) =>
+                counter.count(messages, prefill, countSignal, (send) =>
+                  this.routed(affinity ?? null, countSignal, send, "aux"),
+                ),
         fittedByBound: () => {
           this.stats.countsAvoided++;
         },
@@ -367,23 +305,6 @@ export class ChatPolicy implements Policy {
   }
 
   /**
-   * The context length prompts are fitted to: the configured one or the smallest a replica
-   * reported, whichever is smaller; null when neither is known. Replicas are asked again when
-   * theirs can have changed (a restart), see noteLength's callers.
-   */
-  get contextLimit(): number | null {
-    const reported = [...this.lengths.values()];
-    const engine = reported.length > 0 ? Math.min(...reported) : null;
-    const configured = this.options.maxModelLen === "auto" ? null : this.options.maxModelLen;
-    return configured !== null && engine !== null ? Math.min(configured, engine) : (configured ?? engine);
-  }
-
-  /** Records a replica's context length; an answer that does not report one changes nothing. */
-  private noteLength(url: string, length: number | null): void {
-    if (length !== null) this.lengths.set(url, length);
-  }
-
-  /**
    * After a refusal for length: asks the replica for its context length again (a restarted vLLM
    * may run with a smaller --max-model-len). When the limit fell below the one the request was
    * fitted to, throws ContextLimitChanged so the turn is fitted again; otherwise returns.
@@ -391,11 +312,11 @@ export class ChatPolicy implements Policy {
   private async recheckLength(url: string, fittedTo: number | null, signal?: AbortSignal): Promise<void> {
     try {
       const info = await describeEngine(url, this.dialect, this.headers, signal, this.connections);
-      this.noteLength(url, info.contextLength);
+      this.limit.note(url, info.contextLength);
     } catch {
       return;
     }
-    const now = this.contextLimit;
+    const now = this.limit.value;
     if (fittedTo !== null && now !== null && now < fittedTo)
       throw new ContextLimitChanged(fittedTo, now, url);
   }
@@ -445,7 +366,7 @@ export class ChatPolicy implements Policy {
     send: (url: string, attempt: number) => Promise<T>,
     kind: "turn" | "aux" = "turn",
     /** The context length the request was fitted to; default: the one in force now. */
-    fittedTo: number | null = this.contextLimit,
+    fittedTo: number | null = this.limit.value,
   ): Promise<T> {
     return this.withRetries(signal, async (attempt, budget) => {
       const lease = await this.pool.acquire(affinity, budget);
@@ -487,27 +408,9 @@ export class ChatPolicy implements Policy {
     };
   }
 
-  /**
-   * The extra body's fields that change how the chat template renders, for count and render
-   * requests. vLLM's /tokenize takes no `documents` or `reasoning_effort`, but its chat route
-   * hands both to the template merged with chat_template_kwargs (which win), so for vLLM they
-   * travel inside chat_template_kwargs and render the same.
-   */
+  /** The extra body's fields that change how the chat template renders, for count and render requests. */
   private get renderingFields(): Record<string, unknown> {
-    const extra = this.options.extraBody ?? {};
-    const fields = Object.fromEntries(Object.entries(extra).filter(([key]) => RENDERING_FIELDS.has(key)));
-    if (this.dialect !== "vllm") return fields;
-    const { documents, reasoning_effort, ...rest } = fields;
-    if (documents === undefined && reasoning_effort === undefined) return fields;
-    const kwargs = typeof rest.chat_template_kwargs === "object" ? rest.chat_template_kwargs : {};
-    return {
-      ...rest,
-      chat_template_kwargs: {
-        ...(documents !== undefined ? { documents } : {}),
-        ...(reasoning_effort !== undefined ? { reasoning_effort } : {}),
-        ...kwargs,
-      },
-    };
+    return renderingFields(this.options.extraBody ?? {}, this.dialect);
   }
 
   /**
@@ -628,17 +531,6 @@ export class ChatPolicy implements Policy {
       ...(rebuilt.ambiguous ? { ambiguousSplit: true } : {}),
     };
   }
-}
-
-/** An engine's 400 for a prompt plus max_tokens past its context length (vLLM's wordings, llama.cpp's). */
-export function isLengthRefusal(error: unknown): boolean {
-  return (
-    error instanceof EngineError &&
-    error.status === 400 &&
-    /maximum context length|max_model_len|maximum model length|context size|context length/i.test(
-      error.message,
-    )
-  );
 }
 
 function describe(error: unknown): string {

@@ -6,7 +6,8 @@ import { dirname, resolve } from "node:path";
 import type { EnvRegistry } from "../../envs/registry.ts";
 import { type LoadedConfig, originOf, type RollgymConfig } from "../config/index.ts";
 import { oraclePolicy, randomPolicy } from "../llm/builtin.ts";
-import { ChatPolicy } from "../llm/openai-chat.ts";
+import { extraBodyProblem } from "../llm/extra-body.ts";
+import { ChatPolicy, TOKENS_NEED_ENGINE_ROUTES } from "../llm/openai-chat.ts";
 import { describeEngineStatus, type Policy, PolicyError } from "../llm/policy.ts";
 import { logprobsSource, logprobsWarning } from "../llm/token-engine.ts";
 import { EpisodeFileWriter } from "../record/episode-file.ts";
@@ -215,8 +216,9 @@ export async function readyPolicy(config: RollgymConfig): Promise<Policy> {
       const limit =
         info.contextLength === null
           ? "unknown context length: prompts are sent whole"
-          : `context ${info.contextLength} tokens`;
+          : `context ${info.contextLength} tokens${config.rollgym.llm.count_tokens === "usage" ? ", prompts fitted without count requests (count_tokens=usage)" : ""}`;
       say(`${info.dialect} engine at ${config.rollgym.llm.base_url?.join(", ")}, ${limit}`);
+      for (const warning of info.warnings) say(`warning: ${warning}`);
     } catch (error) {
       await policy.close();
       if (error instanceof PolicyError) {
@@ -256,6 +258,8 @@ function buildPolicy(config: RollgymConfig): Policy {
       extraBody: llm.extra_body ?? undefined,
       grammar: llm.grammar === null ? null : readGrammar(llm.grammar),
       maxModelLen: config.actor_rollout_ref.rollout.max_model_len,
+      countTokens: llm.count_tokens,
+      requestSeeds: llm.request_seeds,
     });
   }
   const options = { noise: policy.noise, malformed: policy.malformed };
@@ -461,6 +465,18 @@ export function checkPolicyKeys(loaded: LoadedConfig): void {
       `--policy (rollgym.policy.name)${at("rollgym.policy.name")} and --llm (rollgym.llm.base_url)${at("rollgym.llm.base_url")} ` +
         "are both given; allowed: one of them, a built-in policy or an endpoint",
     );
+  }
+  const problem = extraBodyProblem(llm.extra_body ?? {});
+  if (problem) throw new UsageError(`${problem.key}${at(problem.key)}: ${problem.reason}`);
+  if (llm.count_tokens === "usage") {
+    const config = loaded.config.rollgym;
+    if (config.tokens)
+      throw new UsageError(`--tokens (rollgym.tokens)${at("rollgym.tokens")}: ${TOKENS_NEED_ENGINE_ROUTES}`);
+    if (config.context.truncation === "ragen")
+      throw new UsageError(
+        `rollgym.context.truncation=ragen${at("rollgym.context.truncation")} counts every prompt exactly, which ` +
+          `rollgym.llm.count_tokens=usage${at("rollgym.llm.count_tokens")} cannot; allowed: truncation=turns, or count_tokens=engine`,
+      );
   }
 }
 

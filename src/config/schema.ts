@@ -138,6 +138,14 @@ export interface RollgymConfig {
        * continues (vLLM's continue_final_message); "none": send no prefill.
        */
       prefill: "continue" | "none";
+      /**
+       * "engine": prompts are counted exactly by the engine (vLLM's /tokenize, llama.cpp's
+       * input_tokens); "usage": no count requests (a gateway that forwards only /v1/*), the
+       * window is kept from the usage.prompt_tokens answers report plus upper bounds.
+       */
+      count_tokens: "engine" | "usage";
+      /** Send the per-request seed derived from the batch seed (false: none, vLLM's faster batched sampling). */
+      request_seeds: boolean;
     };
     context: {
       /** "turns": drop the oldest complete turns; "ragen": RAGEN's _apply_max_length. */
@@ -232,6 +240,8 @@ export function defaultConfig(): RollgymConfig {
         dialect: "auto",
         min_response_tokens: 32,
         prefill: "continue",
+        count_tokens: "engine",
+        request_seeds: true,
       },
       context: { truncation: "turns" },
       policy: { name: "oracle", noise: 0, malformed: 0 },
@@ -369,6 +379,8 @@ export const FIELD_SPECS: Readonly<Record<string, FieldSpec>> = {
   "rollgym.llm.dialect": { kind: "enum", values: ["auto", "vllm", "llamacpp"] },
   "rollgym.llm.min_response_tokens": int(1),
   "rollgym.llm.prefill": { kind: "enum", values: ["continue", "none"] },
+  "rollgym.llm.count_tokens": { kind: "enum", values: ["engine", "usage"] },
+  "rollgym.llm.request_seeds": bool,
   "rollgym.context.truncation": { kind: "enum", values: ["turns", "ragen"] },
   "rollgym.policy.name": { kind: "enum", values: POLICY_NAMES },
   "rollgym.policy.noise": prob,

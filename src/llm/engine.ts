@@ -12,6 +12,8 @@ export interface EngineInfo {
   models: string[];
   /** Context length per sequence (vLLM max_model_len; llama.cpp's per-slot n_ctx), when reported. */
   contextLength: number | null;
+  /** What looked wrong but does not stop a rollout (a forced dialect the routes contradict), each with its fix. */
+  warnings: string[];
 }
 
 /** The server root: the base URL without its OpenAI `/v1` suffix (vLLM's /tokenize, llama.cpp's /props live there). */
@@ -46,20 +48,42 @@ export async function describeEngine(
 
   // llama.cpp answers GET /props with its slot settings; vLLM has no such route (404).
   let props: Record<string, unknown> | null = null;
+  let propsRefusal = "";
   if (dialect !== "vllm") {
     try {
       props = record(await requestJson("GET", `${serverRoot(baseURL)}/props`, undefined, options));
     } catch (error) {
       if (!(error instanceof EngineError) || error.status === null || error.status >= 500) throw error;
+      propsRefusal = error.message;
     }
   }
-  const detected: Dialect =
-    dialect !== "auto" ? dialect : props && "default_generation_settings" in props ? "llamacpp" : "vllm";
+  const llamaProps = props !== null && "default_generation_settings" in props;
+  const detected: Dialect = dialect !== "auto" ? dialect : llamaProps ? "llamacpp" : "vllm";
   const contextLength =
     detected === "llamacpp"
       ? positiveInt(record(props?.default_generation_settings).n_ctx)
       : (cards.map((c) => positiveInt(c.max_model_len)).find((n) => n !== null) ?? null);
-  return { dialect: detected, models, contextLength };
+  const warnings: string[] = [];
+  if (dialect === "llamacpp" && !llamaProps) {
+    // Sent in llama.cpp's dialect, vLLM ignores repeat_penalty and fills the model's own penalty.
+    warnings.push(
+      `rollgym.llm.dialect=llamacpp, but ${serverRoot(baseURL)}/props ${propsRefusal ? `answered ${propsRefusal}` : "has no default_generation_settings"}: ` +
+        "this does not look like a llama.cpp server (or a gateway in front hides /props, and with it the context length). " +
+        "On vLLM the llama.cpp dialect's repeat_penalty is ignored and the model's generation_config " +
+        "repetition penalty applies; set rollgym.llm.dialect=auto (or vllm).",
+    );
+  }
+  return { dialect: detected, models, contextLength, warnings };
+}
+
+/**
+ * An engine's 404/405 for an auxiliary route, restated with the route and what to do: behind a
+ * gateway that forwards only /v1/*, a bare "HTTP 404: Not Found" names neither. Anything else
+ * is returned unchanged.
+ */
+export function missingRoute(error: unknown, route: string, fix: string): unknown {
+  if (!(error instanceof EngineError) || (error.status !== 404 && error.status !== 405)) return error;
+  return new EngineError(`POST ${route} answered ${error.message}; ${fix}`, error.status);
 }
 
 export interface TokenCounterOptions {
@@ -154,19 +178,31 @@ export class EngineTokenCounter {
           `${root}/tokenize`,
           { model, messages: chat, ...switches, ...rendering },
           options,
-        ),
+        ).catch((error: unknown) => {
+          throw missingRoute(
+            error,
+            `${root}/tokenize`,
+            "rollgym counts prompts with vLLM's /tokenize, which sits at the server root, outside /v1: " +
+              "let the gateway forward /tokenize too, or set rollgym.llm.count_tokens=usage (chat mode)",
+          );
+        }),
       );
       const count = positiveInt(body.count) ?? (Array.isArray(body.tokens) ? body.tokens.length : null);
       if (count === null) throw new UnusableAnswer("/tokenize answered without a token count");
       return count;
     }
     // llama.cpp counts a chat body exactly as its chat route renders and tokenizes it.
+    const route = `${baseURL.replace(/\/+$/, "")}/chat/completions/input_tokens`;
     const body = record(
-      await requestJson(
-        "POST",
-        `${baseURL.replace(/\/+$/, "")}/chat/completions/input_tokens`,
-        { model, messages: chat, ...switches, ...rendering },
-        options,
+      await requestJson("POST", route, { model, messages: chat, ...switches, ...rendering }, options).catch(
+        (error: unknown) => {
+          throw missingRoute(
+            error,
+            route,
+            "rollgym counts prompts with llama.cpp's input_tokens route (recent builds): update llama-server, " +
+              "or set rollgym.llm.count_tokens=usage (chat mode)",
+          );
+        },
       ),
     );
     const count = positiveInt(body.input_tokens);

@@ -7,16 +7,20 @@
 // pool's probe instead of hammering it.
 import { setTimeout as sleep } from "node:timers/promises";
 import type { ChatMessage } from "../rollout/prompt.ts";
+import { ContextLimit, isLengthRefusal } from "./context-limit.ts";
 import { type Deadline, deadline } from "./deadline.ts";
 import { type Dialect, describeEngine, type EngineInfo, EngineTokenCounter } from "./engine.ts";
+import { extraBodyProblem, renderingFields, requestExtras } from "./extra-body.ts";
 import { EngineConnections, EngineError, requestJson, UnusableAnswer } from "./http.ts";
 import {
+  ContextLimitChanged,
   type EngineStatus,
   type Policy,
   PolicyError,
   type PolicyRequest,
   type PolicyResponse,
   type PromptMeter,
+  promptUpperBound,
   type SamplingParams,
 } from "./policy.ts";
 import { ReplicaPool } from "./replicas.ts";
@@ -45,7 +49,10 @@ export interface ChatPolicyOptions {
   prefill?: "continue" | "none";
   /** The engine's request dialect; "auto" asks the first replica at preflight. */
   dialect?: Dialect | "auto";
-  /** Merged into every request body last (e.g. chat_template_kwargs, vLLM's structured_outputs). */
+  /**
+   * Merged into every request body last (e.g. chat_template_kwargs, vLLM's structured_outputs);
+   * fields rollgym sets per turn are refused (see extraBodyProblem).
+   */
   extraBody?: Record<string, unknown>;
   /** A GBNF grammar, sent as llama.cpp's `grammar` or vLLM's `structured_outputs.grammar`. */
   grammar?: string | null;
@@ -55,7 +62,20 @@ export interface ChatPolicyOptions {
   failureThreshold?: number;
   /** Called for every answered turn with the replica that served it (routing audits, tests). */
   onServed?: (affinity: string | null, url: string) => void;
+  /**
+   * "engine" (default): prompts are counted by the engine. "usage": no count requests (a gateway
+   * that forwards only /v1/*): prompts are fitted on upper bounds and the usage.prompt_tokens
+   * answers report; token mode is refused.
+   */
+  countTokens?: "engine" | "usage";
+  /** Send each request's seed (default); false sends `seed: null`, so vLLM samples the batch without per-request generators. */
+  requestSeeds?: boolean;
 }
+
+/** Why token mode cannot run with count_tokens=usage. */
+export const TOKENS_NEED_ENGINE_ROUTES =
+  "token mode needs the engine's /tokenize and /detokenize (llama.cpp: /apply-template, /tokenize, /completion); " +
+  "rollgym.llm.count_tokens=usage is for gateways without them: set rollgym.llm.count_tokens=engine, or play in chat mode";
 
 /** vLLM ≥ 0.10.1 nests errors; older versions and llama.cpp differ, http.ts reads all of them. */
 interface ChatCompletion {
@@ -145,11 +165,15 @@ export class ChatPolicy implements Policy {
     Omit<ChatPolicyOptions, "apiKey" | "extraBody" | "grammar" | "baseURL" | "maxRetries" | "onServed">
   > &
     Pick<ChatPolicyOptions, "extraBody" | "grammar" | "maxRetries" | "onServed">;
+  /** The extra body plus `seed: null` when request seeds are off, merged into every request last. */
+  private readonly extras: Record<string, unknown>;
   private readonly headers: Record<string, string>;
   private readonly pool: ReplicaPool;
   /** Keep-alive connections to the replicas, one per request in flight. */
   private readonly connections = new EngineConnections();
   private dialect: Dialect;
+  /** The context length prompts are fitted to, kept current as replicas report theirs. */
+  private readonly limit: ContextLimit;
   private counter: EngineTokenCounter | null = null;
   private tokens: TokenEngine | null = null;
   /** Set by preflight when the context length is known. */
@@ -184,22 +208,25 @@ export class ChatPolicy implements Policy {
       dialect: "auto",
       maxModelLen: "auto",
       failureThreshold: 3,
+      countTokens: "engine",
+      requestSeeds: true,
       // An option given as undefined keeps its default.
       ...(Object.fromEntries(Object.entries(rest).filter(([, value]) => value !== undefined)) as typeof rest),
     };
+    const problem = extraBodyProblem(this.options.extraBody ?? {});
+    if (problem) throw new RangeError(`${problem.key}: ${problem.reason}`);
+    this.extras = requestExtras(this.options.extraBody ?? {}, this.options.requestSeeds);
+    this.limit = new ContextLimit(this.options.maxModelLen);
     const key = apiKey ?? process.env.OPENAI_API_KEY;
     this.headers = key ? { authorization: `Bearer ${key}` } : {};
     this.dialect = this.options.dialect === "auto" ? "vllm" : this.options.dialect;
     this.pool = new ReplicaPool(this.urls, {
       concurrency: this.options.concurrency,
       failureThreshold: this.options.failureThreshold,
+      // A replica coming back may be a restart with another context length: read it again.
       probe: async (url, signal) => {
-        await requestJson("GET", `${url}/models`, undefined, {
-          signal,
-          timeoutMs: 5_000,
-          headers: this.headers,
-          connections: this.connections,
-        });
+        const info = await describeEngine(url, this.dialect, this.headers, signal, this.connections);
+        this.limit.note(url, info.contextLength);
       },
     });
   }
@@ -245,13 +272,8 @@ export class ChatPolicy implements Policy {
     }
     const first = answered[0].info;
     this.dialect = first.dialect;
-    const lengths = answered.map((a) => a.info.contextLength).filter((n): n is number => n !== null);
-    const engineLimit = lengths.length > 0 ? Math.min(...lengths) : null;
-    const configured = this.options.maxModelLen === "auto" ? null : this.options.maxModelLen;
-    const limit =
-      configured !== null && engineLimit !== null
-        ? Math.min(configured, engineLimit)
-        : (configured ?? engineLimit);
+    for (const { url, info } of answered) this.limit.note(url, info.contextLength);
+    const limit = this.limit.value;
     this.counter = new EngineTokenCounter({
       model: this.options.model,
       dialect: this.dialect,
@@ -263,20 +285,49 @@ export class ChatPolicy implements Policy {
     });
     if (limit !== null) {
       const counter = this.counter;
-      // Counted on the episode's own replica, through the pool like its turns.
+      const current = this.limit;
+      const rendering = this.renderingFields;
       this.meter = {
-        limit,
-        // A cached or shared count takes no lease: its "ok" would hide a dead replica's failures.
-        count: (messages, prefill, countSignal, affinity) =>
-          counter.count(messages, prefill, countSignal, (send) =>
-            this.routed(affinity ?? null, countSignal, send, "aux"),
-          ),
+        get limit() {
+          return current.value ?? limit;
+        },
+        count:
+          this.options.countTokens === "usage"
+            ? // No count requests: a bound, tightened by the usage answers report (batch.ts).
+              async (messages, prefill) => {
+                this.stats.countsAvoided++;
+                return promptUpperBound(messages, prefill, rendering);
+              }
+            : // Counted on the episode's own replica, through the pool like its turns. A cached or
+              // shared count takes no lease: its "ok" would hide a dead replica's failures.
+              (messages, prefill, countSignal, affinity) =>
+                counter.count(messages, prefill, countSignal, (send) =>
+                  this.routed(affinity ?? null, countSignal, send, "aux"),
+                ),
         fittedByBound: () => {
           this.stats.countsAvoided++;
         },
       };
     }
-    return { ...first, contextLength: limit };
+    const warnings = [...new Set(answered.flatMap((a) => a.info.warnings))];
+    return { ...first, contextLength: limit, warnings };
+  }
+
+  /**
+   * After a refusal for length: asks the replica for its context length again (a restarted vLLM
+   * may run with a smaller --max-model-len). When the limit fell below the one the request was
+   * fitted to, throws ContextLimitChanged so the turn is fitted again; otherwise returns.
+   */
+  private async recheckLength(url: string, fittedTo: number | null, signal?: AbortSignal): Promise<void> {
+    try {
+      const info = await describeEngine(url, this.dialect, this.headers, signal, this.connections);
+      this.limit.note(url, info.contextLength);
+    } catch {
+      return;
+    }
+    const now = this.limit.value;
+    if (fittedTo !== null && now !== null && now < fittedTo)
+      throw new ContextLimitChanged(fittedTo, now, url);
   }
 
   /** The dialect requests are sent in (detected by preflight when "auto"). */
@@ -287,6 +338,7 @@ export class ChatPolicy implements Policy {
   /** Token in, token out on the same replicas; null before preflight (the dialect is not known). */
   tokenEngine(): TokenEngine | null {
     if (!this.counter) return null;
+    if (this.options.countTokens === "usage") throw new PolicyError(TOKENS_NEED_ENGINE_ROUTES);
     this.tokens ??= new TokenEngine(this);
     return this.tokens;
   }
@@ -301,10 +353,16 @@ export class ChatPolicy implements Policy {
   }
 
   async generate(request: PolicyRequest): Promise<PolicyResponse> {
-    return this.routed(request.affinity ?? null, request.signal, async (url, attempt) => ({
-      ...(await this.once(url, request)),
-      attempts: attempt + 1,
-    }));
+    return this.routed(
+      request.affinity ?? null,
+      request.signal,
+      async (url, attempt) => ({
+        ...(await this.once(url, request)),
+        attempts: attempt + 1,
+      }),
+      "turn",
+      request.fittedTo,
+    );
   }
 
   /**
@@ -316,6 +374,8 @@ export class ChatPolicy implements Policy {
     signal: AbortSignal | undefined,
     send: (url: string, attempt: number) => Promise<T>,
     kind: "turn" | "aux" = "turn",
+    /** The context length the request was fitted to; default: the one in force now. */
+    fittedTo: number | null = this.limit.value,
   ): Promise<T> {
     return this.withRetries(signal, async (attempt, budget) => {
       const lease = await this.pool.acquire(affinity, budget);
@@ -330,6 +390,7 @@ export class ChatPolicy implements Policy {
         return result;
       } catch (error) {
         lease.release(error instanceof EngineError && error.replicaFault ? "failed" : "refused");
+        if (isLengthRefusal(error)) await this.recheckLength(lease.url, fittedTo, signal);
         throw error;
       }
     });
@@ -366,17 +427,14 @@ export class ChatPolicy implements Policy {
       connections: this.connections,
       timeoutMs: this.options.timeoutMs,
       grammar: this.options.grammar ?? null,
-      extraBody: this.options.extraBody ?? {},
+      extraBody: this.extras,
       rendering: this.renderingFields,
     };
   }
 
   /** The extra body's fields that change how the chat template renders, for count and render requests. */
   private get renderingFields(): Record<string, unknown> {
-    const extra = this.options.extraBody ?? {};
-    return Object.fromEntries(
-      Object.entries(extra).filter(([key]) => key === "chat_template" || key === "chat_template_kwargs"),
-    );
+    return renderingFields(this.options.extraBody ?? {}, this.dialect);
   }
 
   /**
@@ -475,7 +533,7 @@ export class ChatPolicy implements Policy {
       ...samplingFields(request.sampling, this.dialect),
       ...(prefill ? { continue_final_message: true, add_generation_prompt: false } : {}),
       ...grammar,
-      ...this.options.extraBody,
+      ...this.extras,
     };
   }
 

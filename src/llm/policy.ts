@@ -45,6 +45,8 @@ export interface PolicyRequest {
   episode: EpisodeView;
   /** Keeps an episode's turns on one engine replica (its prefix cache); unique per live episode. */
   affinity?: string;
+  /** The context length the prompt and max_tokens were fitted to, when they were (see ContextLimitChanged). */
+  fittedTo?: number;
   signal?: AbortSignal;
 }
 
@@ -63,11 +65,51 @@ export interface PolicyResponse {
   ambiguousSplit?: boolean;
 }
 
-/** Counts prompt tokens exactly as the engine will, so prompts can be fitted to its context. */
+/**
+ * Template tokens allowed per message added to a known prompt: the role header and end marker
+ * (ChatML: "<|im_start|>assistant\n" … "<|im_end|>\n", 5 tokens), with room to spare for
+ * other templates and for merges across the seams. See docs/rollouts.md, "Counting less".
+ */
+export const TEMPLATE_TOKENS_PER_MESSAGE = 32;
+
+/**
+ * Tokens a chat template may add of its own once per prompt: BOS, a default system prompt when
+ * none is sent (Qwen2.5: about 20), the tool-use instructions around `tools` (Qwen2.5: about 90).
+ */
+export const TEMPLATE_OWN_TOKENS = 256;
+
+/**
+ * An upper bound on the tokens of a whole chat prompt without asking the engine: every token of
+ * a byte-level BPE covers at least one byte, each message and the generation prompt get
+ * TEMPLATE_TOKENS_PER_MESSAGE, the template TEMPLATE_OWN_TOKENS, and rendering fields that
+ * reach the template (tools, documents) their JSON bytes plus TEMPLATE_TOKENS_PER_MESSAGE per
+ * entry. Loose (text runs 3–4 bytes per token), and sound under the same assumptions as the
+ * bound in docs/rollouts.md, "Counting less".
+ */
+export function promptUpperBound(
+  messages: readonly ChatMessage[],
+  prefill: string,
+  rendering: Readonly<Record<string, unknown>> = {},
+): number {
+  let bound = TEMPLATE_OWN_TOKENS + TEMPLATE_TOKENS_PER_MESSAGE + Buffer.byteLength(prefill, "utf8");
+  for (const message of messages)
+    bound += Buffer.byteLength(message.content, "utf8") + TEMPLATE_TOKENS_PER_MESSAGE;
+  for (const value of Object.values(rendering)) {
+    if (value === undefined || value === null) continue;
+    bound += Buffer.byteLength(JSON.stringify(value), "utf8");
+    if (Array.isArray(value)) bound += value.length * TEMPLATE_TOKENS_PER_MESSAGE;
+  }
+  return bound;
+}
+
+/**
+ * Counts prompt tokens exactly as the engine will (or, where the engine cannot count, bounds
+ * them from above), so prompts can be fitted to its context.
+ */
 export interface PromptMeter {
   /** Context length in tokens: prompt + max_tokens must not exceed it. */
   readonly limit: number;
-  /** Tokens of the prompt the request for `messages` (plus the prefill) would render. */
+  /** Tokens of the prompt the request for `messages` (plus the prefill) would render, or an upper bound. */
   count(
     messages: readonly ChatMessage[],
     prefill: string,
@@ -125,6 +167,21 @@ export class PolicyError extends Error {
     super(message);
     this.name = "PolicyError";
     this.retryable = retryable;
+  }
+}
+
+/**
+ * The engine refused a turn for length because its context length fell (a replica restarted
+ * with a smaller one) below the one the turn was fitted to: the turn is fitted again, once.
+ */
+export class ContextLimitChanged extends PolicyError {
+  readonly before: number;
+  readonly after: number;
+  constructor(before: number, after: number, url: string) {
+    super(`the context length fell from ${before} to ${after} tokens (${url} now reports ${after})`);
+    this.name = "ContextLimitChanged";
+    this.before = before;
+    this.after = after;
   }
 }
 

@@ -26,13 +26,16 @@ export interface TemplateOptions {
   kwargs?: Readonly<Record<string, unknown>>;
   /** Default "chatml". */
   template?: ChatTemplateName;
+  /** Tool definitions (the request's `tools`), rendered into the system turn as Qwen's templates do. */
+  tools?: readonly unknown[];
 }
 
 /** What transformers' apply_chat_template says when the final message cannot be continued. */
 export const CONTINUE_FINAL_MESSAGE_LOST =
   "continue_final_message is set but the final message does not appear in the chat after applying the chat template! This can happen if the chat template deletes portions of the final message. Please verify the chat template and final message in your chat to ensure they are compatible.";
 
-export function renderChat(messages: readonly TemplateMessage[], options: TemplateOptions): string {
+export function renderChat(sent: readonly TemplateMessage[], options: TemplateOptions): string {
+  const messages = options.tools?.length ? withTools(sent, options.tools) : sent;
   if (options.template === "qwen3") return renderQwen3(messages, options);
   let out = "";
   const last = messages.length - 1;
@@ -48,6 +51,17 @@ export function renderChat(messages: readonly TemplateMessage[], options: Templa
     if (options.kwargs?.enable_thinking === false) out += "<think>\n\n</think>\n\n";
   }
   return out;
+}
+
+/**
+ * Qwen's templates put the tool definitions into the system turn (one JSON line each inside
+ * <tools>), after the system message or a default one, so tools lengthen every prompt.
+ */
+function withTools(messages: readonly TemplateMessage[], tools: readonly unknown[]): TemplateMessage[] {
+  const hasSystem = messages.length > 0 && messages[0].role === "system";
+  const system = hasSystem ? messages[0].content : "You are a helpful assistant.";
+  const block = `\n\n# Tools\n\nYou may call these functions:\n<tools>\n${tools.map((t) => JSON.stringify(t)).join("\n")}\n</tools>`;
+  return [{ role: "system", content: system + block }, ...messages.slice(hasSystem ? 1 : 0)];
 }
 
 /** Python's str.strip(chars) for one character. */

@@ -741,6 +741,7 @@ export async function startMockEngine(options: MockEngineOptions = {}): Promise<
         addGenerationPrompt: parsed.addGenerationPrompt,
         continueFinalMessage: parsed.continueFinalMessage,
         kwargs: parsed.templateKwargs,
+        tools: parsed.tools,
         template: config.chatTemplate,
       });
       return { text, ids: tokenizer.encode(text) };
@@ -1138,6 +1139,7 @@ export async function startMockEngine(options: MockEngineOptions = {}): Promise<
             addGenerationPrompt: parsed.addGenerationPrompt,
             continueFinalMessage: parsed.continueFinalMessage,
             kwargs: parsed.templateKwargs,
+            tools: parsed.tools,
             template: config.chatTemplate,
           })
         : parsed.prompt;

@@ -294,6 +294,22 @@ class Fields {
     return ok ? out : undefined;
   }
 
+  /** `list[dict] | None` (tools). */
+  dictList(name: string): JsonObject[] | undefined {
+    const v = this.#value(name, true, { type: "list_type", msg: "Input should be a valid list" });
+    if (v === undefined) return undefined;
+    if (!Array.isArray(v))
+      return this.#issue(["body", name], v, { type: "list_type", msg: "Input should be a valid list" });
+    let ok = true;
+    v.forEach((x, i) => {
+      if (!isObject(x)) {
+        ok = false;
+        this.#issue(["body", name, i], x, { type: "dict_type", msg: "Input should be a valid dictionary" });
+      }
+    });
+    return ok ? (v as JsonObject[]) : undefined;
+  }
+
   /** `list[str]` (bad_words). */
   strList(name: string, nullable = true): string[] | undefined {
     const v = this.#value(name, nullable, { type: "list_type", msg: "Input should be a valid list" });
@@ -377,6 +393,8 @@ export interface ChatRequest extends SamplingFields {
   addGenerationPrompt: boolean;
   continueFinalMessage: boolean;
   templateKwargs: JsonObject;
+  /** Tool definitions the template renders into the system turn (empty: none). */
+  tools: JsonObject[];
   includeReasoning: boolean;
 }
 
@@ -651,6 +669,7 @@ export function parseChatRequest(body: JsonObject): ChatRequest {
   const addGenerationPrompt = f.bool("add_generation_prompt", false) ?? true;
   const continueFinalMessage = f.bool("continue_final_message", false) ?? false;
   const templateKwargs = f.dict("chat_template_kwargs") ?? {};
+  const tools = f.dictList("tools") ?? [];
   const includeReasoning = f.bool("include_reasoning", false) ?? true;
   f.bool("add_special_tokens", false);
   f.bool("echo", false);
@@ -665,6 +684,7 @@ export function parseChatRequest(body: JsonObject): ChatRequest {
     addGenerationPrompt,
     continueFinalMessage,
     templateKwargs,
+    tools,
     includeReasoning,
   };
 }
@@ -734,6 +754,7 @@ export type TokenizeRequest =
       addGenerationPrompt: boolean;
       continueFinalMessage: boolean;
       templateKwargs: JsonObject;
+      tools: JsonObject[];
       returnTokenStrs: boolean;
     };
 
@@ -752,6 +773,7 @@ export function parseTokenizeRequest(body: JsonObject): TokenizeRequest {
     const addGenerationPrompt = f.bool("add_generation_prompt", false) ?? true;
     const continueFinalMessage = f.bool("continue_final_message", false) ?? false;
     const templateKwargs = f.dict("chat_template_kwargs") ?? {};
+    const tools = f.dictList("tools") ?? [];
     if (f.issues.length > 0) throw validationError(f.issues);
     checkGenerationPrompt(addGenerationPrompt, continueFinalMessage);
     return {
@@ -761,6 +783,7 @@ export function parseTokenizeRequest(body: JsonObject): TokenizeRequest {
       addGenerationPrompt,
       continueFinalMessage,
       templateKwargs,
+      tools,
       returnTokenStrs,
     };
   }

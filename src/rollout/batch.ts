@@ -5,11 +5,14 @@
 import { setImmediate as nextTurn } from "node:timers/promises";
 import type { EnvRegistry } from "../../envs/registry.ts";
 import {
+  ContextLimitChanged,
   type EpisodeView,
   type Policy,
+  type PolicyResponse,
   type PromptMeter,
   requestSeed,
   type SamplingParams,
+  TEMPLATE_TOKENS_PER_MESSAGE,
 } from "../llm/policy.ts";
 import { Episode, type EpisodeRecord, type EpisodeSettings } from "./episode.ts";
 import { type FilterConfig, runGroupFilter } from "./filter.ts";
@@ -155,11 +158,14 @@ async function playChatEpisode(
   let dropped = 0;
   let known: KnownPrompt | null = null;
   await playTurns(episode, hooks, async (turn) => {
-    {
+    // A second pass only when the engine's context length fell under the turn (a restart).
+    for (let pass = 0; ; pass++) {
       let messages: ChatMessage[];
       let maxTokens = request.sampling.max_tokens;
       let tokens: number | null = null;
+      let limit: number | undefined;
       if (policy.meter) {
+        limit = policy.meter.limit;
         const fitted = await fitContext(
           episode,
           request,
@@ -177,18 +183,25 @@ async function playChatEpisode(
       } else {
         messages = episode.promptMessages();
       }
-      const response = await policy.generate({
-        messages,
-        prefill: episode.prefill,
-        sampling: {
-          ...request.sampling,
-          max_tokens: maxTokens,
-          seed: requestSeed(request.seed, episode.envId, turn),
-        },
-        episode: episodeView(episode, request, turn),
-        affinity,
-        signal: hooks.signal,
-      });
+      let response: PolicyResponse;
+      try {
+        response = await policy.generate({
+          messages,
+          prefill: episode.prefill,
+          sampling: {
+            ...request.sampling,
+            max_tokens: maxTokens,
+            seed: requestSeed(request.seed, episode.envId, turn),
+          },
+          episode: episodeView(episode, request, turn),
+          affinity,
+          signal: hooks.signal,
+          fittedTo: limit,
+        });
+      } catch (error) {
+        if (error instanceof ContextLimitChanged && pass === 0) continue;
+        throw error;
+      }
       await turnSlot();
       episode.applyResponse(episode.prefill + response.text, response.finishReason, {
         prompt: response.promptTokens,
@@ -199,6 +212,7 @@ async function playChatEpisode(
       // The engine's own count of this prompt is exact; without one, the count or bound it was fitted on.
       const exact = response.promptTokens ?? tokens;
       known = exact === null ? null : { messages, tokens: exact };
+      return;
     }
   });
 }
@@ -209,12 +223,7 @@ export interface KnownPrompt {
   tokens: number;
 }
 
-/**
- * Template tokens allowed per message added to a known prompt: the role header and end marker
- * (ChatML: "<|im_start|>assistant\n" … "<|im_end|>\n", 5 tokens), with room to spare for
- * other templates and for merges across the seams. See docs/rollouts.md, "Counting less".
- */
-export const TEMPLATE_TOKENS_PER_MESSAGE = 32;
+export { TEMPLATE_TOKENS_PER_MESSAGE };
 
 /**
  * An upper bound on the tokens of `messages` (plus the same prefill), from a known prompt they

@@ -5,6 +5,7 @@ import type { RawData, WebSocket } from "ws";
 import { CLOSE_CODES, decodeFrame } from "../../protocol/codec.ts";
 import { type ClientMessage, hasFrameEnvelope, validateClientMessage } from "../../protocol/messages.ts";
 import { PROTOCOL_VERSION } from "../../protocol/version.ts";
+import type { TokenEngine } from "../llm/token-engine.ts";
 import { groupLocalScores, validateBatchRequest } from "../rollout/batch.ts";
 import { checkRolloutShape, RolloutLimitError, type RolloutLimits } from "../rollout/limits.ts";
 import { budgetRefusal, budgetReporter, holdWhenRoom } from "./budget.ts";
@@ -351,7 +352,17 @@ function dispatch(
         fail("limit", over.message, { id: message.id, field: "group_size" });
         return;
       }
-      const tokens = message.tokens ? (state.rolloutContext.policy.tokenEngine?.() ?? null) : null;
+      let tokens: TokenEngine | null = null;
+      try {
+        tokens = message.tokens ? (state.rolloutContext.policy.tokenEngine?.() ?? null) : null;
+      } catch (error) {
+        // The engine cannot do token mode as configured (rollgym.llm.count_tokens=usage).
+        fail("bad_frame", error instanceof Error ? error.message : String(error), {
+          field: "tokens",
+          id: message.id,
+        });
+        return;
+      }
       if (message.tokens && !tokens) {
         fail("bad_frame", needsEngine(state), { field: "tokens", id: message.id });
         return;

@@ -63,6 +63,49 @@ describe.concurrent("rollgym rollout against engines", () => {
     expect(r.stderr).toMatch(/vllm engine at .*, context 32768 tokens/);
   });
 
+  /** One SimpleSokoban group of one against the first replica, with `extra` arguments. */
+  const oneEpisode = (...extra: string[]) =>
+    rollgym([
+      "rollout",
+      "--llm",
+      replicas[0].url,
+      "--model",
+      "mock",
+      "--tag",
+      "SimpleSokoban",
+      "--groups",
+      "1",
+      "--group-size",
+      "1",
+      ...extra,
+    ]);
+
+  it("warns on stderr when dialect=llamacpp is forced against vLLM, whose /props answers 404", async () => {
+    const r = await oneEpisode("rollgym.llm.dialect=llamacpp", "--json");
+    expect(r.stderr).toMatch(
+      /rollgym: warning: rollgym\.llm\.dialect=llamacpp, but .*\/props answered HTTP 404.*set rollgym\.llm\.dialect=auto \(or vllm\)/,
+    );
+  });
+
+  it.each([
+    [
+      ["rollgym.llm.extra_body.max_tokens=8000"],
+      /rollgym\.llm\.extra_body\.max_tokens.*actor_rollout_ref\.rollout\.response_length/,
+    ],
+    [
+      ["--tokens", "rollgym.llm.count_tokens=usage"],
+      /--tokens \(rollgym\.tokens\).*token mode needs the engine's \/tokenize/,
+    ],
+    [
+      ["rollgym.llm.count_tokens=usage", "rollgym.context.truncation=ragen"],
+      /truncation=ragen.* counts every prompt exactly.*allowed: truncation=turns, or count_tokens=engine/,
+    ],
+  ])("refuses %j at start with exit 2 and the reason", async (extra, message) => {
+    const r = await oneEpisode(...extra);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(message);
+  });
+
   it("built-in policies answer with agent_proxy.action_sep", async () => {
     const r = await rollgym([
       "rollout",

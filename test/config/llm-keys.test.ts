@@ -50,6 +50,8 @@ describe("engine config keys", () => {
     ["rollgym.context.truncation=oldest", /rollgym\.context\.truncation.*one of turns, ragen/],
     ["rollgym.llm.presence_penalty=3", /presence_penalty.*>= -2 and <= 2/],
     ["rollgym.llm.retry_budget_s=0", /retry_budget_s.*> 0/],
+    ["rollgym.llm.count_tokens=exact", /rollgym\.llm\.count_tokens.*one of engine, usage/],
+    ["rollgym.llm.request_seeds=sometimes", /rollgym\.llm\.request_seeds/],
   ])("refuse %s naming the key and what is allowed", (override, message) => {
     expect(() => loadConfig({ overrides: [override] })).toThrow(ConfigError);
     expect(() => loadConfig({ overrides: [override] })).toThrow(message);

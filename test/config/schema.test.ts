@@ -93,6 +93,8 @@ describe("defaults", () => {
         dialect: "auto",
         min_response_tokens: 32,
         prefill: "continue",
+        count_tokens: "engine",
+        request_seeds: true,
       },
       context: { truncation: "turns" },
       policy: { name: "oracle", noise: 0, malformed: 0 },

@@ -79,12 +79,12 @@ describe("chat request body", () => {
     const vllm = await sent({
       dialect: "vllm",
       grammar: 'root ::= "x"',
-      extraBody: { chat_template_kwargs: { enable_thinking: false }, top_k: 5 },
+      extraBody: { chat_template_kwargs: { enable_thinking: false }, min_tokens: 5 },
     });
     expect(vllm).toMatchObject({
       structured_outputs: { grammar: 'root ::= "x"' },
       chat_template_kwargs: { enable_thinking: false },
-      top_k: 5,
+      min_tokens: 5,
     });
     const llama = await sent({ dialect: "llamacpp", grammar: 'root ::= "x"' });
     expect(llama).toMatchObject({
@@ -94,5 +94,20 @@ describe("chat request body", () => {
       dry_multiplier: 0,
     });
     expect(llama).not.toHaveProperty("repetition_penalty");
+  });
+
+  it("sends seed null with request seeds off (vLLM's batched sampling), in chat and token requests alike", async () => {
+    expect(await sent({ dialect: "vllm" })).toMatchObject({ seed: 7 });
+    const body = await sent({ dialect: "vllm", requestSeeds: false });
+    expect(body).toHaveProperty("seed", null);
+    const policy = new ChatPolicy({
+      baseURL: url,
+      model: "m",
+      requestSeeds: false,
+      extraBody: { min_tokens: 1 },
+    });
+    // The token engine merges the transport's extra body last, as chat requests do.
+    expect(policy.transport.extraBody).toEqual({ min_tokens: 1, seed: null });
+    await policy.close();
   });
 });

@@ -161,9 +161,9 @@ describe("token mode over the protocol", () => {
     client.close();
   });
 
-  it("refuses tokens: true without a remote engine, and a token step without sampled ids", async () => {
-    const plain = await TestClient.connect(builtinUrl);
-    plain.send({
+  /** Asks for a token rollout and a token env session; both are refused: the two error frames. */
+  async function refusedTokens(client: TestClient) {
+    client.send({
       type: "rollout",
       id: "r",
       tags: [{ tag: "SimpleSokoban", groups: 1 }],
@@ -172,14 +172,34 @@ describe("token mode over the protocol", () => {
       delivery: "batch",
       tokens: true,
     });
-    const refused = await plain.next((f) => f.type === "error");
-    expect(refused).toMatchObject({ code: "bad_frame", rollout: "r" });
-    expect(refused.message).toMatch(/tokens: true needs the server to run against a remote engine/);
-    plain.send({ type: "env_open", id: "e", tag: "SimpleSokoban", groups: 1, group_size: 2, tokens: true });
-    expect(await plain.next((f) => f.type === "error" && f.id === "e")).toMatchObject({
-      code: "bad_frame",
-      field: "tokens",
-    });
+    const rollout = await client.next((f) => f.type === "error");
+    expect(rollout).toMatchObject({ code: "bad_frame", rollout: "r" });
+    client.send({ type: "env_open", id: "e", tag: "SimpleSokoban", groups: 1, group_size: 2, tokens: true });
+    const env = await client.next((f) => f.type === "error" && f.id === "e");
+    expect(env).toMatchObject({ code: "bad_frame", field: "tokens" });
+    return { rollout, env };
+  }
+
+  it("refuses tokens: true, naming why, when the engine is used without count routes (count_tokens=usage)", async () => {
+    const usage = new ChatPolicy({ baseURL: engine.url, model: "mock", countTokens: "usage" });
+    await usage.preflight();
+    const counting = await buildServer({ policy: usage });
+    try {
+      const client = await TestClient.connect(await counting.listen(0));
+      const { rollout, env } = await refusedTokens(client);
+      expect(rollout.message).toMatch(/token mode needs the engine's \/tokenize.*count_tokens=engine/);
+      expect(env.message).toMatch(/token mode needs the engine's \/tokenize/);
+      client.close();
+    } finally {
+      await counting.shutdown();
+      await usage.close();
+    }
+  });
+
+  it("refuses tokens: true without a remote engine, and a token step without sampled ids", async () => {
+    const plain = await TestClient.connect(builtinUrl);
+    const { rollout } = await refusedTokens(plain);
+    expect(rollout.message).toMatch(/tokens: true needs the server to run against a remote engine/);
     plain.close();
 
     const client = await TestClient.connect(url);

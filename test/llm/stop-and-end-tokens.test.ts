@@ -2,6 +2,9 @@
 // the scored text (chat and token mode) and equals the trained ids; a model that stops on an
 // end token other than the template's end-of-turn keeps it, and the log goes on as the
 // template would after its own end-of-turn, with nothing added in between.
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createRegistry } from "../../envs/catalog.ts";
 import { ChatPolicy } from "../../src/llm/openai-chat.ts";
@@ -14,6 +17,7 @@ import {
 import { type MockEngine, startMockEngine } from "../../src/mock-engine/server.ts";
 import { runBatch } from "../../src/rollout/batch.ts";
 import { defaultBatchRequest } from "../../src/rollout/request.ts";
+import { rollgym } from "../helpers/cli.ts";
 import { engineProxy } from "../helpers/engine-proxy.ts";
 
 const registry = createRegistry();
@@ -105,6 +109,40 @@ describe("stop strings and end tokens", () => {
       await proxy.close();
     }
   });
+
+  it("rollout --tokens against vLLM warns about its logprobs mode and records the source in the file header", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "rollgym-logprobs-"));
+    try {
+      const out = join(dir, "tok.jsonl");
+      const result = await rollgym([
+        "rollout",
+        "--llm",
+        engine.url,
+        "--model",
+        "mock",
+        "--tokens",
+        "--tag",
+        "SimpleSokoban",
+        "--groups",
+        "1",
+        "--group-size",
+        "2",
+        "actor_rollout_ref.rollout.temperature=0.7",
+        "--out",
+        out,
+      ]);
+      expect(result.code, result.stderr).toBe(0);
+      expect(result.stderr).toMatch(
+        /vLLM logs raw logprobs \(before temperature 0\.7.*--logprobs-mode processed_logprobs/,
+      );
+      const header = JSON.parse(readFileSync(out, "utf8").split("\n")[0]);
+      expect(header.logprobs).toMatch(
+        /raw_logprobs .* unless the engine was started with --logprobs-mode processed_logprobs/,
+      );
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 120_000);
 
   it("warns when vLLM's logprobs may not be the sampling distribution's, and only then", () => {
     const base = defaultBatchRequest("val", {}).sampling;

@@ -159,6 +159,7 @@ export const ROLLOUT_FLAGS: Record<string, FlagSpec & { keys?: (mode: string) =>
     arg: "FILE",
     help: "write every turn of every episode to this file (JSON lines; `rollgym show FILE` prints it)",
   },
+  force: { kind: "switch", help: "let --out replace a file that already has content" },
   json: { kind: "switch", help: "print the summary as one JSON object" },
   timings: { kind: "switch", help: "add wall-clock timings to the episode file header" },
 };
@@ -279,7 +280,7 @@ export async function rolloutCommand(argv: readonly string[]): Promise<number> {
   checkPolicyKeys(loaded);
   const request = checkedRequest(loaded, registry);
   const out = args.values.get("out");
-  if (out !== undefined) checkWritable("--out", out);
+  if (out !== undefined) checkWritable("--out", out, args.switches.has("force"));
 
   const stop = interruptible();
   try {
@@ -309,7 +310,7 @@ async function play(
   let file: EpisodeFileWriter | null = null;
   if (out !== undefined) {
     try {
-      file = await EpisodeFileWriter.open(out);
+      file = await EpisodeFileWriter.open(out, { replace: args.switches.has("force") });
     } catch (error) {
       await policy.close?.();
       throw new UsageError(`--out: cannot write ${JSON.stringify(out)}: ${systemReason(error)}`);
@@ -515,7 +516,14 @@ function seedField(config: RollgymConfig, mode: string, groups: number): [string
 }
 
 /** Fails now, before any work, when `path` cannot be created or written. */
-function checkWritable(flag: string, path: string): void {
+function checkWritable(flag: string, path: string, replace: boolean): void {
+  const existing = statSync(path, { throwIfNoEntry: false });
+  // A re-run from shell history must not wipe the last run's episodes (hours of engine time).
+  if (!replace && existing?.isFile() && existing.size > 0) {
+    throw new UsageError(
+      `${flag}: ${JSON.stringify(path)} already exists (${existing.size} bytes); allowed: a new path, or --force to replace it`,
+    );
+  }
   let problem: string | null;
   try {
     problem = writeProblem(path);

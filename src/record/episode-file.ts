@@ -69,9 +69,23 @@ export class EpisodeFileWriter {
     this.handle = handle;
   }
 
-  /** Creates (or truncates) the file; rejects with the system error (ENOENT, EISDIR, EACCES …). */
-  static async open(path: string): Promise<EpisodeFileWriter> {
-    return new EpisodeFileWriter(path, await open(path, "w"));
+  /**
+   * Creates the file; rejects with the system error (ENOENT, EISDIR, EACCES …). A regular file
+   * that has content is refused with EEXIST unless `replace`: a re-run must not wipe a run.
+   */
+  static async open(path: string, { replace = false } = {}): Promise<EpisodeFileWriter> {
+    if (replace) return new EpisodeFileWriter(path, await open(path, "w"));
+    // "r+" opens only what exists (an empty file, a device) without truncating; else create.
+    const handle = await open(path, "r+").catch((error: NodeJS.ErrnoException) => {
+      if (error.code === "ENOENT") return open(path, "wx");
+      throw error;
+    });
+    const info = await handle.stat();
+    if (info.isFile() && info.size > 0) {
+      await handle.close();
+      throw Object.assign(new Error(`EEXIST: ${path} already has content`), { code: "EEXIST" });
+    }
+    return new EpisodeFileWriter(path, handle);
   }
 
   async write(
@@ -118,7 +132,7 @@ export async function writeEpisodeFile(
   batch: BatchResult,
   extra: EpisodeFileSummaryExtra = {},
 ): Promise<void> {
-  await (await EpisodeFileWriter.open(path)).write(header, batch, extra);
+  await (await EpisodeFileWriter.open(path, { replace: true })).write(header, batch, extra);
 }
 
 export async function readEpisodeFile(path: string): Promise<EpisodeFile> {

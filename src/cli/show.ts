@@ -1,5 +1,6 @@
 // `rollgym show FILE`: an episode file (rollout --out) for people: every selected episode turn
 // by turn, with the board the model saw, its response, the actions taken and the reward.
+import { fileGroups } from "../record/episode-reader.ts";
 import type { EpisodeRecord } from "../rollout/episode.ts";
 import { expectPositionals, type FlagSpec, parseArgs, parseChoice } from "./args.ts";
 import { parseIdList, readEpisodeFileOrExplain } from "./episode-files.ts";
@@ -59,10 +60,12 @@ export async function showCommand(argv: readonly string[]): Promise<void> {
       (!tags || tags.has(e.tag)),
   );
   const { header, summary } = file;
+  const partial = fileGroups(file).filter((g) => g.partial).length;
   const lines: string[] = [
     `${path}: ${header.mode} rollout, seed ${header.seed}, ${header.tags.map((t) => `${t.tag} × ${t.groups}`).join(" + ")} groups of ${header.group_size}, policy ${header.policy}`,
     `${summary.episodes} episodes, ${summary.failed} failed, ${summary.kept_groups.length} groups kept` +
-      `${summary.interrupted ? `, interrupted by ${summary.interrupted}` : ""}; showing ${selected.length}`,
+      `${summary.interrupted ? `, interrupted by ${summary.interrupted}` : ""}` +
+      `${partial ? ` (${partial} group${partial > 1 ? "s" : ""} partial: stopped before finishing, so not filtered)` : ""}; showing ${selected.length}`,
   ];
   const raw = args.switches.has("raw");
   for (const e of selected) lines.push("", ...episodeLines(e, raw));

@@ -4,6 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { expectUsageError } from "../helpers/cli.ts";
+import { writeInterruptedEpisodes } from "../web/fixtures.ts";
 import { runInProcess } from "./in-process.ts";
 
 const dir = mkdtempSync(join(tmpdir(), "rollgym-no-lost-work-"));
@@ -27,5 +28,23 @@ describe.concurrent("no lost work", () => {
     const r = await runInProcess([...SMALL, "--out", path]);
     expect(r.code, r.stderr).toBe(0);
     expect(readFileSync(path, "utf8")).toMatch(/"type":"summary"/);
+  });
+});
+
+describe.concurrent("no wrong picture", () => {
+  it("an interrupted run's file exports (HTML, SVG) and shows its partial groups, not an empty batch", async () => {
+    const path = join(dir, "interrupted.jsonl");
+    // Three groups of four; seven episodes finished: group 0 whole, group 1 partial (3 of 4).
+    await writeInterruptedEpisodes(path, [{ tag: "SimpleSokoban", groups: 3 }], 4, 7);
+    const html = await runInProcess(["export", path]);
+    expect(html.code, html.stderr).toBe(0);
+    expect(html.stdout.match(/<summary>Episode #/g)).toHaveLength(7);
+    expect(html.stdout.match(/<h2>Group \d/g)).toHaveLength(2);
+    expect(html.stdout).toContain("partial, interrupted after 3 episodes");
+    const svg = await runInProcess(["export", path, "--format", "svg", "--group", "1"]);
+    expect(svg.code, svg.stderr).toBe(0);
+    expect(svg.stdout.match(/font-weight="bold">#\d+ · group 1/g)).toHaveLength(3);
+    const show = await runInProcess(["show", path]);
+    expect(show.stdout).toContain("interrupted by SIGINT (1 group partial");
   });
 });

@@ -5,11 +5,7 @@ import { writeEpisodeFile } from "../../src/record/episode-file.ts";
 import { type BatchResult, runBatch } from "../../src/rollout/batch.ts";
 import { defaultBatchRequest } from "../../src/rollout/request.ts";
 
-export async function writeEpisodes(
-  path: string,
-  tags: { tag: string; groups: number }[],
-  groupSize: number,
-): Promise<BatchResult> {
+async function played(tags: { tag: string; groups: number }[], groupSize: number) {
   const request = defaultBatchRequest("train", { tags, groupSize });
   const batch = await runBatch(createRegistry(), request, randomPolicy());
   const header = {
@@ -20,6 +16,34 @@ export async function writeEpisodes(
     policy: "random",
     settings: {},
   };
+  return { batch, header };
+}
+
+export async function writeEpisodes(
+  path: string,
+  tags: { tag: string; groups: number }[],
+  groupSize: number,
+): Promise<BatchResult> {
+  const { batch, header } = await played(tags, groupSize);
   await writeEpisodeFile(path, header, batch);
+  return batch;
+}
+
+/**
+ * An episode file as an interrupted rollout (Ctrl-C) writes it: the first `finished` episodes
+ * by env id, only the groups they complete, and the signal in the summary.
+ */
+export async function writeInterruptedEpisodes(
+  path: string,
+  tags: { tag: string; groups: number }[],
+  groupSize: number,
+  finished: number,
+): Promise<BatchResult> {
+  const { batch: full, header } = await played(tags, groupSize);
+  const episodes = [...full.episodes].sort((a, b) => a.env_id - b.env_id).slice(0, finished);
+  const done = new Set(episodes.map((e) => e.env_id));
+  const groups = full.groups.filter((g) => g.env_ids.every((id) => done.has(id)));
+  const batch = { ...full, episodes, groups };
+  await writeEpisodeFile(path, header, batch, { interrupted: "SIGINT" });
   return batch;
 }

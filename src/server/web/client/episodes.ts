@@ -9,6 +9,8 @@ import { type GroupView, invalidMarks, responseParts, stats } from "./records.ts
 
 export type { GroupView, Verdict } from "./records.ts";
 
+const PARTIAL = "the rollout was interrupted before this group finished: these are the episodes that did";
+
 export function groupCard(
   group: GroupView,
   open: (envId: number) => void,
@@ -25,7 +27,15 @@ export function groupCard(
       {},
       h("strong", {}, `Group ${group.group}`),
       ` ${group.tag} · seed ${group.seed} `,
-      h("span", { class: `verdict ${group.verdict}`, "data-testid": "verdict" }, group.verdict),
+      h(
+        "span",
+        {
+          class: `verdict ${group.verdict}`,
+          "data-testid": "verdict",
+          title: group.verdict === "partial" ? PARTIAL : null,
+        },
+        group.verdict,
+      ),
     ),
     h(
       "p",

@@ -10,7 +10,7 @@ export interface ExportBatch {
   /** One line about the batch (mode, tags, group size, seed, policy). */
   about: string;
   groups: GroupView[];
-  metrics: Record<string, number>;
+  metrics: Record<string, number | null>;
 }
 
 export type StyleOf = (tag: string) => PictureStyle | undefined;
@@ -28,7 +28,9 @@ ${PICTURE_CSS}`;
 
 function verdictText(g: GroupView): string {
   const s = stats(g.episodes.map((e) => e.reward));
-  return `${g.verdict} · reward ${num(s.min)} … ${num(s.max)}, mean ${num(s.mean)}, std ${num(s.std)}${g.score !== null ? ` · filter score ${num(g.score)}` : ""}`;
+  const verdict =
+    g.verdict === "partial" ? `partial, interrupted after ${g.episodes.length} episodes` : g.verdict;
+  return `${verdict} · reward ${num(s.min)} … ${num(s.max)}, mean ${num(s.mean)}, std ${num(s.std)}${g.score !== null ? ` · filter score ${num(g.score)}` : ""}`;
 }
 
 function figure(state: string, style: PictureStyle | undefined, caption: string): string {

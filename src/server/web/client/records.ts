@@ -1,9 +1,10 @@
 // Episode records as the page and the exports read them: episode files, groups with their
 // verdicts, reward spread, response parts and invalid-turn marks. Pure functions (no DOM), so
 // the CLI's export uses them too.
-import type { EpisodeFileHeader, EpisodeFileSummary } from "../../../record/episode-file.ts";
-import type { GroupResult } from "../../../rollout/batch.ts";
+import { type EpisodeFile, fileGroups } from "../../../record/episode-reader.ts";
 import type { EpisodeRecord, TurnRecord } from "../../../rollout/episode.ts";
+
+export { parseEpisodeText } from "../../../record/episode-reader.ts";
 
 /** A number as a short string: integers as they are, others to 3 significant digits. */
 export function num(value: number | null | undefined): string {
@@ -12,7 +13,8 @@ export function num(value: number | null | undefined): string {
   return Number(value.toPrecision(3)).toString();
 }
 
-export type Verdict = "kept" | "dropped" | "failed" | "pending";
+/** "partial": the rollout was interrupted before the group finished, so it has no verdict. */
+export type Verdict = "kept" | "dropped" | "failed" | "pending" | "partial";
 
 export interface GroupView {
   group: number;
@@ -48,42 +50,14 @@ export function invalidMarks(turn: TurnRecord): string[] {
   return marks;
 }
 
-export interface ParsedFile {
-  header: EpisodeFileHeader;
-  episodes: EpisodeRecord[];
-  groups: GroupResult[];
-  summary: EpisodeFileSummary | null;
-}
-
-/** An episode file's lines (the server checked them when it took the upload or shares the file). */
-export function parseEpisodeFile(text: string): ParsedFile {
-  const parsed: ParsedFile = {
-    header: null as unknown as EpisodeFileHeader,
-    episodes: [],
-    groups: [],
-    summary: null,
-  };
-  for (const line of text.split("\n")) {
-    if (!line.trim()) continue;
-    const { type, ...rest } = JSON.parse(line);
-    if (type === "header") parsed.header = { type, ...rest };
-    else if (type === "episode") parsed.episodes.push(rest);
-    else if (type === "group") parsed.groups.push(rest);
-    else if (type === "summary") parsed.summary = { type, ...rest };
-  }
-  if (!parsed.header) throw new Error("not a rollgym episode file");
-  return parsed;
-}
-
 /** The file's groups as the cards show them. */
-export function groupViews(file: ParsedFile): GroupView[] {
-  const byId = new Map(file.episodes.map((e) => [e.env_id, e]));
-  return file.groups.map((g) => ({
+export function groupViews(file: EpisodeFile): GroupView[] {
+  return fileGroups(file).map((g) => ({
     group: g.group_id,
     tag: g.tag,
     seed: g.seed,
-    episodes: g.env_ids.map((id) => byId.get(id)).filter((e): e is EpisodeRecord => e !== undefined),
-    verdict: g.failed ? "failed" : g.kept ? "kept" : "dropped",
+    episodes: g.episodes,
+    verdict: g.partial ? "partial" : g.failed ? "failed" : g.kept ? "kept" : "dropped",
     score: g.score,
   }));
 }

@@ -1,0 +1,76 @@
+// Issue #20 in Chromium: what a new user still hit on the web page. Replay of an interrupted
+// run (partial groups), a shared file with a bad field (the one reader's error), and more.
+import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import type { Browser } from "playwright-core";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { buildServer, type RollgymServer } from "../../src/server/app.ts";
+import { launch, openPage, type Watched } from "./browser.ts";
+import { writeEpisodes, writeInterruptedEpisodes } from "./fixtures.ts";
+
+let server: RollgymServer;
+let url: string;
+let browser: Browser;
+let share: string;
+
+beforeAll(async () => {
+  share = join(mkdtempSync(join(tmpdir(), "rollgym-new-user-")), "share");
+  mkdirSync(share);
+  // Four groups of three; eight episodes finished: groups 0 and 1 whole, group 2 partial.
+  await writeInterruptedEpisodes(
+    join(share, "interrupted.jsonl"),
+    [{ tag: "SimpleSokoban", groups: 4 }],
+    3,
+    8,
+  );
+  await writeEpisodes(join(share, "whole.jsonl"), [{ tag: "Bandit", groups: 1 }], 2);
+  const lines = readFileSync(join(share, "whole.jsonl"), "utf8").trim().split("\n");
+  const episode = JSON.parse(lines[1]);
+  episode.turns[0].reward = "<img src=x>";
+  lines[1] = JSON.stringify(episode);
+  writeFileSync(join(share, "crafted.jsonl"), `${lines.join("\n")}\n`);
+  server = await buildServer({ share });
+  url = await server.listen(0);
+  browser = await launch();
+});
+afterAll(async () => {
+  await browser?.close();
+  await server?.shutdown();
+});
+
+async function open(hash: string, width = 1280): Promise<Watched> {
+  const watched = await openPage(browser, `${url}/#/${hash}`);
+  await watched.page.setViewportSize({ width, height: 800 });
+  return watched;
+}
+
+describe("Replay", () => {
+  it("shows an interrupted run's partial groups, marked partial, with every finished episode", async () => {
+    const w = await open("replay?file=shared%3Ainterrupted.jsonl");
+    await w.page
+      .getByText("8 episodes in 3 groups (1 partial: the rollout was interrupted by SIGINT")
+      .waitFor();
+    const verdicts = await w.page.locator("[data-testid=verdict]").allTextContents();
+    expect(verdicts.map((v) => v.toLowerCase())).toEqual([
+      expect.stringMatching(/kept|dropped/),
+      expect.stringMatching(/kept|dropped/),
+      "partial",
+    ]);
+    const partialGroup = w.page.locator('article.group[data-group="2"]');
+    expect(await partialGroup.locator(".ep").count()).toBe(2);
+    await partialGroup.locator(".ep").first().click();
+    await w.page.locator("[data-testid=turn-label]").waitFor();
+    expect(w.page.url()).toContain("env=6");
+    await w.screenshot("new-user-replay-partial");
+    expect(w.errors).toEqual([]);
+    await w.page.close();
+  });
+
+  it("a shared file with a field of the wrong type is refused, naming the line and the field", async () => {
+    const w = await open("replay?file=shared%3Acrafted.jsonl");
+    await w.page.getByText('line 2: episode.turns[0].reward: got "<img src=x>", expected a number').waitFor();
+    expect(await w.page.locator("img").count()).toBe(0);
+    await w.page.close();
+  });
+});

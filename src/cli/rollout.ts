@@ -9,7 +9,13 @@ import { oraclePolicy, randomPolicy } from "../llm/builtin.ts";
 import { ChatPolicy } from "../llm/openai-chat.ts";
 import { type Policy, PolicyError } from "../llm/policy.ts";
 import { EpisodeFileWriter } from "../record/episode-file.ts";
-import { type BatchRequest, type BatchResult, runBatch, validateBatchRequest } from "../rollout/batch.ts";
+import {
+  type BatchRequest,
+  type BatchResult,
+  policyRefusal,
+  runBatch,
+  validateBatchRequest,
+} from "../rollout/batch.ts";
 import { checkRolloutShape, RolloutLimitError } from "../rollout/limits.ts";
 import { batchRequest } from "../rollout/request.ts";
 import { CommandFailure, type FlagSpec, type ParsedArgs, parseArgs, UsageError } from "./args.ts";
@@ -300,6 +306,11 @@ async function play(
   const { config } = loaded;
   const out = args.values.get("out");
   const policy = await readyPolicy(config);
+  const refusal = policyRefusal(registry, request, policy);
+  if (refusal) {
+    await policy.close?.();
+    throw new UsageError(`--policy ${policy.name}: ${refusal}`);
+  }
   reportLoaded(loaded);
   if (config.rollgym.max_obs_length !== null) {
     // Counting observation tokens needs the model's tokenizer, which rollouts over chat do not have.

@@ -5,7 +5,7 @@ import type { RawData, WebSocket } from "ws";
 import { CLOSE_CODES, decodeFrame } from "../../protocol/codec.ts";
 import { type ClientMessage, hasFrameEnvelope, validateClientMessage } from "../../protocol/messages.ts";
 import { PROTOCOL_VERSION } from "../../protocol/version.ts";
-import { groupLocalScores, validateBatchRequest } from "../rollout/batch.ts";
+import { groupLocalScores, policyRefusal, validateBatchRequest } from "../rollout/batch.ts";
 import { checkRolloutShape, RolloutLimitError, type RolloutLimits } from "../rollout/limits.ts";
 import { budgetRefusal, budgetReporter, holdWhenRoom } from "./budget.ts";
 import { EnvHostError, HostedEnvs } from "./env-host.ts";
@@ -296,6 +296,9 @@ function dispatch(
         }
         if (request.tokens && !state.rolloutContext.policy.tokenEngine?.())
           throw new RangeError(needsEngine(state));
+        const refusal = policyRefusal(state.registry, request, state.rolloutContext.policy);
+        if (refusal)
+          throw new RangeError(`the server's policy ${state.rolloutContext.policy.name}: ${refusal}`);
       } catch (error) {
         fail("bad_frame", error instanceof Error ? error.message : String(error), { rollout: message.id });
         return;

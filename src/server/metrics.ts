@@ -123,6 +123,7 @@ export function instrumentPolicy(policy: Policy, metrics: ServerMetrics): Policy
     replicas: policy.replicas?.bind(policy),
     tokenEngine: policy.tokenEngine?.bind(policy),
     forget: policy.forget?.bind(policy),
+    cannotPlay: policy.cannotPlay?.bind(policy),
     close: policy.close?.bind(policy),
   };
 }

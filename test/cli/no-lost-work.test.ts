@@ -3,6 +3,11 @@ import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
+import { createRegistry } from "../../envs/catalog.ts";
+import { register as registerNumberLine } from "../../examples/number-line.ts";
+import { oraclePolicy } from "../../src/llm/builtin.ts";
+import { runBatch } from "../../src/rollout/batch.ts";
+import { defaultBatchRequest } from "../../src/rollout/request.ts";
 import { expectUsageError } from "../helpers/cli.ts";
 import { writeInterruptedEpisodes } from "../web/fixtures.ts";
 import { runInProcess } from "./in-process.ts";
@@ -32,6 +37,22 @@ describe.concurrent("no lost work", () => {
 });
 
 describe.concurrent("no wrong picture", () => {
+  it("the oracle refuses an env without a solver instead of playing random moves under its name", async () => {
+    const args = ["rollout", "--plugin", "examples/number-line.ts", "--tag", "NumberLine", "--groups", "2"];
+    expectUsageError(await runInProcess(args), [
+      "--policy oracle",
+      "NumberLine (env type number_line) has none",
+      "allowed: --policy random",
+    ]);
+    const random = await runInProcess([...args, "--policy", "random", "--json"]);
+    expect(random.code, random.stderr).toBe(0);
+    // The library refuses too: runBatch with the oracle on such a tag.
+    const registry = createRegistry();
+    registerNumberLine(registry);
+    const request = defaultBatchRequest("train", { tags: [{ tag: "NumberLine", groups: 1 }], groupSize: 2 });
+    await expect(runBatch(registry, request, oraclePolicy())).rejects.toThrow("has none");
+  });
+
   it("an interrupted run's file exports (HTML, SVG) and shows its partial groups, not an empty batch", async () => {
     const path = join(dir, "interrupted.jsonl");
     // Three groups of four; seven episodes finished: group 0 whole, group 1 partial (3 of 4).

@@ -6,6 +6,7 @@ import { describe, expect, it } from "vitest";
 import { createRegistry } from "../../envs/catalog.ts";
 import { register as registerNumberLine } from "../../examples/number-line.ts";
 import { oraclePolicy } from "../../src/llm/builtin.ts";
+import { startMockEngine } from "../../src/mock-engine/server.ts";
 import { runBatch } from "../../src/rollout/batch.ts";
 import { defaultBatchRequest } from "../../src/rollout/request.ts";
 import { expectUsageError } from "../helpers/cli.ts";
@@ -37,6 +38,30 @@ describe.concurrent("no lost work", () => {
 });
 
 describe.concurrent("no wrong picture", () => {
+  it("--llm without /v1 says to add /v1 instead of a bare 404", async () => {
+    const engine = await startMockEngine({ model: "m" });
+    try {
+      const root = engine.url.replace(/\/v1$/, "");
+      const r = await runInProcess([
+        "rollout",
+        "--llm",
+        root,
+        "--model",
+        "m",
+        "--tag",
+        "Bandit",
+        "--groups",
+        "1",
+      ]);
+      expect(r.code).toBe(1);
+      expect(r.stderr).toContain(
+        `HTTP 404: Not Found at ${root}/models; the OpenAI API answers at ${root}/v1: use --llm ${root}/v1`,
+      );
+    } finally {
+      await engine.close();
+    }
+  });
+
   it("the oracle refuses an env without a solver instead of playing random moves under its name", async () => {
     const args = ["rollout", "--plugin", "examples/number-line.ts", "--tag", "NumberLine", "--groups", "2"];
     expectUsageError(await runInProcess(args), [

@@ -16,6 +16,7 @@ import {
   runBatch,
   validateBatchRequest,
 } from "../rollout/batch.ts";
+import { filterNote } from "../rollout/filter.ts";
 import { checkRolloutShape, RolloutLimitError } from "../rollout/limits.ts";
 import { batchRequest } from "../rollout/request.ts";
 import { CommandFailure, type FlagSpec, type ParsedArgs, parseArgs, UsageError } from "./args.ts";
@@ -312,6 +313,11 @@ async function play(
     throw new UsageError(`--policy ${policy.name}: ${refusal}`);
   }
   reportLoaded(loaded);
+  const filterWarning = filterNote(
+    request.filter,
+    "--value (actor_rollout_ref.rollout.rollout_filter_value)",
+  );
+  if (filterWarning) say(filterWarning);
   if (config.rollgym.max_obs_length !== null) {
     // Counting observation tokens needs the model's tokenizer, which rollouts over chat do not have.
     say(

@@ -2,6 +2,7 @@
 // A bad frame gets an `error` reply and the connection carries on; an undecodable one closes
 // only this connection. Nothing a client sends can take the server down.
 import type { RawData, WebSocket } from "ws";
+import { unknownTagMessage } from "../../envs/registry.ts";
 import { CLOSE_CODES, decodeFrame } from "../../protocol/codec.ts";
 import { type ClientMessage, hasFrameEnvelope, validateClientMessage } from "../../protocol/messages.ts";
 import { PROTOCOL_VERSION } from "../../protocol/version.ts";
@@ -256,14 +257,10 @@ function dispatch(
       const groups = message.tags.reduce((n, t) => n + t.groups, 0);
       const unknownTag = message.tags.find((t) => !state.registry.hasTag(t.tag));
       if (unknownTag) {
-        fail(
-          "unknown_tag",
-          `unknown tag ${JSON.stringify(unknownTag.tag)}; known: ${state.registry.tagNames().join(", ")}`,
-          {
-            rollout: message.id,
-            field: "tags",
-          },
-        );
+        fail("unknown_tag", unknownTagMessage(unknownTag.tag, state.registry.tagNames()), {
+          rollout: message.id,
+          field: "tags",
+        });
         return;
       }
       const episodes = groups * message.group_size;
@@ -328,13 +325,9 @@ function dispatch(
         return;
       }
       if (!state.registry.hasTag(message.tag)) {
-        fail(
-          "unknown_tag",
-          `unknown tag ${JSON.stringify(message.tag)}; known: ${state.registry.tagNames().join(", ")}`,
-          {
-            field: "tag",
-          },
-        );
+        fail("unknown_tag", unknownTagMessage(message.tag, state.registry.tagNames()), {
+          field: "tag",
+        });
         return;
       }
       const hostedRequest = envOpenRequest(state.config, message);

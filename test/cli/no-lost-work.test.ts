@@ -38,6 +38,32 @@ describe.concurrent("no lost work", () => {
 });
 
 describe.concurrent("no wrong picture", () => {
+  it("a typo in a tag, a choice or an option gets a did-you-mean; a far-off word gets none", async () => {
+    const cases: [string[], string][] = [
+      [["rollout", "--tag", "CoordSokobn"], 'unknown tag "CoordSokobn" (did you mean "CoordSokoban"?)'],
+      [["envs", "sample", "frozenlake", "--seeds", "1"], '(did you mean "FrozenLake"?)'],
+      [["filter", "--strategy", "top-k"], '(did you mean "top_k"?)'],
+      [["rollout", "--grups", "2"], "unknown option --grups (did you mean --groups?)"],
+    ];
+    for (const [argv, message] of cases) expectUsageError(await runInProcess(argv, "[[1]]"), [message]);
+    const far = await runInProcess(["rollout", "--tag", "Banana"]);
+    expect(far.stderr).toContain('unknown tag "Banana"; known tags:');
+  });
+
+  it("top_k with a value of 1 or more (a count, not RAGEN's fraction) is pointed out", async () => {
+    const groups = "[[1,2],[3,3],[0,5]]";
+    const count = await runInProcess(["filter", "--strategy", "top_k", "--value", "2"], groups);
+    expect(count.code).toBe(0);
+    expect(JSON.parse(count.stdout).kept).toEqual([0, 1, 2]);
+    expect(count.stderr).toContain("--value 2 with top_k keeps every group: RAGEN's top_k keeps a fraction");
+    expect(count.stderr).toContain("top_k_abs");
+    const fraction = await runInProcess(["filter", "--strategy", "top_k", "--value", "0.5"], groups);
+    expect(fraction.stderr).toBe("");
+    const rollout = await runInProcess([...SMALL, "--strategy", "top_k", "--value", "3"]);
+    expect(rollout.code, rollout.stderr).toBe(0);
+    expect(rollout.stderr).toContain("--value (actor_rollout_ref.rollout.rollout_filter_value) 3 with top_k");
+  });
+
   it("--llm without /v1 says to add /v1 instead of a bare 404", async () => {
     const engine = await startMockEngine({ model: "m" });
     try {

@@ -2,9 +2,9 @@
 // modules, then `custom_envs` entries merged into the tags they name (Hydra merges a partial
 // `custom_envs.CoordFrozenLake.env_config.success_rate: 1` into envs.yaml's entry) or added as
 // new tags. Errors are ConfigErrors naming the full dotted key and where it was set.
-import { existsSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { createRequire } from "node:module";
-import { isAbsolute, join, resolve } from "node:path";
+import { basename, dirname, isAbsolute, join, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
 import { createRegistry } from "../../envs/catalog.ts";
 import type { EnvRegistry, TagSpec } from "../../envs/registry.ts";
@@ -110,6 +110,8 @@ export async function loadPlugins(
       );
     };
     let exports: Record<string, unknown>;
+    const commonJs = commonJsProblem(resolve(cwd, plugin.module));
+    if (commonJs) return fail(commonJs);
     try {
       exports = await importPlugin(plugin.module, cwd);
     } catch (error) {
@@ -122,6 +124,33 @@ export async function loadPlugins(
     } catch (error) {
       return fail(`failed to register its envs: ${oneLine(error)}`);
     }
+  }
+}
+
+/**
+ * Why Node would read an ES module file as CommonJS, or null: a .ts or .js file written with
+ * import/export whose nearest package.json says "type": "commonjs" (what `npm init -y` writes).
+ * Checked before importing, so the user gets this instead of Node's warning and SyntaxError.
+ */
+function commonJsProblem(path: string): string | null {
+  if (!/\.(ts|js)$/.test(path) || !existsSync(path)) return null;
+  for (let dir = dirname(path); ; dir = dirname(dir)) {
+    const pkg = join(dir, "package.json");
+    if (existsSync(pkg)) {
+      let type: unknown;
+      try {
+        type = (JSON.parse(readFileSync(pkg, "utf8")) as { type?: unknown }).type;
+      } catch {
+        return null;
+      }
+      if (type !== "commonjs" || !/^\s*(import|export)\s/m.test(readFileSync(path, "utf8"))) return null;
+      const name = basename(path);
+      return (
+        `is an ES module (import/export) but ${pkg} says "type": "commonjs", so Node would read it as ` +
+        `CommonJS: name it ${name.replace(/\.(ts|js)$/, ".m$1")}, or set "type": "module" there`
+      );
+    }
+    if (dirname(dir) === dir) return null;
   }
 }
 

@@ -1,4 +1,5 @@
 // Issue #20, "no lost work, no wrong picture": what a new user still hit, re-run as written.
+import { spawn } from "node:child_process";
 import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -9,7 +10,7 @@ import { oraclePolicy } from "../../src/llm/builtin.ts";
 import { startMockEngine } from "../../src/mock-engine/server.ts";
 import { runBatch } from "../../src/rollout/batch.ts";
 import { defaultBatchRequest } from "../../src/rollout/request.ts";
-import { expectUsageError } from "../helpers/cli.ts";
+import { expectUsageError, ROOT } from "../helpers/cli.ts";
 import { writeInterruptedEpisodes } from "../web/fixtures.ts";
 import { runInProcess } from "./in-process.ts";
 
@@ -38,6 +39,37 @@ describe.concurrent("no lost work", () => {
 });
 
 describe.concurrent("no wrong picture", () => {
+  it("a plugin with import/export in an `npm init -y` project (type commonjs) is explained; .mts loads", async () => {
+    const project = mkdtempSync(join(tmpdir(), "rollgym-commonjs-"));
+    writeFileSync(join(project, "package.json"), '{ "name": "fresh", "type": "commonjs" }\n');
+    const source = readFileSync(join(ROOT, "examples", "number-line.ts"), "utf8").replaceAll(
+      '"../envs/',
+      `"${join(ROOT, "envs")}/`,
+    );
+    writeFileSync(join(project, "line.ts"), source);
+    writeFileSync(join(project, "line.mts"), source);
+    const run = (plugin: string) =>
+      new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve) => {
+        const child = spawn(
+          process.execPath,
+          [join(ROOT, "src/cli/main.ts"), "envs", "check", "NumberLine", "--plugin", plugin],
+          {
+            cwd: project,
+          },
+        );
+        let stdout = "";
+        let stderr = "";
+        child.stdout.on("data", (d) => (stdout += d));
+        child.stderr.on("data", (d) => (stderr += d));
+        child.on("close", (code) => resolve({ code, stdout, stderr }));
+      });
+    expectUsageError(await run("./line.ts"), ['says "type": "commonjs"', "name it line.mts"]);
+    const mts = await run("./line.mts");
+    expect(mts.code, mts.stderr).toBe(0);
+    // The docs' walk-through saves its env as .mts, so it loads in such a project.
+    expect(readFileSync(join(ROOT, "docs", "environments.md"), "utf8")).toContain("--plugin ./corridor.mts");
+  });
+
   it("a typo in a tag, a choice or an option gets a did-you-mean; a far-off word gets none", async () => {
     const cases: [string[], string][] = [
       [["rollout", "--tag", "CoordSokobn"], 'unknown tag "CoordSokobn" (did you mean "CoordSokoban"?)'],

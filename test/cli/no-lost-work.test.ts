@@ -38,6 +38,59 @@ describe.concurrent("no lost work", () => {
   });
 });
 
+describe.concurrent("RAGEN's config files", () => {
+  // Trainer-only sections as RAGEN's base.yaml has them (it has some 80 such keys).
+  const base = join(dir, "base.yaml");
+  writeFileSync(
+    base,
+    [
+      "trainer: {project_name: x, experiment_name: y, total_training_steps: 10, n_gpus_per_node: 1}",
+      "critic: {ppo_mini_batch_size: 4, optim: {lr: 1.0e-5}}",
+      "actor_rollout_ref: {actor: {ppo_mini_batch_size: 4, optim: {lr: 1.0e-6}}}",
+      "micro_batch_size_per_gpu: 1",
+      "",
+    ].join("\n"),
+  );
+  // envs.yaml's visual tag, which rollgym cannot host (it renders images).
+  const envs = join(dir, "envs.yaml");
+  writeFileSync(
+    envs,
+    [
+      "custom_envs:",
+      "  VisualSimpleSokoban:",
+      "    env_type: sokoban",
+      "    max_actions_per_traj: 10",
+      '    env_instruction: "You are solving the Sokoban puzzle."',
+      "    max_tokens: 100",
+      "    env_config: {dim_x: 6, dim_y: 6, num_boxes: 1, max_steps: 100, search_depth: 10, render_mode: rgb_array}",
+      "",
+    ].join("\n"),
+  );
+
+  it("trainer-only keys are one line, counted by section", async () => {
+    const r = await runInProcess([...SMALL, "--config", base]);
+    expect(r.code, r.stderr).toBe(0);
+    const lines = r.stderr.split("\n").filter((l) => l.includes("trainer-only"));
+    expect(lines).toEqual([
+      "rollgym: ignoring 9 trainer-only keys: trainer.* (4), critic.* (2), actor_rollout_ref.actor.* (2), micro_batch_size_per_gpu (1)",
+    ]);
+  });
+
+  it("an envs.yaml entry rollgym cannot host is skipped, saying how to drop it, unless a mode plays it", async () => {
+    const r = await runInProcess([...SMALL, "--config", envs]);
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stderr).toContain(
+      'skipping custom_envs.VisualSimpleSokoban, which no mode plays: custom_envs.VisualSimpleSokoban.env_config.render_mode: "rgb_array" is not one of text',
+    );
+    expect(r.stderr).toContain("add the override ~custom_envs.VisualSimpleSokoban");
+    const dropped = await runInProcess([...SMALL, "--config", envs, "~custom_envs.VisualSimpleSokoban"]);
+    expect(dropped.stderr).not.toContain("skipping");
+    expectUsageError(await runInProcess(["rollout", "--config", envs, "--tag", "VisualSimpleSokoban"]), [
+      "custom_envs.VisualSimpleSokoban.env_config.render_mode",
+    ]);
+  });
+});
+
 describe.concurrent("no wrong picture", () => {
   it("a plugin with import/export in an `npm init -y` project (type commonjs) is explained; .mts loads", async () => {
     const project = mkdtempSync(join(tmpdir(), "rollgym-commonjs-"));

@@ -1,30 +1,39 @@
 // An episode file as `rollgym rollout --out` writes it, played by the random policy.
 import { createRegistry } from "../../envs/catalog.ts";
 import { randomPolicy } from "../../src/llm/builtin.ts";
+import type { Policy } from "../../src/llm/policy.ts";
 import { writeEpisodeFile } from "../../src/record/episode-file.ts";
-import { type BatchResult, runBatch } from "../../src/rollout/batch.ts";
+import { type BatchRequest, type BatchResult, runBatch } from "../../src/rollout/batch.ts";
 import { defaultBatchRequest } from "../../src/rollout/request.ts";
 
-async function played(tags: { tag: string; groups: number }[], groupSize: number) {
-  const request = defaultBatchRequest("train", { tags, groupSize });
-  const batch = await runBatch(createRegistry(), request, randomPolicy());
+async function played(
+  tags: { tag: string; groups: number }[],
+  groupSize: number,
+  policy: Policy = randomPolicy(),
+  overrides: Partial<BatchRequest> = {},
+) {
+  const request = defaultBatchRequest("train", { tags, groupSize, ...overrides });
+  const batch = await runBatch(createRegistry(), request, policy);
   const header = {
     mode: "train",
     seed: request.seed,
     group_size: groupSize,
     tags,
-    policy: "random",
+    policy: policy.name,
     settings: {},
   };
   return { batch, header };
 }
 
+/** `policy` (default: random) plays the tags; `overrides` change the request (seed …). */
 export async function writeEpisodes(
   path: string,
   tags: { tag: string; groups: number }[],
   groupSize: number,
+  policy?: Policy,
+  overrides?: Partial<BatchRequest>,
 ): Promise<BatchResult> {
-  const { batch, header } = await played(tags, groupSize);
+  const { batch, header } = await played(tags, groupSize, policy, overrides);
   await writeEpisodeFile(path, header, batch);
   return batch;
 }

@@ -5,6 +5,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Browser } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { Policy } from "../../src/llm/policy.ts";
 import { buildServer, type RollgymServer } from "../../src/server/app.ts";
 import { launch, openPage, type Watched } from "./browser.ts";
 import { writeEpisodes, writeInterruptedEpisodes } from "./fixtures.ts";
@@ -30,6 +31,15 @@ beforeAll(async () => {
   episode.turns[0].reward = "<img src=x>";
   lines[1] = JSON.stringify(episode);
   writeFileSync(join(share, "crafted.jsonl"), `${lines.join("\n")}\n`);
+  // The first of two actions solves the level (SimpleSokoban seed 10002: Down); the second is
+  // skipped because the episode is over, which is no fault.
+  const solveThenMore: Policy = {
+    name: "solve-then-more",
+    generate: async () => ({ text: "Push down.</think><answer>Down || Up</answer>", finishReason: "stop" }),
+  };
+  await writeEpisodes(join(share, "won.jsonl"), [{ tag: "SimpleSokoban", groups: 1 }], 1, solveThenMore, {
+    seed: 10002,
+  });
   server = await buildServer({ share });
   url = await server.listen(0);
   browser = await launch();
@@ -71,6 +81,18 @@ describe("Replay", () => {
     const w = await open("replay?file=shared%3Acrafted.jsonl");
     await w.page.getByText('line 2: episode.turns[0].reward: got "<img src=x>", expected a number').waitFor();
     expect(await w.page.locator("img").count()).toBe(0);
+    await w.page.close();
+  });
+
+  it("a winning turn whose later action was skipped (the puzzle was solved) is not marked invalid", async () => {
+    const w = await open("replay?file=shared%3Awon.jsonl&env=0&turn=0");
+    await w.page.locator("[data-testid=turn-label]").waitFor();
+    await w.page.getByText("Executed").waitFor();
+    expect(await w.page.locator(".invalid-mark").count()).toBe(0);
+    expect(await w.page.locator(".timeline button.invalid").count()).toBe(0);
+    expect(await w.page.locator(".facts").textContent()).toContain("Down, Up");
+    await w.screenshot("new-user-replay-won");
+    expect(w.errors).toEqual([]);
     await w.page.close();
   });
 });

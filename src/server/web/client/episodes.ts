@@ -164,7 +164,7 @@ export function episodeView(
           {
             type: "button",
             onclick: () => show(i),
-            class: turn && invalidMarks(turn).length ? "invalid" : "",
+            class: turn && invalidMarks(turn, episode).length ? "invalid" : "",
             title: turn ? `turn ${turn.turn}: reward ${turn.reward_text}` : "final state",
           },
           picture(turn ? turn.state : episode.final_state, style, "", "thumb"),
@@ -221,7 +221,7 @@ export function episodeView(
       return;
     }
     const parts = responseParts(turn.raw_response);
-    const marks = invalidMarks(turn);
+    const marks = invalidMarks(turn, episode);
     detail.replaceChildren(
       picture(turn.state, style, `turn ${turn.turn} of env ${episode.env_id}`),
       h(

@@ -45,7 +45,7 @@ export function exportHtml(batch: ExportBatch, styleOf: StyleOf): string {
       const style = styleOf(e.tag);
       const turns = e.turns.map((t) => {
         const answer = responseParts(t.raw_response).answer ?? t.raw_response;
-        const marks = invalidMarks(t);
+        const marks = invalidMarks(t, e);
         return figure(
           t.state,
           style,

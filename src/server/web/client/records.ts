@@ -40,13 +40,18 @@ export function responseParts(raw: string): { think: string | null; answer: stri
   return { think: think ? think[1].trim() : null, answer: answer ? answer[1].trim() : null };
 }
 
-/** Why a turn counts as invalid, if it does. */
-export function invalidMarks(turn: TurnRecord): string[] {
+/** Why a turn of `episode` counts as invalid, if it does. */
+export function invalidMarks(turn: TurnRecord, episode: EpisodeRecord): string[] {
   const marks: string[] = [];
   if (turn.format_penalty) marks.push("format penalty");
   if (turn.actions.length === 0) marks.push("no valid action");
-  else if (turn.actions.length < turn.parsed.length)
-    marks.push(`${turn.parsed.length - turn.actions.length} action(s) not executed`);
+  else if (turn.actions.length < turn.parsed.length) {
+    // Actions after the one that ended the episode (solved, fell in, budget spent) are skipped
+    // by design and cost nothing; only otherwise were they unusable.
+    const last = episode.turns[episode.turns.length - 1] === turn;
+    const ended = last && (episode.end_reason === "done" || episode.end_reason === "action_budget");
+    if (!ended) marks.push(`${turn.parsed.length - turn.actions.length} action(s) not executed`);
+  }
   return marks;
 }
 

@@ -5,6 +5,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Browser } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createRegistry } from "../../envs/catalog.ts";
 import type { Policy } from "../../src/llm/policy.ts";
 import { buildServer, type RollgymServer } from "../../src/server/app.ts";
 import { launch, openPage, type Watched } from "./browser.ts";
@@ -93,6 +94,44 @@ describe("Replay", () => {
     expect(await w.page.locator(".facts").textContent()).toContain("Down, Up");
     await w.screenshot("new-user-replay-won");
     expect(w.errors).toEqual([]);
+    await w.page.close();
+  });
+});
+
+/** The observation the env shows for `tag` and `seed` before any move. */
+function firstState(tag: string, seed: number): string {
+  return createRegistry().tag(tag).make().reset(seed);
+}
+
+describe("Play", () => {
+  it("follows the URL: an edited address and Back show the puzzle the URL names", async () => {
+    const w = await open("play?tag=SimpleSokoban&seed=5");
+    const stateText = w.page.locator(".play pre.state-text");
+    await expect.poll(() => stateText.textContent()).toBe(firstState("SimpleSokoban", 5));
+    // The user edits the address.
+    await w.page.evaluate(() => {
+      location.hash = "#/play?tag=FrozenLake&seed=7";
+    });
+    await expect.poll(() => stateText.textContent()).toBe(firstState("FrozenLake", 7));
+    expect(await w.page.locator("#play-tag").inputValue()).toBe("FrozenLake");
+    expect(await w.page.locator("#play-seed").inputValue()).toBe("7");
+    // A move is made on what the URL names, and the URL keeps naming it.
+    await w.page.keyboard.press("ArrowDown");
+    await expect.poll(() => w.page.url()).toMatch(/tag=FrozenLake&seed=7&actions=Down$/);
+    // Back: the SimpleSokoban level again, not a FrozenLake board under a Sokoban URL.
+    await w.page.goBack();
+    await expect.poll(() => stateText.textContent()).toBe(firstState("SimpleSokoban", 5));
+    expect(await w.page.locator("#play-tag").inputValue()).toBe("SimpleSokoban");
+    expect(w.page.url()).toMatch(/tag=SimpleSokoban&seed=5/);
+    expect(w.errors).toEqual([]);
+    await w.page.close();
+  });
+
+  it("says what a link names that it cannot show (an unknown tag, a bad seed)", async () => {
+    const w = await open("play?tag=SimpleSokobn&seed=twelve");
+    const notice = w.page.getByRole("alert");
+    await expect.poll(() => notice.textContent()).toContain('unknown tag "SimpleSokobn" in the link');
+    expect(await notice.textContent()).toContain('seed "twelve" in the link is not an integer');
     await w.page.close();
   });
 });

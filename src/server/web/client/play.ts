@@ -33,8 +33,8 @@ interface Pull {
 export function mount(root: HTMLElement, params: URLSearchParams): () => void {
   let tags = new Map<string, TagInfo>();
   let info: TagInfo | null = null;
-  let seed = Number(params.get("seed") ?? 0) || 0;
-  let actions = params.get("actions")?.split(",").filter(Boolean) ?? [];
+  let seed = 0;
+  let actions: string[] = [];
   let result: PlayResult | null = null;
   let solution: string[] | null | undefined;
   let animation: ReturnType<typeof setTimeout> | null = null;
@@ -58,6 +58,8 @@ export function mount(root: HTMLElement, params: URLSearchParams): () => void {
   const stateText = h("pre", { class: "state-text", "aria-label": "State text" });
   const prompt = h("pre", { class: "prompt" });
   const history = h("ol", { class: "moves" });
+  // What the URL asked for and could not be shown (an unknown tag, a bad seed).
+  const notice = h("p", { class: "notice", role: "alert", hidden: true });
 
   root.append(
     h(
@@ -81,6 +83,7 @@ export function mount(root: HTMLElement, params: URLSearchParams): () => void {
           "Random seed",
         ),
       ),
+      notice,
       h(
         "div",
         { class: "columns" },
@@ -123,6 +126,7 @@ export function mount(root: HTMLElement, params: URLSearchParams): () => void {
 
   const choose = (tag: string, newSeed: number) => {
     stop();
+    notice.hidden = true;
     info = tags.get(tag) ?? info;
     seed = newSeed;
     seedInput.value = String(seed);
@@ -342,19 +346,56 @@ export function mount(root: HTMLElement, params: URLSearchParams): () => void {
   };
   document.addEventListener("keydown", onKey);
 
+  /**
+   * Shows what the URL names (tag, seed, moves): on opening, and whenever the URL changes under
+   * the page (an edited address, Back or Forward), so the board never shows another puzzle than
+   * the URL and the next move never writes a stale one back. What it cannot show, it says.
+   */
+  const follow = (wanted: URLSearchParams) => {
+    const problems: string[] = [];
+    const tagText = wanted.get("tag");
+    let next = info ?? tags.get("SimpleSokoban") ?? [...tags.values()][0];
+    if (tagText !== null && tags.has(tagText)) next = tags.get(tagText)!;
+    else if (tagText !== null)
+      problems.push(`unknown tag ${JSON.stringify(tagText)} in the link; showing ${next.tag}`);
+    const seedText = wanted.get("seed") ?? "0";
+    let nextSeed = Number(seedText);
+    if (!/^\d+$/.test(seedText) || nextSeed > 4294967295) {
+      problems.push(
+        `seed ${JSON.stringify(seedText)} in the link is not an integer in [0, 4294967295]; showing seed 0`,
+      );
+      nextSeed = 0;
+    }
+    const nextActions = wanted.get("actions")?.split(",").filter(Boolean) ?? [];
+    notice.textContent = problems.join(". ");
+    notice.hidden = problems.length === 0;
+    if (next === info && nextSeed === seed && nextActions.join(",") === actions.join(",") && result) return;
+    stop();
+    info = next;
+    tagSelect.value = info.tag;
+    seed = nextSeed;
+    seedInput.value = String(seed);
+    actions = nextActions;
+    solution = undefined;
+    queue = queue.then(load).catch(report);
+  };
+  const onHashChange = () => {
+    const { view, params: wanted } = route();
+    if (view === "play" && tags.size > 0) follow(wanted);
+  };
+  window.addEventListener("hashchange", onHashChange);
+
   void envs()
     .then((catalogue) => {
       tags = catalogue;
       tagSelect.append(...[...tags.keys()].map((tag) => h("option", { value: tag }, tag)));
-      const wanted = route().params.get("tag") ?? params.get("tag");
-      info = tags.get(wanted ?? "") ?? tags.get("SimpleSokoban") ?? [...tags.values()][0];
-      tagSelect.value = info.tag;
-      queue = queue.then(load).catch(report);
+      follow(route().view === "play" ? route().params : params);
     })
     .catch(report);
 
   return () => {
     stop();
     document.removeEventListener("keydown", onKey);
+    window.removeEventListener("hashchange", onHashChange);
   };
 }

@@ -41,6 +41,7 @@ beforeAll(async () => {
   await writeEpisodes(join(share, "won.jsonl"), [{ tag: "SimpleSokoban", groups: 1 }], 1, solveThenMore, {
     seed: 10002,
   });
+  await writeEpisodes(join(share, "batch.jsonl"), [{ tag: "Bandit", groups: 8 }], 16);
   server = await buildServer({ share });
   url = await server.listen(0);
   browser = await launch();
@@ -132,6 +133,50 @@ describe("Play", () => {
     const notice = w.page.getByRole("alert");
     await expect.poll(() => notice.textContent()).toContain('unknown tag "SimpleSokobn" in the link');
     expect(await notice.textContent()).toContain('seed "twelve" in the link is not an integer');
+    await w.page.close();
+  });
+});
+
+describe("keyboard only", () => {
+  it("Play: after Enter in the seed box, the arrow keys move (the seed stays)", async () => {
+    const w = await open("play?tag=SimpleSokoban&seed=5");
+    const stateText = w.page.locator(".play pre.state-text");
+    await expect.poll(() => stateText.textContent()).toBe(firstState("SimpleSokoban", 5));
+    await w.page.locator("#play-seed").focus();
+    await w.page.keyboard.press("Control+A");
+    await w.page.keyboard.type("12");
+    await w.page.keyboard.press("Enter");
+    await expect.poll(() => stateText.textContent()).toBe(firstState("SimpleSokoban", 12));
+    await w.page.keyboard.press("ArrowUp");
+    await expect.poll(() => w.page.url()).toMatch(/seed=12&actions=Up$/);
+    expect(await w.page.locator("#play-seed").inputValue()).toBe("12");
+    await w.page.close();
+  });
+
+  it("Replay: the 128 episode chips of an 8×16 batch are one Tab stop; arrows move among them", async () => {
+    const w = await open("replay?file=shared%3Abatch.jsonl");
+    await w.page.getByText("128 episodes in 8 groups").waitFor();
+    await w.page.locator("button.ep").first().waitFor();
+    // From the top of the page, Tab until the episode's Previous turn button has the focus.
+    const focused = () => w.page.evaluate(() => document.activeElement?.getAttribute("aria-label") ?? "");
+    let presses = 0;
+    while ((await focused()) !== "Previous turn" && presses < 200) {
+      await w.page.keyboard.press("Tab");
+      presses++;
+    }
+    expect(await focused()).toBe("Previous turn");
+    expect(presses).toBeLessThan(20);
+    // Back to the chips (Shift+Tab), then arrows: the next chip takes the focus; Enter opens it.
+    while (!(await w.page.evaluate(() => document.activeElement?.classList.contains("ep")))) {
+      await w.page.keyboard.press("Shift+Tab");
+    }
+    expect(await w.page.evaluate(() => document.activeElement?.textContent)).toMatch(/^#0 /);
+    await w.page.keyboard.press("ArrowRight");
+    expect(await w.page.evaluate(() => document.activeElement?.textContent)).toMatch(/^#1 /);
+    await w.page.keyboard.press("Enter");
+    await expect.poll(() => w.page.url()).toContain("env=1");
+    expect(await w.page.evaluate(() => document.activeElement?.textContent)).toMatch(/^#1 /);
+    expect(w.errors).toEqual([]);
     await w.page.close();
   });
 });

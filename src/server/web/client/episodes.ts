@@ -63,6 +63,37 @@ export function groupCard(
   );
 }
 
+/**
+ * The group cards as one stop in the Tab order (a batch has hundreds of episode chips, and
+ * the episode's own controls come after them): the selected chip, or the first, takes Tab;
+ * arrow keys, Home and End move among the chips.
+ */
+export function groupGrid(cards: HTMLElement[]): HTMLElement {
+  const grid = h("div", { class: "groups", role: "group", "aria-label": "Episodes by group" }, cards);
+  const chips = [...grid.querySelectorAll<HTMLButtonElement>("button.ep")];
+  const current = chips.find((c) => c.getAttribute("aria-pressed") === "true") ?? chips[0];
+  for (const chip of chips) chip.tabIndex = chip === current ? 0 : -1;
+  grid.addEventListener("keydown", (event: KeyboardEvent) => {
+    const at = chips.indexOf(event.target as HTMLButtonElement);
+    if (at < 0) return;
+    const moves: Record<string, number> = {
+      ArrowRight: at + 1,
+      ArrowDown: at + 1,
+      ArrowLeft: at - 1,
+      ArrowUp: at - 1,
+      Home: 0,
+      End: chips.length - 1,
+    };
+    const next = chips[moves[event.key]];
+    if (!(event.key in moves) || !next) return;
+    event.preventDefault();
+    chips[at].tabIndex = -1;
+    next.tabIndex = 0;
+    next.focus();
+  });
+  return grid;
+}
+
 const CHART_W = 360;
 const CHART_H = 140;
 const PAD = 28;

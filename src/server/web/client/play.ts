@@ -72,6 +72,8 @@ export function mount(root: HTMLElement, params: URLSearchParams): () => void {
           onsubmit: (event: Event) => {
             event.preventDefault();
             choose(tagSelect.value, Number(seedInput.value) || 0);
+            // Enter in the seed box loads the puzzle; the arrow keys then move, not the seed.
+            if (document.activeElement instanceof HTMLElement) document.activeElement.blur();
           },
         },
         h("label", {}, "Tag ", tagSelect),

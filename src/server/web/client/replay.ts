@@ -6,7 +6,7 @@
 import type { EpisodeFile } from "../../../record/episode-reader.ts";
 import type { SharedFile } from "../files.ts";
 import { api, append, envs, h, markup, num, route, setParams, type TagInfo } from "./api.ts";
-import { episodeView, exportButtons, groupCard, rewardChart } from "./episodes.ts";
+import { episodeView, exportButtons, groupCard, groupGrid, rewardChart } from "./episodes.ts";
 import { groupViews, parseEpisodeText } from "./records.ts";
 
 export function mount(root: HTMLElement, params: URLSearchParams): () => void {
@@ -119,15 +119,15 @@ export function mount(root: HTMLElement, params: URLSearchParams): () => void {
             )
           : null,
         markup(rewardChart(groups)),
-        h(
-          "div",
-          { class: "groups" },
+        groupGrid(
           groups.map((g) =>
             groupCard(
               g,
               (env) => {
                 setParams({ env, turn: null });
                 draw();
+                // The redrawn chip keeps the focus, so the keyboard stays where it was.
+                body.querySelector<HTMLElement>(`button.ep[aria-pressed="true"]`)?.focus();
               },
               selected,
             ),

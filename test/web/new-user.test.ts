@@ -180,3 +180,68 @@ describe("keyboard only", () => {
     await w.page.close();
   });
 });
+
+/** Overflow and overlaps of the page's controls and headings at the current width. */
+async function layoutProblems(w: Watched): Promise<string[]> {
+  return w.page.evaluate(() => {
+    const problems: string[] = [];
+    const width = document.documentElement.clientWidth;
+    if (document.documentElement.scrollWidth > width)
+      problems.push(`the document is ${document.documentElement.scrollWidth} px wide in ${width}`);
+    const boxes = [...document.querySelectorAll<HTMLElement>("button, select, input, a, summary, h2, label")]
+      // The skip link waits off-screen until it has the focus, by design.
+      .filter((e) => !e.classList.contains("skip"))
+      .filter((e) => e.getClientRects().length > 0 && getComputedStyle(e).visibility !== "hidden")
+      .map((e) => ({ e, r: e.getBoundingClientRect() }))
+      .filter(({ r }) => r.width > 0 && r.height > 0);
+    const name = (e: HTMLElement) =>
+      `${e.tagName.toLowerCase()} "${(e.textContent ?? "").trim().slice(0, 20)}"`;
+    for (const { e, r } of boxes)
+      if (r.left < -1 || r.right > width + 1)
+        problems.push(`${name(e)} is off-screen (${r.left}..${r.right})`);
+    for (const [i, a] of boxes.entries())
+      for (const b of boxes.slice(i + 1)) {
+        // A control inside another (an input in its label) is not an overlap.
+        if (a.e.contains(b.e) || b.e.contains(a.e)) continue;
+        const x = Math.min(a.r.right, b.r.right) - Math.max(a.r.left, b.r.left);
+        const y = Math.min(a.r.bottom, b.r.bottom) - Math.max(a.r.top, b.r.top);
+        if (x > 1 && y > 1) problems.push(`${name(a.e)} overlaps ${name(b.e)}`);
+      }
+    return problems;
+  });
+}
+
+describe("phone, tablet and desktop widths", () => {
+  const WIDTHS = [375, 768, 1024, 1100, 1280];
+  const PAGES = [
+    "play?tag=SimpleSokoban&seed=5",
+    "play?tag=FrozenLake&seed=7&actions=Down",
+    "play?tag=Bandit&seed=1",
+    "watch",
+    "replay?file=shared%3Abatch.jsonl&env=3",
+  ];
+  it.each(PAGES)("%s: no horizontal overflow and no overlapping controls", async (hash) => {
+    const w = await open(hash);
+    await w.page
+      .locator(hash.startsWith("replay") ? "[data-testid=turn-label]" : "main button")
+      .first()
+      .waitFor();
+    await w.page.waitForLoadState("networkidle");
+    const problems: string[] = [];
+    for (const width of WIDTHS) {
+      await w.page.setViewportSize({ width, height: 800 });
+      await w.page.evaluate(() => new Promise(requestAnimationFrame));
+      problems.push(...(await layoutProblems(w)).map((p) => `${width} px: ${p}`));
+      await w.screenshot(
+        `width-${hash
+          .split(/[?&]/)
+          .slice(0, 2)
+          .join("-")
+          .replace(/[^\w-]/g, "")}-${width}`,
+      );
+    }
+    expect(problems).toEqual([]);
+    expect(w.errors).toEqual([]);
+    await w.page.close();
+  });
+});

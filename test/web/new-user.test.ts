@@ -6,6 +6,7 @@ import { join } from "node:path";
 import type { Browser } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createRegistry } from "../../envs/catalog.ts";
+import { register as registerNumberLine } from "../../examples/number-line.ts";
 import type { Policy } from "../../src/llm/policy.ts";
 import { buildServer, type RollgymServer } from "../../src/server/app.ts";
 import { launch, openPage, type Watched } from "./browser.ts";
@@ -243,5 +244,37 @@ describe("phone, tablet and desktop widths", () => {
     expect(problems).toEqual([]);
     expect(w.errors).toEqual([]);
     await w.page.close();
+  });
+});
+
+describe("a custom env (a plugin's) on the web page", () => {
+  it("NumberLine is played on its text, with a button and a number key per action", async () => {
+    const registry = createRegistry();
+    registerNumberLine(registry);
+    const own = await buildServer({ registry });
+    const ownUrl = await own.listen(0);
+    try {
+      const w = await openPage(browser, `${ownUrl}/#/play?tag=NumberLine&seed=1`);
+      const board = w.page.getByLabel("Board");
+      const env = registry.tag("NumberLine").make();
+      await expect.poll(() => board.textContent()).toBe(env.reset(1));
+      // Its actions (Left, Right) are directions: the pad plays them, arrows too.
+      const right = w.page.locator(".pad button.right");
+      expect(await right.isEnabled()).toBe(true);
+      await right.click();
+      await expect.poll(() => board.textContent()).toBe(env.step(2).observation);
+      await w.page.keyboard.press("ArrowLeft");
+      await expect.poll(() => board.textContent()).toBe(env.step(1).observation);
+      // Number keys play the numbered actions: 2 is Right.
+      await w.page.keyboard.press("2");
+      await expect.poll(() => board.textContent()).toBe(env.step(2).observation);
+      expect(decodeURIComponent(w.page.url())).toContain("actions=Right,Left,Right");
+      expect(await w.page.getByText("(no picture for this state)").count()).toBe(0);
+      await w.screenshot("new-user-custom-env");
+      expect(w.errors).toEqual([]);
+      await w.page.close();
+    } finally {
+      await own.shutdown();
+    }
   });
 });

@@ -53,6 +53,7 @@ export function mount(root: HTMLElement, params: URLSearchParams): () => void {
   const board = h("div", { class: "board-holder", "aria-live": "polite" });
   const status = h("div", { class: "status", role: "status" });
   const pad = h("div", { class: "pad" });
+  const actionButtons = h("div", { class: "actions" });
   const tools = h("div", { class: "tools" });
   const solutionBox = h("div", { class: "solution" });
   const stateText = h("pre", { class: "state-text", "aria-label": "State text" });
@@ -93,7 +94,7 @@ export function mount(root: HTMLElement, params: URLSearchParams): () => void {
           "div",
           { class: "board-column" },
           board,
-          h("div", { class: "side" }, status, pad, tools, solutionBox),
+          h("div", { class: "side" }, status, pad, actionButtons, tools, solutionBox),
         ),
         h(
           "div",
@@ -106,7 +107,7 @@ export function mount(root: HTMLElement, params: URLSearchParams): () => void {
           h(
             "p",
             { class: "muted keys" },
-            "Keys: arrows or WASD move, U or Backspace undoes, R resets, H shows the solution, N loads a random seed.",
+            "Keys: arrows or WASD move, 1–9 play the numbered actions, U or Backspace undoes, R resets, H shows the solution, N loads a random seed.",
           ),
         ),
       ),
@@ -193,10 +194,12 @@ export function mount(root: HTMLElement, params: URLSearchParams): () => void {
     );
   };
 
+  /** The action a direction key or button plays: by the env type's ids, else by its name. */
   const moveButton = (direction: string) => {
     const id = info ? DIRECTIONS[info.env_type]?.[direction] : undefined;
-    const name = id !== undefined ? info?.config.action_lookup?.[id] : undefined;
-    return name ?? null;
+    if (id !== undefined) return info?.config.action_lookup?.[id] ?? null;
+    // An env of the user's own (a plugin): its actions called Up, Left … are directions too.
+    return result?.action_names.find((a) => a.toLowerCase() === direction.toLowerCase()) ?? null;
   };
 
   function draw(): void {
@@ -204,8 +207,9 @@ export function mount(root: HTMLElement, params: URLSearchParams): () => void {
     const r = result;
     const state = r.states.at(-1)!;
     const picture = stateSvg(state, info, `${info.tag} seed ${seed}`);
+    // An env with no picture (a plugin's own) is played on its text.
     board.replaceChildren(
-      picture ? markup(picture) : h("p", { class: "muted" }, "(no picture for this state)"),
+      picture ? markup(picture) : h("pre", { class: "board-text", "aria-label": "Board" }, state),
     );
     stateText.textContent = state;
     prompt.textContent = r.messages.map((m) => `[${m.role}]\n${m.content}`).join("\n");
@@ -245,6 +249,7 @@ export function mount(root: HTMLElement, params: URLSearchParams): () => void {
       ),
     );
     pad.replaceChildren();
+    actionButtons.replaceChildren();
     if (info.env_type === "bandit") {
       // The arms are the picture: one big button each, then the running reward over pulls.
       const chosen = r.steps[0]?.action;
@@ -286,20 +291,38 @@ export function mount(root: HTMLElement, params: URLSearchParams): () => void {
       ]);
     } else {
       const dirs = ["Up", "Left", "Down", "Right"];
-      pad.append(
-        ...dirs.map((d) => {
-          const name = moveButton(d);
-          return h(
+      const byDirection = new Map(dirs.map((d) => [d, moveButton(d)]));
+      if ([...byDirection.values()].some((name) => name !== null)) {
+        pad.append(
+          ...dirs.map((d) => {
+            const name = byDirection.get(d);
+            return h(
+              "button",
+              {
+                type: "button",
+                class: `dir ${d.toLowerCase()}`,
+                disabled: !name || r.done,
+                onclick: () => name && act(name),
+              },
+              name ?? d,
+            );
+          }),
+        );
+      }
+      // Actions no direction plays (all of them for an env without directions): one button
+      // each, with its number key.
+      const directed = new Set(byDirection.values());
+      const others = r.action_names.filter((a) => !directed.has(a));
+      append(
+        actionButtons,
+        others.map((a) =>
+          h(
             "button",
-            {
-              type: "button",
-              class: `dir ${d.toLowerCase()}`,
-              disabled: !name || r.done,
-              onclick: () => name && act(name),
-            },
-            name ?? d,
-          );
-        }),
+            { type: "button", disabled: r.done, onclick: () => act(a) },
+            h("span", { class: "key" }, String(r.action_names.indexOf(a) + 1)),
+            ` ${a}`,
+          ),
+        ),
       );
     }
     tools.replaceChildren(
@@ -336,7 +359,7 @@ export function mount(root: HTMLElement, params: URLSearchParams): () => void {
     if (direction && info.env_type !== "bandit") {
       const name = moveButton(direction);
       if (name) act(name);
-    } else if (info.env_type === "bandit" && (key === "1" || key === "2"))
+    } else if (/^[1-9]$/.test(key) && Number(key) <= result.action_names.length)
       act(result.action_names[Number(key) - 1]);
     else if (key === "u" || key === "Backspace") undo();
     else if (key === "r") reset();

@@ -198,6 +198,7 @@ describe.concurrent("no wrong picture", () => {
     expect(html.stdout.match(/<summary>Episode #/g)).toHaveLength(7);
     expect(html.stdout.match(/<h2>Group \d/g)).toHaveLength(2);
     expect(html.stdout).toContain("partial, interrupted after 3 episodes");
+    expect(html.stdout).toContain("filter score: what the group filter ranked the group by");
     const svg = await runInProcess(["export", path, "--format", "svg", "--group", "1"]);
     expect(svg.code, svg.stderr).toBe(0);
     expect(svg.stdout.match(/font-weight="bold">#\d+ · group 1/g)).toHaveLength(3);

@@ -7,7 +7,9 @@ import type { Browser } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createRegistry } from "../../envs/catalog.ts";
 import { register as registerNumberLine } from "../../examples/number-line.ts";
+import { randomPolicy } from "../../src/llm/builtin.ts";
 import type { Policy } from "../../src/llm/policy.ts";
+import { DEFAULT_FILTER } from "../../src/rollout/filter.ts";
 import { buildServer, type RollgymServer } from "../../src/server/app.ts";
 import { launch, openPage, type Watched } from "./browser.ts";
 import { writeEpisodes, writeInterruptedEpisodes } from "./fixtures.ts";
@@ -43,6 +45,9 @@ beforeAll(async () => {
     seed: 10002,
   });
   await writeEpisodes(join(share, "batch.jsonl"), [{ tag: "Bandit", groups: 8 }], 16);
+  await writeEpisodes(join(share, "filtered.jsonl"), [{ tag: "Bandit", groups: 4 }], 4, randomPolicy(), {
+    filter: { ...DEFAULT_FILTER, strategy: "top_k", value: 0.5 },
+  });
   server = await buildServer({ share });
   url = await server.listen(0);
   browser = await launch();
@@ -77,6 +82,19 @@ describe("Replay", () => {
     expect(w.page.url()).toContain("env=6");
     await w.screenshot("new-user-replay-partial");
     expect(w.errors).toEqual([]);
+    await w.page.close();
+  });
+
+  it("std and filter score, side by side on a group card, each say what they are", async () => {
+    const w = await open("replay?file=shared%3Afiltered.jsonl");
+    const card = w.page.locator('article.group[data-group="0"]');
+    await card.waitFor();
+    expect(await card.locator("abbr", { hasText: /^std$/ }).getAttribute("title")).toMatch(
+      /^std: the population/,
+    );
+    expect(await card.locator("abbr", { hasText: "filter score" }).getAttribute("title")).toContain(
+      "so it differs from std",
+    );
     await w.page.close();
   });
 

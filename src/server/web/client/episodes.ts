@@ -5,7 +5,7 @@ import type { EpisodeRecord } from "../../../rollout/episode.ts";
 import { h, markup, num, type TagInfo } from "./api.ts";
 import type { ExportBatch } from "./export.ts";
 import { escapeHtml, stateSvg } from "./picture.ts";
-import { type GroupView, invalidMarks, responseParts, stats } from "./records.ts";
+import { type GroupView, invalidMarks, responseParts, SPREAD_HELP, stats } from "./records.ts";
 
 export type { GroupView, Verdict } from "./records.ts";
 
@@ -40,8 +40,12 @@ export function groupCard(
     h(
       "p",
       { class: "spread" },
-      `reward ${num(s.min)} … ${num(s.max)} · mean ${num(s.mean)} · std ${num(s.std)} · solved ${solved}/${group.episodes.length}`,
-      group.score !== null ? ` · filter score ${num(group.score)}` : "",
+      `reward ${num(s.min)} … ${num(s.max)} · mean ${num(s.mean)} · `,
+      h("abbr", { title: SPREAD_HELP.std }, "std"),
+      ` ${num(s.std)} · solved ${solved}/${group.episodes.length}`,
+      group.score !== null
+        ? [" · ", h("abbr", { title: SPREAD_HELP.filterScore }, "filter score"), ` ${num(group.score)}`]
+        : "",
     ),
     h(
       "div",

@@ -3,7 +3,7 @@
 // a picture per turn). Pure string functions: the page downloads them, `rollgym export` writes
 // them.
 import { escapeHtml, PICTURE_CSS, type PictureStyle, stateSvg, stateTiles, TILE_DEFS } from "./picture.ts";
-import { type GroupView, invalidMarks, num, responseParts, stats } from "./records.ts";
+import { type GroupView, invalidMarks, num, responseParts, SPREAD_HELP, stats } from "./records.ts";
 
 export interface ExportBatch {
   title: string;
@@ -67,6 +67,7 @@ export function exportHtml(batch: ExportBatch, styleOf: StyleOf): string {
 <body>${TILE_DEFS}<h1>${escapeHtml(batch.title)}</h1><p class="muted">${escapeHtml(batch.about)}</p>
 ${metrics ? `<details><summary>Metrics</summary><table>${metrics}</table></details>` : ""}
 ${groups.join("\n")}
+<p class="muted">${escapeHtml(SPREAD_HELP.std)}. ${escapeHtml(SPREAD_HELP.filterScore)}.</p>
 <p class="muted">Exported by rollgym.</p></body></html>
 `;
 }

@@ -33,6 +33,14 @@ export function stats(values: readonly number[]): { min: number; max: number; me
   return { min: Math.min(...values), max: Math.max(...values), mean, std: Math.sqrt(variance) };
 }
 
+/** What the two spreads on a group card mean, and why they differ (shown as tooltips and in exports). */
+export const SPREAD_HELP = {
+  std: "std: the population standard deviation of the group's episode rewards",
+  filterScore:
+    "filter score: what the group filter ranked the group by; with RAGEN's default metric reward_variance, " +
+    "the unbiased standard deviation of the episodes' scores (format penalties included), so it differs from std",
+};
+
 /** The think and answer parts of a response, as the parser sees its tags. */
 export function responseParts(raw: string): { think: string | null; answer: string | null } {
   const think = /<think>([\s\S]*?)<\/think>/.exec(raw);

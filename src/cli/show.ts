@@ -2,6 +2,7 @@
 // by turn, with the board the model saw, its response, the actions taken and the reward.
 import { fileGroups } from "../record/episode-reader.ts";
 import type { EpisodeRecord } from "../rollout/episode.ts";
+import { tokenSummary } from "../server/web/client/records.ts";
 import { expectPositionals, type FlagSpec, parseArgs, parseChoice } from "./args.ts";
 import { parseIdList, readEpisodeFileOrExplain } from "./episode-files.ts";
 import { io } from "./io.ts";
@@ -80,6 +81,7 @@ function episodeLines(e: EpisodeRecord, raw: boolean): string[] {
       ` · reward ${num(e.reward)} · score ${num(e.score)} · ${e.turns.length} turns, ${e.num_actions} actions (${e.end_reason})`,
   ];
   if (e.failure !== null) lines.push(`failure: ${e.failure}`);
+  if (e.tokens) lines.push(tokenSummary(e.tokens));
   for (const t of e.turns) {
     lines.push(
       `── turn ${t.turn}: ${t.actions_left} actions left${t.warned ? ", warned about the last answer" : ""}`,

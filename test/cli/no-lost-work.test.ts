@@ -92,6 +92,22 @@ describe.concurrent("RAGEN's config files", () => {
 });
 
 describe.concurrent("no wrong picture", () => {
+  it("show and export say how long a token-mode episode's token log is and whether it drifted", async () => {
+    const engine = await startMockEngine({ model: "m" });
+    try {
+      const out = join(dir, "tokens.jsonl");
+      const r = await runInProcess([...SMALL, "--llm", engine.url, "--model", "m", "--tokens", "--out", out]);
+      expect(r.code, r.stderr).toBe(0);
+      const line =
+        /^tokens: \d+ ids \(\d+ first prompt, \d+ sampled, \d+ inserted\) · prompt drift 0 request\(s\) · template drift none$/m;
+      expect((await runInProcess(["show", out])).stdout).toMatch(line);
+      const html = (await runInProcess(["export", out])).stdout;
+      expect(html.match(/<p class="muted">tokens: \d+ ids/g)).toHaveLength(4);
+    } finally {
+      await engine.close();
+    }
+  });
+
   it("a plugin with import/export in an `npm init -y` project (type commonjs) is explained; .mts loads", async () => {
     const project = mkdtempSync(join(tmpdir(), "rollgym-commonjs-"));
     writeFileSync(join(project, "package.json"), '{ "name": "fresh", "type": "commonjs" }\n');

@@ -3,7 +3,15 @@
 // a picture per turn). Pure string functions: the page downloads them, `rollgym export` writes
 // them.
 import { escapeHtml, PICTURE_CSS, type PictureStyle, stateSvg, stateTiles, TILE_DEFS } from "./picture.ts";
-import { type GroupView, invalidMarks, num, responseParts, SPREAD_HELP, stats } from "./records.ts";
+import {
+  type GroupView,
+  invalidMarks,
+  num,
+  responseParts,
+  SPREAD_HELP,
+  stats,
+  tokenSummary,
+} from "./records.ts";
 
 export interface ExportBatch {
   title: string;
@@ -54,7 +62,8 @@ export function exportHtml(batch: ExportBatch, styleOf: StyleOf): string {
       });
       turns.push(figure(e.final_state, style, `<b>End</b>: ${escapeHtml(e.end_reason)}`));
       const outcome = e.failure ? `failed: ${e.failure}` : e.success ? "✓ success" : "✗ no success";
-      return `<details><summary>Episode #${e.env_id} · ${escapeHtml(outcome)} · reward ${num(e.reward)} · score ${num(e.score)}</summary><div class="strip">${turns.join("")}</div></details>`;
+      const tokens = e.tokens ? `<p class="muted">${escapeHtml(tokenSummary(e.tokens))}</p>` : "";
+      return `<details><summary>Episode #${e.env_id} · ${escapeHtml(outcome)} · reward ${num(e.reward)} · score ${num(e.score)}</summary>${tokens}<div class="strip">${turns.join("")}</div></details>`;
     });
     return `<section><h2>Group ${g.group} · ${escapeHtml(g.tag)} · seed ${g.seed} · <span class="${g.verdict}">${escapeHtml(verdictText(g))}</span></h2>${episodes.join("")}</section>`;
   });

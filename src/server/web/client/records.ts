@@ -3,6 +3,7 @@
 // the CLI's export uses them too.
 import { type EpisodeFile, fileGroups } from "../../../record/episode-reader.ts";
 import type { EpisodeRecord, TurnRecord } from "../../../rollout/episode.ts";
+import type { TokenRecord } from "../../../rollout/token-log.ts";
 
 export { parseEpisodeText } from "../../../record/episode-reader.ts";
 
@@ -40,6 +41,22 @@ export const SPREAD_HELP = {
     "filter score: what the group filter ranked the group by; with RAGEN's default metric reward_variance, " +
     "the unbiased standard deviation of the episodes' scores (format penalties included), so it differs from std",
 };
+
+/** A token-mode episode's token log in one line: its size and whether it drifted. */
+export function tokenSummary(tokens: TokenRecord): string {
+  const sampled = tokens.loss_mask.reduce((n, m) => n + m, 0);
+  const template =
+    tokens.template_checked === false
+      ? "not checked (the engine could not render the conversation)"
+      : tokens.template_drift === null
+        ? "none"
+        : `from character ${tokens.template_drift}`;
+  return (
+    `tokens: ${tokens.ids.length} ids (${tokens.prompt_length} first prompt, ${sampled} sampled, ` +
+    `${tokens.ids.length - tokens.prompt_length - sampled} inserted) · prompt drift ${tokens.prompt_drift} ` +
+    `request(s) · template drift ${template}`
+  );
+}
 
 /** The think and answer parts of a response, as the parser sees its tags. */
 export function responseParts(raw: string): { think: string | null; answer: string | null } {

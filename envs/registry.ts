@@ -27,10 +27,44 @@ export interface ResolvedTag {
   solve(env: Env): Solution | null;
 }
 
+/** Edits (insert, delete, substitute) between `a` and `b`, case ignored. */
+function editDistance(a: string, b: string): number {
+  const x = a.toLowerCase();
+  const y = b.toLowerCase();
+  let row = Array.from({ length: y.length + 1 }, (_, j) => j);
+  for (let i = 1; i <= x.length; i++) {
+    const next = [i];
+    for (let j = 1; j <= y.length; j++)
+      next[j] = Math.min(row[j] + 1, next[j - 1] + 1, row[j - 1] + (x[i - 1] === y[j - 1] ? 0 : 1));
+    row = next;
+  }
+  return row[y.length];
+}
+
+/** The known name a typo most likely meant (within a third of its length in edits), or null. */
+export function closestName(word: string, known: readonly string[]): string | null {
+  let best: string | null = null;
+  let bestDistance = Math.max(2, Math.floor(word.length / 3)) + 1;
+  for (const name of known) {
+    const distance = editDistance(word, name);
+    if (distance < bestDistance) [best, bestDistance] = [name, distance];
+  }
+  return best;
+}
+
+/** "unknown tag "X" (did you mean "Y"?); known tags: …", the one wording every caller uses. */
+export function unknownTagMessage(tag: string, known: readonly string[]): string {
+  const guess = closestName(tag, known);
+  return (
+    `unknown tag ${JSON.stringify(tag)}${guess ? ` (did you mean ${JSON.stringify(guess)}?)` : ""}; ` +
+    `known tags: ${known.join(", ")}`
+  );
+}
+
 export class UnknownTagError extends Error {
   readonly tag: string;
   constructor(tag: string, known: readonly string[]) {
-    super(`unknown tag ${JSON.stringify(tag)}; known tags: ${known.join(", ")}`);
+    super(unknownTagMessage(tag, known));
     this.name = "UnknownTagError";
     this.tag = tag;
   }

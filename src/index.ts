@@ -34,6 +34,7 @@ export {
   readEpisodeFile,
   writeEpisodeFile,
 } from "./record/episode-file.ts";
+export { EpisodeFileError, type FileGroup, fileGroups, parseEpisodeText } from "./record/episode-reader.ts";
 export { type BatchRequest, type BatchResult, type GroupResult, runBatch } from "./rollout/batch.ts";
 export type { EpisodeRecord, TurnRecord } from "./rollout/episode.ts";
 export { type FilterConfig, runGroupFilter } from "./rollout/filter.ts";

@@ -1,5 +1,6 @@
 // A small, strict argument parser: every command declares its flags, and anything else is a
 // UsageError that names the flag and what is allowed. main.ts prints it as one line, exit 2.
+import { closestName } from "../../envs/registry.ts";
 
 export class UsageError extends Error {
   constructor(message: string) {
@@ -86,7 +87,12 @@ export function parseArgs(
     const eq = arg.indexOf("=");
     const name = arg.slice(2, eq < 0 ? undefined : eq);
     const spec = flags[name];
-    if (!spec) throw new UsageError(`${command}: unknown option --${name}; allowed: ${allowed()}`);
+    if (!spec) {
+      const guess = closestName(name, Object.keys(flags));
+      throw new UsageError(
+        `${command}: unknown option --${name}${guess ? ` (did you mean --${guess}?)` : ""}; allowed: ${allowed()}`,
+      );
+    }
     if (spec.kind === "switch") {
       if (eq >= 0) throw new UsageError(`${command}: --${name} takes no value`);
       parsed.switches.add(name);
@@ -144,7 +150,10 @@ export function parseNumber(flag: string, text: string): number {
 
 export function parseChoice<T extends string>(flag: string, text: string, allowed: readonly T[]): T {
   if (!(allowed as readonly string[]).includes(text)) {
-    throw new UsageError(`${flag}: ${JSON.stringify(text)} is not one of ${allowed.join(", ")}`);
+    const guess = closestName(text, allowed);
+    throw new UsageError(
+      `${flag}: ${JSON.stringify(text)} is not one of ${allowed.join(", ")}${guess ? ` (did you mean ${JSON.stringify(guess)}?)` : ""}`,
+    );
   }
   return text as T;
 }

@@ -38,8 +38,28 @@ export function loadOrExplain(files: readonly string[], overrides: readonly stri
 
 /** Trainer-only keys and notices, printed once the command is sure to run. */
 export function reportLoaded(loaded: LoadedConfig): void {
-  for (const key of loaded.ignored) say(`ignoring trainer-only key ${key}`);
+  if (loaded.ignored.length > 0) say(ignoredSummary(loaded.ignored));
   for (const notice of loaded.notices) say(notice);
+}
+
+/**
+ * One line for the trainer-only keys (RAGEN's base.yaml has some 80): each key when there are
+ * a few, else the count under each top-level section.
+ */
+export function ignoredSummary(keys: readonly string[]): string {
+  if (keys.length <= 3) return `ignoring trainer-only key${keys.length > 1 ? "s" : ""} ${keys.join(", ")}`;
+  const sections = new Map<string, number>();
+  for (const key of keys) {
+    const section = key
+      .split(".")
+      .slice(0, key.startsWith("actor_rollout_ref.") ? 2 : 1)
+      .join(".");
+    sections.set(section, (sections.get(section) ?? 0) + 1);
+  }
+  const parts = [...sections].map(
+    ([section, n]) => `${keys.includes(section) ? section : `${section}.*`} (${n})`,
+  );
+  return `ignoring ${keys.length} trainer-only keys: ${parts.join(", ")}`;
 }
 
 export interface Setup {
@@ -54,6 +74,7 @@ export async function setup(args: ParsedArgs, overrides: readonly string[]): Pro
     const registry = await buildRegistry(loaded.config, {
       origins: loaded.origins,
       plugins: (args.lists.get("plugin") ?? []).map((module) => ({ module, from: "--plugin" })),
+      notices: loaded.notices,
     });
     return { loaded, registry };
   } catch (error) {

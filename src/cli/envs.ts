@@ -1,7 +1,7 @@
 // `rollgym envs list|sample|play|prompt|check`: the environments, from the command line. Each
 // takes --config/--plugin/key=value, so tags added by plugins or custom_envs work the same.
 import { checkConformance } from "../../envs/conformance.ts";
-import type { EnvRegistry, ResolvedTag } from "../../envs/registry.ts";
+import { type EnvRegistry, type ResolvedTag, unknownTagMessage } from "../../envs/registry.ts";
 import { mapActions } from "../rollout/parse.ts";
 import { firstTurnMessages } from "../rollout/prompt.ts";
 import {
@@ -20,9 +20,7 @@ import { playInteractive } from "./play.ts";
 
 export function lookupTag(command: string, registry: EnvRegistry, name: string): ResolvedTag {
   if (!registry.hasTag(name)) {
-    throw new UsageError(
-      `${command}: unknown tag ${JSON.stringify(name)}; known tags: ${registry.tagNames().join(", ")}`,
-    );
+    throw new UsageError(`${command}: ${unknownTagMessage(name, registry.tagNames())}`);
   }
   return registry.tag(name);
 }

@@ -16,7 +16,11 @@ export const EXPORT_FLAGS: Record<string, FlagSpec> = {
     arg: "html|svg",
     help: "an HTML page (default) or one SVG image, a row per episode",
   },
-  out: { kind: "value", arg: "PATH", help: "write here instead of stdout" },
+  out: {
+    kind: "value",
+    arg: "PATH",
+    help: 'write here instead of stdout, and print {"out","format","groups","episodes","bytes"}',
+  },
   group: { kind: "value", arg: "N,…", help: "only these groups (group ids, comma-separated)" },
   // Custom tags (custom_envs, plugins) draw their pictures with their own grid symbols.
   ...CONFIG_FLAGS,
@@ -49,5 +53,10 @@ export async function exportCommand(argv: readonly string[]): Promise<void> {
   const text = format === "html" ? exportHtml(batch, styleOf) : exportSvg(batch, styleOf);
   const out = args.values.get("out");
   if (out === undefined) io().stdout.write(text);
-  else writeFileSync(out, text);
+  else {
+    writeFileSync(out, text);
+    const episodes = groups.reduce((n, g) => n + g.episodes.length, 0);
+    const written = { out, format, groups: groups.length, episodes, bytes: Buffer.byteLength(text) };
+    io().stdout.write(`${JSON.stringify(written)}\n`);
+  }
 }

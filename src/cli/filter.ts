@@ -6,6 +6,7 @@ import {
   FILTER_STRATEGIES,
   FILTER_TYPES,
   FilterInputError,
+  filterNote,
   groupStats,
   runGroupFilter,
   TOP_P_MODES,
@@ -20,6 +21,7 @@ import {
   parseNumber,
   UsageError,
 } from "./args.ts";
+import { say } from "./io.ts";
 import { LineWriter, PRETTY_FLAG, readStdin } from "./output.ts";
 
 export const FILTER_FLAGS: Record<string, FlagSpec> = {
@@ -56,6 +58,8 @@ export async function filterCommand(argv: readonly string[]): Promise<void> {
     metric: get("metric", (t) => parseChoice("--metric", t, FILTER_METRICS), DEFAULT_FILTER.metric),
   };
   if (config.value < 0) throw new UsageError(`--value: ${config.value} must be >= 0`);
+  const note = filterNote(config, "--value");
+  if (note) say(note);
   const buckets = get("buckets", (t) => parseInteger("--buckets", t, 1, 1000), undefined);
   const bucketMode = get<BucketMode | undefined>(
     "bucket-mode",

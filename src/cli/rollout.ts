@@ -11,7 +11,14 @@ import { ChatPolicy, TOKENS_NEED_ENGINE_ROUTES } from "../llm/openai-chat.ts";
 import { describeEngineStatus, type Policy, PolicyError } from "../llm/policy.ts";
 import { logprobsSource, logprobsWarning } from "../llm/token-engine.ts";
 import { EpisodeFileWriter } from "../record/episode-file.ts";
-import { type BatchRequest, type BatchResult, runBatch, validateBatchRequest } from "../rollout/batch.ts";
+import {
+  type BatchRequest,
+  type BatchResult,
+  policyRefusal,
+  runBatch,
+  validateBatchRequest,
+} from "../rollout/batch.ts";
+import { filterNote } from "../rollout/filter.ts";
 import { checkRolloutShape, RolloutLimitError } from "../rollout/limits.ts";
 import { batchRequest } from "../rollout/request.ts";
 import { CommandFailure, type FlagSpec, type ParsedArgs, parseArgs, UsageError } from "./args.ts";
@@ -161,6 +168,7 @@ export const ROLLOUT_FLAGS: Record<string, FlagSpec & { keys?: (mode: string) =>
     arg: "FILE",
     help: "write every turn of every episode to this file (JSON lines; `rollgym show FILE` prints it)",
   },
+  force: { kind: "switch", help: "let --out replace a file that already has content" },
   json: { kind: "switch", help: "print the summary as one JSON object" },
   timings: { kind: "switch", help: "add wall-clock timings to the episode file header" },
 };
@@ -284,7 +292,7 @@ export async function rolloutCommand(argv: readonly string[]): Promise<number> {
   checkPolicyKeys(loaded);
   const request = checkedRequest(loaded, registry);
   const out = args.values.get("out");
-  if (out !== undefined) checkWritable("--out", out);
+  if (out !== undefined) checkWritable("--out", out, args.switches.has("force"));
 
   const stop = interruptible();
   try {
@@ -304,7 +312,17 @@ async function play(
   const { config } = loaded;
   const out = args.values.get("out");
   const policy = await readyPolicy(config);
+  const refusal = policyRefusal(registry, request, policy);
+  if (refusal) {
+    await policy.close?.();
+    throw new UsageError(`--policy ${policy.name}: ${refusal}`);
+  }
   reportLoaded(loaded);
+  const filterWarning = filterNote(
+    request.filter,
+    "--value (actor_rollout_ref.rollout.rollout_filter_value)",
+  );
+  if (filterWarning) say(filterWarning);
   if (config.rollgym.max_obs_length !== null) {
     // Counting observation tokens needs the model's tokenizer, which rollouts over chat do not have.
     say(
@@ -320,7 +338,7 @@ async function play(
   let file: EpisodeFileWriter | null = null;
   if (out !== undefined) {
     try {
-      file = await EpisodeFileWriter.open(out);
+      file = await EpisodeFileWriter.open(out, { replace: args.switches.has("force") });
     } catch (error) {
       await policy.close?.();
       throw new UsageError(`--out: cannot write ${JSON.stringify(out)}: ${systemReason(error)}`);
@@ -540,7 +558,14 @@ function seedField(config: RollgymConfig, mode: string, groups: number): [string
 }
 
 /** Fails now, before any work, when `path` cannot be created or written. */
-function checkWritable(flag: string, path: string): void {
+function checkWritable(flag: string, path: string, replace: boolean): void {
+  const existing = statSync(path, { throwIfNoEntry: false });
+  // A re-run from shell history must not wipe the last run's episodes (hours of engine time).
+  if (!replace && existing?.isFile() && existing.size > 0) {
+    throw new UsageError(
+      `${flag}: ${JSON.stringify(path)} already exists (${existing.size} bytes); allowed: a new path, or --force to replace it`,
+    );
+  }
   let problem: string | null;
   try {
     problem = writeProblem(path);

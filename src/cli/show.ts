@@ -1,6 +1,8 @@
 // `rollgym show FILE`: an episode file (rollout --out) for people: every selected episode turn
 // by turn, with the board the model saw, its response, the actions taken and the reward.
+import { fileGroups } from "../record/episode-reader.ts";
 import type { EpisodeRecord } from "../rollout/episode.ts";
+import { tokenSummary } from "../server/web/client/records.ts";
 import { expectPositionals, type FlagSpec, parseArgs, parseChoice } from "./args.ts";
 import { parseIdList, readEpisodeFileOrExplain } from "./episode-files.ts";
 import { io } from "./io.ts";
@@ -59,10 +61,12 @@ export async function showCommand(argv: readonly string[]): Promise<void> {
       (!tags || tags.has(e.tag)),
   );
   const { header, summary } = file;
+  const partial = fileGroups(file).filter((g) => g.partial).length;
   const lines: string[] = [
     `${path}: ${header.mode} rollout, seed ${header.seed}, ${header.tags.map((t) => `${t.tag} × ${t.groups}`).join(" + ")} groups of ${header.group_size}, policy ${header.policy}`,
     `${summary.episodes} episodes, ${summary.failed} failed, ${summary.kept_groups.length} groups kept` +
-      `${summary.interrupted ? `, interrupted by ${summary.interrupted}` : ""}; showing ${selected.length}`,
+      `${summary.interrupted ? `, interrupted by ${summary.interrupted}` : ""}` +
+      `${partial ? ` (${partial} group${partial > 1 ? "s" : ""} partial: stopped before finishing, so not filtered)` : ""}; showing ${selected.length}`,
   ];
   const raw = args.switches.has("raw");
   for (const e of selected) lines.push("", ...episodeLines(e, raw));
@@ -77,6 +81,7 @@ function episodeLines(e: EpisodeRecord, raw: boolean): string[] {
       ` · reward ${num(e.reward)} · score ${num(e.score)} · ${e.turns.length} turns, ${e.num_actions} actions (${e.end_reason})`,
   ];
   if (e.failure !== null) lines.push(`failure: ${e.failure}`);
+  if (e.tokens) lines.push(tokenSummary(e.tokens));
   for (const t of e.turns) {
     lines.push(
       `── turn ${t.turn}: ${t.actions_left} actions left${t.warned ? ", warned about the last answer" : ""}`,

@@ -2,9 +2,9 @@
 // modules, then `custom_envs` entries merged into the tags they name (Hydra merges a partial
 // `custom_envs.CoordFrozenLake.env_config.success_rate: 1` into envs.yaml's entry) or added as
 // new tags. Errors are ConfigErrors naming the full dotted key and where it was set.
-import { existsSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { createRequire } from "node:module";
-import { isAbsolute, join, resolve } from "node:path";
+import { basename, dirname, isAbsolute, join, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
 import { createRegistry } from "../../envs/catalog.ts";
 import type { EnvRegistry, TagSpec } from "../../envs/registry.ts";
@@ -29,6 +29,8 @@ export interface RegistryOptions {
   plugins?: readonly PluginRef[];
   /** Where relative plugin paths start (default: the current directory). */
   cwd?: string;
+  /** Receives a line per custom_envs entry skipped (unusable, and no mode plays its tag). */
+  notices?: string[];
 }
 
 const TAG_FIELDS = ["env_type", "max_actions_per_traj", "env_instruction", "max_tokens"] as const;
@@ -65,33 +67,57 @@ export function applyCustomEnvs(
   registry: EnvRegistry,
   config: RollgymConfig,
   origins: Readonly<Record<string, string>> = {},
+  notices: string[] | null = null,
 ): void {
+  // RAGEN's envs.yaml defines tags rollgym cannot host (VisualSimpleSokoban renders images); a
+  // pasted envs.yaml should load as long as no mode plays them, so those entries are skipped.
+  const played = new Set([
+    ...config.es_manager.train.env_configs.tags,
+    ...config.es_manager.val.env_configs.tags,
+  ]);
   for (const [tag, entry] of Object.entries(config.custom_envs)) {
-    const prefix = `custom_envs.${tag}`;
-    const base = registry.hasTag(tag) ? registry.tag(tag).spec : undefined;
-    const spec = mergeTagSpec(tag, base, entry);
-    const missing = TAG_FIELDS.filter((f) => spec[f] === undefined);
-    if (missing.length > 0) {
-      const key = `${prefix}.${missing[0]}`;
-      throw new ConfigError(
-        key,
-        `${key} is not set, and ${tag} is a new tag (not one of ${registry.tagNames().join(", ")}), so ` +
-          `${prefix} needs ${TAG_FIELDS.join(", ")}; missing: ${missing.join(", ")}${suffix(origins, prefix)}`,
+    try {
+      applyCustomEnv(registry, tag, entry, origins);
+    } catch (error) {
+      if (!(error instanceof ConfigError) || notices === null || played.has(tag)) throw error;
+      const prefix = `custom_envs.${tag}`;
+      notices.push(
+        `skipping ${prefix}, which no mode plays: ${error.message} (drop the entry, or add the override ~${prefix}, to silence this)`,
       );
     }
-    try {
-      registry.registerTag(spec as TagSpec);
-    } catch (error) {
-      if (!(error instanceof EnvConfigError)) throw error;
-      const field = error.field;
-      const key = (TAG_FIELDS as readonly string[]).includes(field)
-        ? `${prefix}.${field}`
-        : `${prefix}.env_config.${field}`;
-      const detail = error.message.startsWith(`${field}: `)
-        ? error.message.slice(field.length + 2)
-        : error.message;
-      throw new ConfigError(key, `${key}: ${detail}${suffix(origins, key)}`);
-    }
+  }
+}
+
+function applyCustomEnv(
+  registry: EnvRegistry,
+  tag: string,
+  entry: CustomEnvEntry,
+  origins: Readonly<Record<string, string>>,
+): void {
+  const prefix = `custom_envs.${tag}`;
+  const base = registry.hasTag(tag) ? registry.tag(tag).spec : undefined;
+  const spec = mergeTagSpec(tag, base, entry);
+  const missing = TAG_FIELDS.filter((f) => spec[f] === undefined);
+  if (missing.length > 0) {
+    const key = `${prefix}.${missing[0]}`;
+    throw new ConfigError(
+      key,
+      `${key} is not set, and ${tag} is a new tag (not one of ${registry.tagNames().join(", ")}), so ` +
+        `${prefix} needs ${TAG_FIELDS.join(", ")}; missing: ${missing.join(", ")}${suffix(origins, prefix)}`,
+    );
+  }
+  try {
+    registry.registerTag(spec as TagSpec);
+  } catch (error) {
+    if (!(error instanceof EnvConfigError)) throw error;
+    const field = error.field;
+    const key = (TAG_FIELDS as readonly string[]).includes(field)
+      ? `${prefix}.${field}`
+      : `${prefix}.env_config.${field}`;
+    const detail = error.message.startsWith(`${field}: `)
+      ? error.message.slice(field.length + 2)
+      : error.message;
+    throw new ConfigError(key, `${key}: ${detail}${suffix(origins, key)}`);
   }
 }
 
@@ -110,6 +136,8 @@ export async function loadPlugins(
       );
     };
     let exports: Record<string, unknown>;
+    const commonJs = commonJsProblem(resolve(cwd, plugin.module));
+    if (commonJs) return fail(commonJs);
     try {
       exports = await importPlugin(plugin.module, cwd);
     } catch (error) {
@@ -122,6 +150,33 @@ export async function loadPlugins(
     } catch (error) {
       return fail(`failed to register its envs: ${oneLine(error)}`);
     }
+  }
+}
+
+/**
+ * Why Node would read an ES module file as CommonJS, or null: a .ts or .js file written with
+ * import/export whose nearest package.json says "type": "commonjs" (what `npm init -y` writes).
+ * Checked before importing, so the user gets this instead of Node's warning and SyntaxError.
+ */
+function commonJsProblem(path: string): string | null {
+  if (!/\.(ts|js)$/.test(path) || !existsSync(path)) return null;
+  for (let dir = dirname(path); ; dir = dirname(dir)) {
+    const pkg = join(dir, "package.json");
+    if (existsSync(pkg)) {
+      let type: unknown;
+      try {
+        type = (JSON.parse(readFileSync(pkg, "utf8")) as { type?: unknown }).type;
+      } catch {
+        return null;
+      }
+      if (type !== "commonjs" || !/^\s*(import|export)\s/m.test(readFileSync(path, "utf8"))) return null;
+      const name = basename(path);
+      return (
+        `is an ES module (import/export) but ${pkg} says "type": "commonjs", so Node would read it as ` +
+        `CommonJS: name it ${name.replace(/\.(ts|js)$/, ".m$1")}, or set "type": "module" there`
+      );
+    }
+    if (dirname(dir) === dir) return null;
   }
 }
 
@@ -163,6 +218,6 @@ export async function buildRegistry(
     from: `rollgym.plugins${suffix(origins, "rollgym.plugins")}`,
   }));
   await loadPlugins(registry, [...fromConfig, ...(options.plugins ?? [])], options.cwd);
-  applyCustomEnvs(registry, config, origins);
+  applyCustomEnvs(registry, config, origins, options.notices ?? null);
   return registry;
 }

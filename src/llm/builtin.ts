@@ -2,6 +2,7 @@
 // with uniformly random valid actions; both in RAGEN's <think>…</think><answer>…</answer> format.
 // Noise knobs turn some answers random or malformed, so filters and failure paths get exercised.
 import seedrandom from "seedrandom";
+import type { ResolvedTag } from "../../envs/registry.ts";
 import { turnSlot } from "../rollout/slices.ts";
 import type { Policy, PolicyRequest, PolicyResponse } from "./policy.ts";
 
@@ -62,6 +63,19 @@ class BuiltinPolicy implements Policy {
     this.choose = choose;
     this.noise = options.noise ?? 0;
     this.malformed = options.malformed ?? 0;
+  }
+
+  cannotPlay(tags: readonly ResolvedTag[]): string | null {
+    if (this.choose !== chooseOracle) return null;
+    // Without a solver the oracle would only play random moves under the name "oracle".
+    const missing = tags.filter((t) => !t.type.solve);
+    if (missing.length === 0) return null;
+    const names = (of: (t: ResolvedTag) => string) => [...new Set(missing.map(of))].join(", ");
+    return (
+      `the oracle policy plays each env's own solver, and ${names((t) => t.spec.tag)} ` +
+      `(env type ${names((t) => t.type.name)}) has none; allowed: --policy random ` +
+      "(rollgym.policy.name=random), a model (--llm URL --model M), or a solve() in the env type"
+    );
   }
 
   async generate(request: PolicyRequest): Promise<PolicyResponse> {

@@ -33,6 +33,29 @@ function positiveInt(value: unknown): number | null {
   return typeof value === "number" && Number.isSafeInteger(value) && value > 0 ? value : null;
 }
 
+/**
+ * GET {base}/models. A 404 from a base URL without /v1 is the usual slip (the server root
+ * given for the OpenAI base URL): the error then says which URL to use instead.
+ */
+async function listModels(baseURL: string, options: Parameters<typeof requestJson>[3]): Promise<unknown> {
+  const base = baseURL.replace(/\/+$/, "");
+  try {
+    return await requestJson("GET", `${base}/models`, undefined, options);
+  } catch (error) {
+    if (!(error instanceof EngineError) || error.status !== 404 || /\/v1$/.test(base)) throw error;
+    const answers = await requestJson("GET", `${base}/v1/models`, undefined, options).then(
+      () => true,
+      () => false,
+    );
+    throw new EngineError(
+      answers
+        ? `${error.message} at ${base}/models; the OpenAI API answers at ${base}/v1: use --llm ${base}/v1`
+        : `${error.message} at ${base}/models; an OpenAI-compatible base URL usually ends in /v1 (e.g. ${base}/v1)`,
+      404,
+    );
+  }
+}
+
 /** Reads the served models, the dialect (unless given) and the context length of one endpoint. */
 export async function describeEngine(
   baseURL: string,
@@ -42,7 +65,7 @@ export async function describeEngine(
   connections?: EngineConnections,
 ): Promise<EngineInfo> {
   const options = { signal, timeoutMs: PROBE_TIMEOUT_MS, headers, connections };
-  const list = record(await requestJson("GET", `${baseURL.replace(/\/+$/, "")}/models`, undefined, options));
+  const list = record(await listModels(baseURL, options));
   const cards = Array.isArray(list.data) ? list.data.map(record) : [];
   const models = cards.map((c) => c.id).filter((id): id is string => typeof id === "string");
 

@@ -1,6 +1,7 @@
 // The Policy interface every model backend implements: given the chat so far, produce the
 // next assistant turn. Built-in policies also receive the episode's solver; remote ones
 // ignore it.
+import type { ResolvedTag } from "../../envs/registry.ts";
 import type { ChatMessage } from "../rollout/prompt.ts";
 import type { ReplicaSnapshot } from "./replicas.ts";
 import type { TokenEngine } from "./token-engine.ts";
@@ -134,6 +135,8 @@ export interface Policy {
   engineStatus?(): EngineStatus;
   /** The episode behind `affinity` is over (frees routing state). */
   forget?(affinity: string): void;
+  /** Why the policy cannot play these tags as its name promises (null: it can). */
+  cannotPlay?(tags: readonly ResolvedTag[]): string | null;
   close?(): Promise<void>;
 }
 

@@ -302,6 +302,8 @@ export async function runBatch(
   hooks: BatchHooks = {},
 ): Promise<BatchResult> {
   validateBatchRequest(request);
+  const refusal = policyRefusal(registry, request, policy);
+  if (refusal) throw new RangeError(refusal);
   const tags = groupTags(request);
   const retain = hooks.retainEpisodes ?? true;
   const tokenEngine = request.tokens ? policy.tokenEngine?.() : null;
@@ -443,6 +445,11 @@ export function validateBatchRequest(request: BatchRequest): void {
       `token mode keeps one growing token sequence per episode, which needs agent_proxy.context_window_mode full (got ${request.episode.contextWindowMode})`,
     );
   }
+}
+
+/** Why `policy` cannot play the request's tags as it claims to (an oracle without a solver), or null. */
+export function policyRefusal(registry: EnvRegistry, request: BatchRequest, policy: Policy): string | null {
+  return policy.cannotPlay?.(request.tags.map((t) => registry.tag(t.tag))) ?? null;
 }
 
 /** Scores that depend only on the group itself can be final as soon as the group is. */

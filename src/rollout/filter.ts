@@ -42,6 +42,22 @@ export const DEFAULT_FILTER: Readonly<FilterConfig> = Object.freeze({
   selectionEps: 0.01,
 });
 
+/**
+ * A setting RAGEN accepts but that keeps every group, likely not what was meant: top_k takes
+ * the fraction of groups to keep (k = int(value × groups)), so a value of 1 or more (a count,
+ * as top_k_abs takes) keeps them all. Null when the setting is fine.
+ */
+export function filterNote(
+  options: Pick<SelectOptions, "strategy" | "value">,
+  valueName: string,
+): string | null {
+  if (options.strategy !== "top_k" || options.value < 1) return null;
+  return (
+    `${valueName} ${options.value} with top_k keeps every group: RAGEN's top_k keeps a fraction of the ` +
+    `groups (k = int(value × groups), e.g. 0.25); for a number of groups use the strategy top_k_abs`
+  );
+}
+
 export const FILTER_METRICS: readonly FilterMetric[] = ["reward_variance", "reward", "reward_sum"];
 export const FILTER_STRATEGIES: readonly FilterStrategy[] = ["top_p", "top_k", "top_k_abs", "min_p"];
 export const TOP_P_MODES: readonly TopPMode[] = ["linear", "softmax"];

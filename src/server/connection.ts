@@ -2,11 +2,12 @@
 // A bad frame gets an `error` reply and the connection carries on; an undecodable one closes
 // only this connection. Nothing a client sends can take the server down.
 import type { RawData, WebSocket } from "ws";
+import { unknownTagMessage } from "../../envs/registry.ts";
 import { CLOSE_CODES, decodeFrame } from "../../protocol/codec.ts";
 import { type ClientMessage, hasFrameEnvelope, validateClientMessage } from "../../protocol/messages.ts";
 import { PROTOCOL_VERSION } from "../../protocol/version.ts";
 import type { TokenEngine } from "../llm/token-engine.ts";
-import { groupLocalScores, validateBatchRequest } from "../rollout/batch.ts";
+import { groupLocalScores, policyRefusal, validateBatchRequest } from "../rollout/batch.ts";
 import { checkRolloutShape, RolloutLimitError, type RolloutLimits } from "../rollout/limits.ts";
 import { budgetRefusal, budgetReporter, holdWhenRoom } from "./budget.ts";
 import { EnvHostError, HostedEnvs } from "./env-host.ts";
@@ -257,14 +258,10 @@ function dispatch(
       const groups = message.tags.reduce((n, t) => n + t.groups, 0);
       const unknownTag = message.tags.find((t) => !state.registry.hasTag(t.tag));
       if (unknownTag) {
-        fail(
-          "unknown_tag",
-          `unknown tag ${JSON.stringify(unknownTag.tag)}; known: ${state.registry.tagNames().join(", ")}`,
-          {
-            rollout: message.id,
-            field: "tags",
-          },
-        );
+        fail("unknown_tag", unknownTagMessage(unknownTag.tag, state.registry.tagNames()), {
+          rollout: message.id,
+          field: "tags",
+        });
         return;
       }
       const episodes = groups * message.group_size;
@@ -297,6 +294,9 @@ function dispatch(
         }
         if (request.tokens && !state.rolloutContext.policy.tokenEngine?.())
           throw new RangeError(needsEngine(state));
+        const refusal = policyRefusal(state.registry, request, state.rolloutContext.policy);
+        if (refusal)
+          throw new RangeError(`the server's policy ${state.rolloutContext.policy.name}: ${refusal}`);
       } catch (error) {
         fail("bad_frame", error instanceof Error ? error.message : String(error), { rollout: message.id });
         return;
@@ -326,13 +326,9 @@ function dispatch(
         return;
       }
       if (!state.registry.hasTag(message.tag)) {
-        fail(
-          "unknown_tag",
-          `unknown tag ${JSON.stringify(message.tag)}; known: ${state.registry.tagNames().join(", ")}`,
-          {
-            field: "tag",
-          },
-        );
+        fail("unknown_tag", unknownTagMessage(message.tag, state.registry.tagNames()), {
+          field: "tag",
+        });
         return;
       }
       const hostedRequest = envOpenRequest(state.config, message);

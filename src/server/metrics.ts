@@ -124,6 +124,7 @@ export function instrumentPolicy(policy: Policy, metrics: ServerMetrics): Policy
     engineStatus: policy.engineStatus?.bind(policy),
     tokenEngine: policy.tokenEngine?.bind(policy),
     forget: policy.forget?.bind(policy),
+    cannotPlay: policy.cannotPlay?.bind(policy),
     close: policy.close?.bind(policy),
   };
 }

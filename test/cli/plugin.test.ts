@@ -61,7 +61,23 @@ describe.concurrent("custom env types through --plugin", () => {
       "rollgym:\n  plugins: [examples/number-line.ts]\ncustom_envs:\n  NumberLine:\n    env_config:\n      length: 5\n" +
         "es_manager:\n  val:\n    env_groups: 2\n    env_configs: {tags: [NumberLine], n_groups: [2]}\n",
     );
-    const val = await rollgym(["rollout", "--config", config, "--mode", "val", "--json"]);
+    // NumberLine has no solver: the default oracle policy refuses it rather than play random
+    // moves under its name.
+    expectUsageError(await rollgym(["rollout", "--config", config, "--mode", "val"]), [
+      "--policy oracle",
+      "NumberLine (env type number_line) has no",
+      "--policy random",
+    ]);
+    const val = await rollgym([
+      "rollout",
+      "--config",
+      config,
+      "--mode",
+      "val",
+      "--policy",
+      "random",
+      "--json",
+    ]);
     expect(val.code, val.stderr).toBe(0);
     expect(JSON.parse(val.stdout)).toMatchObject({ episodes: 2 });
     const listed = jsonLines((await rollgym(["envs", "list", "--config", config])).stdout);
@@ -73,7 +89,7 @@ describe.concurrent("custom env types through --plugin", () => {
   });
 
   it("serve hosts the plugin's tag: /v1/envs lists it and a rollout plays it", async () => {
-    const { url, child } = await spawnServe(PLUGIN);
+    const { url, child } = await spawnServe([...PLUGIN, "--policy", "random"]);
     try {
       const envs = (await (await fetch(`${url}/v1/envs`)).json()) as { envs: { tag: string }[] };
       expect(envs.envs.map((e) => e.tag)).toContain("NumberLine");
@@ -90,6 +106,29 @@ describe.concurrent("custom env types through --plugin", () => {
       const batch = await client.next((f) => f.type === "batch" && f.rollout === "n");
       expect(batch).toMatchObject({ episodes: 4, failed: 0 });
       expect(Object.keys(batch.metrics as object)).toContain("val-env/NumberLine/success");
+      client.close();
+    } finally {
+      child.kill("SIGTERM");
+    }
+  });
+
+  it("a server whose oracle has no solver for the tag refuses the rollout, saying why", async () => {
+    const { url, child } = await spawnServe(PLUGIN);
+    try {
+      const client = await TestClient.connect(url);
+      client.send({
+        type: "rollout",
+        id: "o",
+        tags: [{ tag: "NumberLine", groups: 1 }],
+        mode: "val",
+        group_size: 2,
+        delivery: "batch",
+      });
+      const error = await client.next((f) => f.type === "error");
+      expect(error).toMatchObject({ code: "bad_frame", rollout: "o" });
+      expect(error.message).toContain(
+        "the server's policy oracle: the oracle policy plays each env's own solver",
+      );
       client.close();
     } finally {
       child.kill("SIGTERM");

@@ -39,11 +39,12 @@ describe("the packed package in a fresh project", () => {
     sh("npm", ["pack", "--pack-destination", work], ROOT);
     const tarball = readdirSync(work).find((f) => f.endsWith(".tgz"))!;
     mkdirSync(project);
-    writeFileSync(join(project, "package.json"), '{ "name": "fresh", "private": true, "type": "module" }\n');
+    // A project as `npm init -y` makes it (npm 11 writes "type": "commonjs").
+    writeFileSync(join(project, "package.json"), '{ "name": "fresh", "private": true, "type": "commonjs" }\n');
     sh("npm", ["install", "--prefer-offline", "--no-audit", "--no-fund", join(work, tarball)]);
     writeFileSync(
-      join(project, "corridor.ts"),
-      docBlock("// corridor.ts: a corridor with a door somewhere to the right; walk to it."),
+      join(project, "corridor.mts"),
+      docBlock("// corridor.mts: a corridor with a door somewhere to the right; walk to it."),
     );
     writeFileSync(join(project, "run.yaml"), docBlock("# run.yaml"));
   }, 240_000);
@@ -90,7 +91,7 @@ describe("the packed package in a fresh project", () => {
   });
 
   it("the docs' walk-through: a new env file checked, sampled, rolled out, shown and served", async () => {
-    const plugin = ["--plugin", "./corridor.ts"];
+    const plugin = ["--plugin", "./corridor.mts"];
     const check = npx(["envs", "check", "Corridor", ...plugin]);
     expect(check.code, check.stderr).toBe(0);
     expect(JSON.parse(check.stdout)).toMatchObject({ tag: "Corridor", ok: true });

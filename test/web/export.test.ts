@@ -28,7 +28,8 @@ describe("rollgym export", () => {
   it("writes a self-contained HTML page with every episode, its pictures and verdicts", async () => {
     const out = join(dir, "run.html");
     const result = await rollgym(["export", file, "--out", out]);
-    expect(result).toMatchObject({ code: 0, stdout: "", stderr: "" });
+    expect(result).toMatchObject({ code: 0, stderr: "" });
+    expect(JSON.parse(result.stdout)).toMatchObject({ out, format: "html", groups: 4, episodes: 12 });
     const html = readFileSync(out, "utf8");
     expect(html.match(/<summary>Episode #/g)).toHaveLength(12);
     expect(html.match(/<h2>Group \d/g)).toHaveLength(4);

@@ -23,8 +23,9 @@ const header = JSON.stringify({
   settings: {},
 });
 const summary = JSON.stringify({ type: "summary", episodes: 0, failed: 0, kept_groups: [], metrics: {} });
+const group = { group_id: 0, tag: "Bandit", seed: 1, env_ids: [], score: null, kept: false, failed: false };
 const episodeFile = (padding = "") =>
-  `${header}\n${JSON.stringify({ type: "group", group_id: 0, padding })}\n${summary}\n`;
+  `${header}\n${JSON.stringify({ type: "group", ...group, padding })}\n${summary}\n`;
 
 let server: RollgymServer;
 let url: string;
@@ -190,11 +191,18 @@ describe("uploads", () => {
       [`${header}\n{"type":"weird"}\n${summary}\n`, 'line 2: unknown line type "weird"'],
       [`${header}\n`, "no summary line"],
       [`${header}\n[1,2]\n${summary}\n`, "line 2"],
+      // Every field is type-checked by the one reader the CLI and the page use too.
+      [
+        `${header}\n${JSON.stringify({ type: "group", ...group, group_id: "<img>" })}\n${summary}\n`,
+        'line 2: group.group_id: got "<img>", expected an integer ≥ 0',
+      ],
     ];
     for (const [body, message] of cases) {
       const res = await upload(body);
       expect(res.status, message).toBe(400);
-      expect((await res.json()).error.message).toContain(message);
+      const { error } = await res.json();
+      expect(error.message).toContain(message);
+      if (message.includes("group.group_id")) expect(error.field).toBe("group.group_id");
     }
   });
 

@@ -6,7 +6,7 @@ import { randomBytes } from "node:crypto";
 import { createReadStream, type Dirent, type ReadStream, type Stats } from "node:fs";
 import { lstat, readdir } from "node:fs/promises";
 import { join } from "node:path";
-import { EPISODE_FILE_FORMAT, EPISODE_FILE_VERSION } from "../../record/episode-file.ts";
+import { checkEpisodeText, EpisodeFileError } from "../../record/episode-reader.ts";
 import { Refusal } from "./refusal.ts";
 
 export interface FileLimits {
@@ -70,34 +70,14 @@ export async function openShared(dir: string, name: string, limits: FileLimits):
   return createReadStream(join(dir, entry.name));
 }
 
-/** Checks that `text` is an episode file, naming the first bad line ("line N: why") if not. */
-function checkEpisodeText(text: string): { episodes: number } {
-  let header = false;
-  let summary = false;
-  let episodes = 0;
-  for (const [i, line] of text.split("\n").entries()) {
-    if (line.trim() === "") continue;
-    const bad = (why: string) => new Refusal(400, `line ${i + 1}: ${why}`);
-    let value: { type?: unknown; format?: unknown; version?: unknown } | null;
-    try {
-      value = JSON.parse(line);
-    } catch {
-      throw bad("not a JSON line");
-    }
-    if (typeof value !== "object" || value === null) throw bad("not a JSON object");
-    if (!header) {
-      if (value.type !== "header" || value.format !== EPISODE_FILE_FORMAT)
-        throw bad(`not a rollgym episode file (the first line must be a ${EPISODE_FILE_FORMAT} header)`);
-      if (value.version !== EPISODE_FILE_VERSION)
-        throw bad(`version ${value.version} is not supported (this rollgym reads ${EPISODE_FILE_VERSION})`);
-      header = true;
-    } else if (value.type === "episode") episodes++;
-    else if (value.type === "summary") summary = true;
-    else if (value.type !== "group") throw bad(`unknown line type ${JSON.stringify(value.type)}`);
+/** Checks `text` with the one episode-file reader; a problem is a 400 naming the line and field. */
+function checkUpload(text: string): { episodes: number } {
+  try {
+    return checkEpisodeText(text);
+  } catch (error) {
+    if (error instanceof EpisodeFileError) throw new Refusal(400, error.message, error.field);
+    throw error;
   }
-  if (!header) throw new Refusal(400, "the file is empty");
-  if (!summary) throw new Refusal(400, "no summary line (was the file cut short?)");
-  return { episodes };
 }
 
 /** Uploaded episode files, in memory only, under the count and byte limits. */
@@ -118,7 +98,7 @@ export class UploadStore {
         413,
         `the upload has ${size} bytes; at most ${this.limits.maxUploadBytes} are accepted`,
       );
-    const { episodes } = checkEpisodeText(text);
+    const { episodes } = checkUpload(text);
     while (
       this.files.size > 0 &&
       (this.files.size >= this.limits.maxUploads || this.bytes + size > this.limits.maxUploadTotalBytes)

@@ -1,7 +1,7 @@
 // Play for the web page: a seed and the actions so far in, the whole trajectory out. Stateless
 // (undo, reset and shared URLs are just shorter or other action lists), so the server keeps
 // nothing per player and the only limit needed is the tag's own action budget.
-import type { EnvRegistry, ResolvedTag } from "../../../envs/registry.ts";
+import { type EnvRegistry, type ResolvedTag, unknownTagMessage } from "../../../envs/registry.ts";
 import type { ChatMessage } from "../../rollout/prompt.ts";
 import { systemPrompt, turnBlock } from "../../rollout/prompt.ts";
 import { Refusal } from "./refusal.ts";
@@ -48,11 +48,7 @@ export function play(
   prompt: { think: boolean; actionSep: string },
 ): PlayResult {
   if (!registry.hasTag(request.tag))
-    throw new Refusal(
-      404,
-      `unknown tag ${JSON.stringify(request.tag)}; known: ${registry.tagNames().join(", ")}`,
-      "tag",
-    );
+    throw new Refusal(404, unknownTagMessage(request.tag, registry.tagNames()), "tag");
   const tag: ResolvedTag = registry.tag(request.tag);
   const budget = tag.spec.max_actions_per_traj;
   if (request.actions.length > budget)

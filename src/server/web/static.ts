@@ -2,7 +2,7 @@
 // types (Node's own type stripping, the same erasable-syntax rule the server's code follows), so
 // there is no build step, no bundler and nothing to go stale; the browser loads the modules by
 // their `.ts` URLs. @msgpack/msgpack's ESM build is served from node_modules for the protocol.
-import { readdirSync, readFileSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { createRequire, stripTypeScriptTypes } from "node:module";
 import { dirname, extname, join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -13,6 +13,10 @@ export interface StaticFile {
 }
 
 const CLIENT_DIR = fileURLToPath(new URL("./client/", import.meta.url));
+// Modules outside client/ the page imports, by the URL its relative imports resolve to: the
+// episode-file reader is the one the CLI and the upload route use.
+const SHARED_MODULES = ["/record/episode-reader"];
+const SRC_DIR = fileURLToPath(new URL("../../", import.meta.url));
 const MSGPACK_DIR = join(
   dirname(createRequire(import.meta.url).resolve("@msgpack/msgpack/package.json")),
   "dist.esm",
@@ -54,6 +58,14 @@ function readStaticFiles(): Map<string, StaticFile> {
     const text = readFileSync(join(CLIENT_DIR, name), "utf8");
     const body = Buffer.from(extname(name) === ".ts" ? stripTypes(text) : text);
     files.set(name === "index.html" ? "/" : `/web/${name}`, { body, type });
+  }
+  for (const url of SHARED_MODULES) {
+    // From source, the TypeScript; in a compiled package (dist/), the JavaScript tsc made of it.
+    const source = join(SRC_DIR, `${url}.ts`);
+    const text = existsSync(source)
+      ? stripTypes(readFileSync(source, "utf8"))
+      : readFileSync(join(SRC_DIR, `${url}.js`), "utf8");
+    files.set(`${url}.ts`, { body: Buffer.from(text), type: TYPES[".ts"] });
   }
   for (const entry of readdirSync(MSGPACK_DIR, { recursive: true, encoding: "utf8" })) {
     if (!entry.endsWith(".mjs")) continue;

@@ -5,9 +5,11 @@ import type { EpisodeRecord } from "../../../rollout/episode.ts";
 import { h, markup, num, type TagInfo } from "./api.ts";
 import type { ExportBatch } from "./export.ts";
 import { escapeHtml, stateSvg } from "./picture.ts";
-import { type GroupView, invalidMarks, responseParts, stats } from "./records.ts";
+import { type GroupView, invalidMarks, responseParts, SPREAD_HELP, stats } from "./records.ts";
 
 export type { GroupView, Verdict } from "./records.ts";
+
+const PARTIAL = "the rollout was interrupted before this group finished: these are the episodes that did";
 
 export function groupCard(
   group: GroupView,
@@ -25,13 +27,25 @@ export function groupCard(
       {},
       h("strong", {}, `Group ${group.group}`),
       ` ${group.tag} · seed ${group.seed} `,
-      h("span", { class: `verdict ${group.verdict}`, "data-testid": "verdict" }, group.verdict),
+      h(
+        "span",
+        {
+          class: `verdict ${group.verdict}`,
+          "data-testid": "verdict",
+          title: group.verdict === "partial" ? PARTIAL : null,
+        },
+        group.verdict,
+      ),
     ),
     h(
       "p",
       { class: "spread" },
-      `reward ${num(s.min)} … ${num(s.max)} · mean ${num(s.mean)} · std ${num(s.std)} · solved ${solved}/${group.episodes.length}`,
-      group.score !== null ? ` · filter score ${num(group.score)}` : "",
+      `reward ${num(s.min)} … ${num(s.max)} · mean ${num(s.mean)} · `,
+      h("abbr", { title: SPREAD_HELP.std }, "std"),
+      ` ${num(s.std)} · solved ${solved}/${group.episodes.length}`,
+      group.score !== null
+        ? [" · ", h("abbr", { title: SPREAD_HELP.filterScore }, "filter score"), ` ${num(group.score)}`]
+        : "",
     ),
     h(
       "div",
@@ -51,6 +65,37 @@ export function groupCard(
       ),
     ),
   );
+}
+
+/**
+ * The group cards as one stop in the Tab order (a batch has hundreds of episode chips, and
+ * the episode's own controls come after them): the selected chip, or the first, takes Tab;
+ * arrow keys, Home and End move among the chips.
+ */
+export function groupGrid(cards: HTMLElement[]): HTMLElement {
+  const grid = h("div", { class: "groups", role: "group", "aria-label": "Episodes by group" }, cards);
+  const chips = [...grid.querySelectorAll<HTMLButtonElement>("button.ep")];
+  const current = chips.find((c) => c.getAttribute("aria-pressed") === "true") ?? chips[0];
+  for (const chip of chips) chip.tabIndex = chip === current ? 0 : -1;
+  grid.addEventListener("keydown", (event: KeyboardEvent) => {
+    const at = chips.indexOf(event.target as HTMLButtonElement);
+    if (at < 0) return;
+    const moves: Record<string, number> = {
+      ArrowRight: at + 1,
+      ArrowDown: at + 1,
+      ArrowLeft: at - 1,
+      ArrowUp: at - 1,
+      Home: 0,
+      End: chips.length - 1,
+    };
+    const next = chips[moves[event.key]];
+    if (!(event.key in moves) || !next) return;
+    event.preventDefault();
+    chips[at].tabIndex = -1;
+    next.tabIndex = 0;
+    next.focus();
+  });
+  return grid;
 }
 
 const CHART_W = 360;
@@ -154,7 +199,7 @@ export function episodeView(
           {
             type: "button",
             onclick: () => show(i),
-            class: turn && invalidMarks(turn).length ? "invalid" : "",
+            class: turn && invalidMarks(turn, episode).length ? "invalid" : "",
             title: turn ? `turn ${turn.turn}: reward ${turn.reward_text}` : "final state",
           },
           picture(turn ? turn.state : episode.final_state, style, "", "thumb"),
@@ -211,7 +256,7 @@ export function episodeView(
       return;
     }
     const parts = responseParts(turn.raw_response);
-    const marks = invalidMarks(turn);
+    const marks = invalidMarks(turn, episode);
     detail.replaceChildren(
       picture(turn.state, style, `turn ${turn.turn} of env ${episode.env_id}`),
       h(

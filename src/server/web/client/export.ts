@@ -3,14 +3,22 @@
 // a picture per turn). Pure string functions: the page downloads them, `rollgym export` writes
 // them.
 import { escapeHtml, PICTURE_CSS, type PictureStyle, stateSvg, stateTiles, TILE_DEFS } from "./picture.ts";
-import { type GroupView, invalidMarks, num, responseParts, stats } from "./records.ts";
+import {
+  type GroupView,
+  invalidMarks,
+  num,
+  responseParts,
+  SPREAD_HELP,
+  stats,
+  tokenSummary,
+} from "./records.ts";
 
 export interface ExportBatch {
   title: string;
   /** One line about the batch (mode, tags, group size, seed, policy). */
   about: string;
   groups: GroupView[];
-  metrics: Record<string, number>;
+  metrics: Record<string, number | null>;
 }
 
 export type StyleOf = (tag: string) => PictureStyle | undefined;
@@ -28,7 +36,9 @@ ${PICTURE_CSS}`;
 
 function verdictText(g: GroupView): string {
   const s = stats(g.episodes.map((e) => e.reward));
-  return `${g.verdict} · reward ${num(s.min)} … ${num(s.max)}, mean ${num(s.mean)}, std ${num(s.std)}${g.score !== null ? ` · filter score ${num(g.score)}` : ""}`;
+  const verdict =
+    g.verdict === "partial" ? `partial, interrupted after ${g.episodes.length} episodes` : g.verdict;
+  return `${verdict} · reward ${num(s.min)} … ${num(s.max)}, mean ${num(s.mean)}, std ${num(s.std)}${g.score !== null ? ` · filter score ${num(g.score)}` : ""}`;
 }
 
 function figure(state: string, style: PictureStyle | undefined, caption: string): string {
@@ -43,7 +53,7 @@ export function exportHtml(batch: ExportBatch, styleOf: StyleOf): string {
       const style = styleOf(e.tag);
       const turns = e.turns.map((t) => {
         const answer = responseParts(t.raw_response).answer ?? t.raw_response;
-        const marks = invalidMarks(t);
+        const marks = invalidMarks(t, e);
         return figure(
           t.state,
           style,
@@ -52,7 +62,8 @@ export function exportHtml(batch: ExportBatch, styleOf: StyleOf): string {
       });
       turns.push(figure(e.final_state, style, `<b>End</b>: ${escapeHtml(e.end_reason)}`));
       const outcome = e.failure ? `failed: ${e.failure}` : e.success ? "✓ success" : "✗ no success";
-      return `<details><summary>Episode #${e.env_id} · ${escapeHtml(outcome)} · reward ${num(e.reward)} · score ${num(e.score)}</summary><div class="strip">${turns.join("")}</div></details>`;
+      const tokens = e.tokens ? `<p class="muted">${escapeHtml(tokenSummary(e.tokens))}</p>` : "";
+      return `<details><summary>Episode #${e.env_id} · ${escapeHtml(outcome)} · reward ${num(e.reward)} · score ${num(e.score)}</summary>${tokens}<div class="strip">${turns.join("")}</div></details>`;
     });
     return `<section><h2>Group ${g.group} · ${escapeHtml(g.tag)} · seed ${g.seed} · <span class="${g.verdict}">${escapeHtml(verdictText(g))}</span></h2>${episodes.join("")}</section>`;
   });
@@ -65,6 +76,7 @@ export function exportHtml(batch: ExportBatch, styleOf: StyleOf): string {
 <body>${TILE_DEFS}<h1>${escapeHtml(batch.title)}</h1><p class="muted">${escapeHtml(batch.about)}</p>
 ${metrics ? `<details><summary>Metrics</summary><table>${metrics}</table></details>` : ""}
 ${groups.join("\n")}
+<p class="muted">${escapeHtml(SPREAD_HELP.std)}. ${escapeHtml(SPREAD_HELP.filterScore)}.</p>
 <p class="muted">Exported by rollgym.</p></body></html>
 `;
 }

@@ -33,8 +33,8 @@ interface Pull {
 export function mount(root: HTMLElement, params: URLSearchParams): () => void {
   let tags = new Map<string, TagInfo>();
   let info: TagInfo | null = null;
-  let seed = Number(params.get("seed") ?? 0) || 0;
-  let actions = params.get("actions")?.split(",").filter(Boolean) ?? [];
+  let seed = 0;
+  let actions: string[] = [];
   let result: PlayResult | null = null;
   let solution: string[] | null | undefined;
   let animation: ReturnType<typeof setTimeout> | null = null;
@@ -53,11 +53,14 @@ export function mount(root: HTMLElement, params: URLSearchParams): () => void {
   const board = h("div", { class: "board-holder", "aria-live": "polite" });
   const status = h("div", { class: "status", role: "status" });
   const pad = h("div", { class: "pad" });
+  const actionButtons = h("div", { class: "actions" });
   const tools = h("div", { class: "tools" });
   const solutionBox = h("div", { class: "solution" });
   const stateText = h("pre", { class: "state-text", "aria-label": "State text" });
   const prompt = h("pre", { class: "prompt" });
   const history = h("ol", { class: "moves" });
+  // What the URL asked for and could not be shown (an unknown tag, a bad seed).
+  const notice = h("p", { class: "notice", role: "alert", hidden: true });
 
   root.append(
     h(
@@ -70,6 +73,8 @@ export function mount(root: HTMLElement, params: URLSearchParams): () => void {
           onsubmit: (event: Event) => {
             event.preventDefault();
             choose(tagSelect.value, Number(seedInput.value) || 0);
+            // Enter in the seed box loads the puzzle; the arrow keys then move, not the seed.
+            if (document.activeElement instanceof HTMLElement) document.activeElement.blur();
           },
         },
         h("label", {}, "Tag ", tagSelect),
@@ -81,6 +86,7 @@ export function mount(root: HTMLElement, params: URLSearchParams): () => void {
           "Random seed",
         ),
       ),
+      notice,
       h(
         "div",
         { class: "columns" },
@@ -88,7 +94,7 @@ export function mount(root: HTMLElement, params: URLSearchParams): () => void {
           "div",
           { class: "board-column" },
           board,
-          h("div", { class: "side" }, status, pad, tools, solutionBox),
+          h("div", { class: "side" }, status, pad, actionButtons, tools, solutionBox),
         ),
         h(
           "div",
@@ -101,7 +107,7 @@ export function mount(root: HTMLElement, params: URLSearchParams): () => void {
           h(
             "p",
             { class: "muted keys" },
-            "Keys: arrows or WASD move, U or Backspace undoes, R resets, H shows the solution, N loads a random seed.",
+            "Keys: arrows or WASD move, 1–9 play the numbered actions, U or Backspace undoes, R resets, H shows the solution, N loads a random seed.",
           ),
         ),
       ),
@@ -123,6 +129,7 @@ export function mount(root: HTMLElement, params: URLSearchParams): () => void {
 
   const choose = (tag: string, newSeed: number) => {
     stop();
+    notice.hidden = true;
     info = tags.get(tag) ?? info;
     seed = newSeed;
     seedInput.value = String(seed);
@@ -187,10 +194,12 @@ export function mount(root: HTMLElement, params: URLSearchParams): () => void {
     );
   };
 
+  /** The action a direction key or button plays: by the env type's ids, else by its name. */
   const moveButton = (direction: string) => {
     const id = info ? DIRECTIONS[info.env_type]?.[direction] : undefined;
-    const name = id !== undefined ? info?.config.action_lookup?.[id] : undefined;
-    return name ?? null;
+    if (id !== undefined) return info?.config.action_lookup?.[id] ?? null;
+    // An env of the user's own (a plugin): its actions called Up, Left … are directions too.
+    return result?.action_names.find((a) => a.toLowerCase() === direction.toLowerCase()) ?? null;
   };
 
   function draw(): void {
@@ -198,8 +207,9 @@ export function mount(root: HTMLElement, params: URLSearchParams): () => void {
     const r = result;
     const state = r.states.at(-1)!;
     const picture = stateSvg(state, info, `${info.tag} seed ${seed}`);
+    // An env with no picture (a plugin's own) is played on its text.
     board.replaceChildren(
-      picture ? markup(picture) : h("p", { class: "muted" }, "(no picture for this state)"),
+      picture ? markup(picture) : h("pre", { class: "board-text", "aria-label": "Board" }, state),
     );
     stateText.textContent = state;
     prompt.textContent = r.messages.map((m) => `[${m.role}]\n${m.content}`).join("\n");
@@ -239,6 +249,7 @@ export function mount(root: HTMLElement, params: URLSearchParams): () => void {
       ),
     );
     pad.replaceChildren();
+    actionButtons.replaceChildren();
     if (info.env_type === "bandit") {
       // The arms are the picture: one big button each, then the running reward over pulls.
       const chosen = r.steps[0]?.action;
@@ -280,20 +291,38 @@ export function mount(root: HTMLElement, params: URLSearchParams): () => void {
       ]);
     } else {
       const dirs = ["Up", "Left", "Down", "Right"];
-      pad.append(
-        ...dirs.map((d) => {
-          const name = moveButton(d);
-          return h(
+      const byDirection = new Map(dirs.map((d) => [d, moveButton(d)]));
+      if ([...byDirection.values()].some((name) => name !== null)) {
+        pad.append(
+          ...dirs.map((d) => {
+            const name = byDirection.get(d);
+            return h(
+              "button",
+              {
+                type: "button",
+                class: `dir ${d.toLowerCase()}`,
+                disabled: !name || r.done,
+                onclick: () => name && act(name),
+              },
+              name ?? d,
+            );
+          }),
+        );
+      }
+      // Actions no direction plays (all of them for an env without directions): one button
+      // each, with its number key.
+      const directed = new Set(byDirection.values());
+      const others = r.action_names.filter((a) => !directed.has(a));
+      append(
+        actionButtons,
+        others.map((a) =>
+          h(
             "button",
-            {
-              type: "button",
-              class: `dir ${d.toLowerCase()}`,
-              disabled: !name || r.done,
-              onclick: () => name && act(name),
-            },
-            name ?? d,
-          );
-        }),
+            { type: "button", disabled: r.done, onclick: () => act(a) },
+            h("span", { class: "key" }, String(r.action_names.indexOf(a) + 1)),
+            ` ${a}`,
+          ),
+        ),
       );
     }
     tools.replaceChildren(
@@ -330,7 +359,7 @@ export function mount(root: HTMLElement, params: URLSearchParams): () => void {
     if (direction && info.env_type !== "bandit") {
       const name = moveButton(direction);
       if (name) act(name);
-    } else if (info.env_type === "bandit" && (key === "1" || key === "2"))
+    } else if (/^[1-9]$/.test(key) && Number(key) <= result.action_names.length)
       act(result.action_names[Number(key) - 1]);
     else if (key === "u" || key === "Backspace") undo();
     else if (key === "r") reset();
@@ -342,19 +371,56 @@ export function mount(root: HTMLElement, params: URLSearchParams): () => void {
   };
   document.addEventListener("keydown", onKey);
 
+  /**
+   * Shows what the URL names (tag, seed, moves): on opening, and whenever the URL changes under
+   * the page (an edited address, Back or Forward), so the board never shows another puzzle than
+   * the URL and the next move never writes a stale one back. What it cannot show, it says.
+   */
+  const follow = (wanted: URLSearchParams) => {
+    const problems: string[] = [];
+    const tagText = wanted.get("tag");
+    let next = info ?? tags.get("SimpleSokoban") ?? [...tags.values()][0];
+    if (tagText !== null && tags.has(tagText)) next = tags.get(tagText)!;
+    else if (tagText !== null)
+      problems.push(`unknown tag ${JSON.stringify(tagText)} in the link; showing ${next.tag}`);
+    const seedText = wanted.get("seed") ?? "0";
+    let nextSeed = Number(seedText);
+    if (!/^\d+$/.test(seedText) || nextSeed > 4294967295) {
+      problems.push(
+        `seed ${JSON.stringify(seedText)} in the link is not an integer in [0, 4294967295]; showing seed 0`,
+      );
+      nextSeed = 0;
+    }
+    const nextActions = wanted.get("actions")?.split(",").filter(Boolean) ?? [];
+    notice.textContent = problems.join(". ");
+    notice.hidden = problems.length === 0;
+    if (next === info && nextSeed === seed && nextActions.join(",") === actions.join(",") && result) return;
+    stop();
+    info = next;
+    tagSelect.value = info.tag;
+    seed = nextSeed;
+    seedInput.value = String(seed);
+    actions = nextActions;
+    solution = undefined;
+    queue = queue.then(load).catch(report);
+  };
+  const onHashChange = () => {
+    const { view, params: wanted } = route();
+    if (view === "play" && tags.size > 0) follow(wanted);
+  };
+  window.addEventListener("hashchange", onHashChange);
+
   void envs()
     .then((catalogue) => {
       tags = catalogue;
       tagSelect.append(...[...tags.keys()].map((tag) => h("option", { value: tag }, tag)));
-      const wanted = route().params.get("tag") ?? params.get("tag");
-      info = tags.get(wanted ?? "") ?? tags.get("SimpleSokoban") ?? [...tags.values()][0];
-      tagSelect.value = info.tag;
-      queue = queue.then(load).catch(report);
+      follow(route().view === "play" ? route().params : params);
     })
     .catch(report);
 
   return () => {
     stop();
     document.removeEventListener("keydown", onKey);
+    window.removeEventListener("hashchange", onHashChange);
   };
 }

@@ -1,9 +1,11 @@
 // Episode records as the page and the exports read them: episode files, groups with their
 // verdicts, reward spread, response parts and invalid-turn marks. Pure functions (no DOM), so
 // the CLI's export uses them too.
-import type { EpisodeFileHeader, EpisodeFileSummary } from "../../../record/episode-file.ts";
-import type { GroupResult } from "../../../rollout/batch.ts";
+import { type EpisodeFile, fileGroups } from "../../../record/episode-reader.ts";
 import type { EpisodeRecord, TurnRecord } from "../../../rollout/episode.ts";
+import type { TokenRecord } from "../../../rollout/token-log.ts";
+
+export { parseEpisodeText } from "../../../record/episode-reader.ts";
 
 /** A number as a short string: integers as they are, others to 3 significant digits. */
 export function num(value: number | null | undefined): string {
@@ -12,7 +14,8 @@ export function num(value: number | null | undefined): string {
   return Number(value.toPrecision(3)).toString();
 }
 
-export type Verdict = "kept" | "dropped" | "failed" | "pending";
+/** "partial": the rollout was interrupted before the group finished, so it has no verdict. */
+export type Verdict = "kept" | "dropped" | "failed" | "pending" | "partial";
 
 export interface GroupView {
   group: number;
@@ -31,6 +34,30 @@ export function stats(values: readonly number[]): { min: number; max: number; me
   return { min: Math.min(...values), max: Math.max(...values), mean, std: Math.sqrt(variance) };
 }
 
+/** What the two spreads on a group card mean, and why they differ (shown as tooltips and in exports). */
+export const SPREAD_HELP = {
+  std: "std: the population standard deviation of the group's episode rewards",
+  filterScore:
+    "filter score: what the group filter ranked the group by; with RAGEN's default metric reward_variance, " +
+    "the unbiased standard deviation of the episodes' scores (format penalties included), so it differs from std",
+};
+
+/** A token-mode episode's token log in one line: its size and whether it drifted. */
+export function tokenSummary(tokens: TokenRecord): string {
+  const sampled = tokens.loss_mask.reduce((n, m) => n + m, 0);
+  const template =
+    tokens.template_checked === false
+      ? "not checked (the engine could not render the conversation)"
+      : tokens.template_drift === null
+        ? "none"
+        : `from character ${tokens.template_drift}`;
+  return (
+    `tokens: ${tokens.ids.length} ids (${tokens.prompt_length} first prompt, ${sampled} sampled, ` +
+    `${tokens.ids.length - tokens.prompt_length - sampled} inserted) · prompt drift ${tokens.prompt_drift} ` +
+    `request(s) · template drift ${template}`
+  );
+}
+
 /** The think and answer parts of a response, as the parser sees its tags. */
 export function responseParts(raw: string): { think: string | null; answer: string | null } {
   const think = /<think>([\s\S]*?)<\/think>/.exec(raw);
@@ -38,52 +65,29 @@ export function responseParts(raw: string): { think: string | null; answer: stri
   return { think: think ? think[1].trim() : null, answer: answer ? answer[1].trim() : null };
 }
 
-/** Why a turn counts as invalid, if it does. */
-export function invalidMarks(turn: TurnRecord): string[] {
+/** Why a turn of `episode` counts as invalid, if it does. */
+export function invalidMarks(turn: TurnRecord, episode: EpisodeRecord): string[] {
   const marks: string[] = [];
   if (turn.format_penalty) marks.push("format penalty");
   if (turn.actions.length === 0) marks.push("no valid action");
-  else if (turn.actions.length < turn.parsed.length)
-    marks.push(`${turn.parsed.length - turn.actions.length} action(s) not executed`);
+  else if (turn.actions.length < turn.parsed.length) {
+    // Actions after the one that ended the episode (solved, fell in, budget spent) are skipped
+    // by design and cost nothing; only otherwise were they unusable.
+    const last = episode.turns[episode.turns.length - 1] === turn;
+    const ended = last && (episode.end_reason === "done" || episode.end_reason === "action_budget");
+    if (!ended) marks.push(`${turn.parsed.length - turn.actions.length} action(s) not executed`);
+  }
   return marks;
 }
 
-export interface ParsedFile {
-  header: EpisodeFileHeader;
-  episodes: EpisodeRecord[];
-  groups: GroupResult[];
-  summary: EpisodeFileSummary | null;
-}
-
-/** An episode file's lines (the server checked them when it took the upload or shares the file). */
-export function parseEpisodeFile(text: string): ParsedFile {
-  const parsed: ParsedFile = {
-    header: null as unknown as EpisodeFileHeader,
-    episodes: [],
-    groups: [],
-    summary: null,
-  };
-  for (const line of text.split("\n")) {
-    if (!line.trim()) continue;
-    const { type, ...rest } = JSON.parse(line);
-    if (type === "header") parsed.header = { type, ...rest };
-    else if (type === "episode") parsed.episodes.push(rest);
-    else if (type === "group") parsed.groups.push(rest);
-    else if (type === "summary") parsed.summary = { type, ...rest };
-  }
-  if (!parsed.header) throw new Error("not a rollgym episode file");
-  return parsed;
-}
-
 /** The file's groups as the cards show them. */
-export function groupViews(file: ParsedFile): GroupView[] {
-  const byId = new Map(file.episodes.map((e) => [e.env_id, e]));
-  return file.groups.map((g) => ({
+export function groupViews(file: EpisodeFile): GroupView[] {
+  return fileGroups(file).map((g) => ({
     group: g.group_id,
     tag: g.tag,
     seed: g.seed,
-    episodes: g.env_ids.map((id) => byId.get(id)).filter((e): e is EpisodeRecord => e !== undefined),
-    verdict: g.failed ? "failed" : g.kept ? "kept" : "dropped",
+    episodes: g.episodes,
+    verdict: g.partial ? "partial" : g.failed ? "failed" : g.kept ? "kept" : "dropped",
     score: g.score,
   }));
 }

@@ -2,14 +2,16 @@
 // Replay: an episode file written by `rollgym rollout --out`, uploaded from this computer or
 // picked from the directory the server shares; its groups with their verdicts, and any
 // episode stepped through turn by turn. The URL names the file, episode and turn.
+
+import type { EpisodeFile } from "../../../record/episode-reader.ts";
 import type { SharedFile } from "../files.ts";
 import { api, append, envs, h, markup, num, route, setParams, type TagInfo } from "./api.ts";
-import { episodeView, exportButtons, groupCard, rewardChart } from "./episodes.ts";
-import { groupViews, type ParsedFile, parseEpisodeFile } from "./records.ts";
+import { episodeView, exportButtons, groupCard, groupGrid, rewardChart } from "./episodes.ts";
+import { groupViews, parseEpisodeText } from "./records.ts";
 
 export function mount(root: HTMLElement, params: URLSearchParams): () => void {
   let tags = new Map<string, TagInfo>();
-  let file: ParsedFile | null = null;
+  let file: EpisodeFile | null = null;
   let current: { element: HTMLElement; destroy: () => void } | null = null;
 
   const status = h("p", { class: "muted", role: "status" });
@@ -73,12 +75,17 @@ export function mount(root: HTMLElement, params: URLSearchParams): () => void {
   }
 
   function show(text: string, name: string): void {
-    file = parseEpisodeFile(text);
+    file = parseEpisodeText(text);
     const f = file;
     const groups = groupViews(f);
     const metrics = Object.entries(f.summary?.metrics ?? {});
     const about = `${f.header.mode} · ${f.header.tags.map((t) => `${t.tag}×${t.groups}`).join(", ")} · group size ${f.header.group_size} · seed ${f.header.seed} · policy ${f.header.policy}`;
-    status.textContent = `${name}: ${f.episodes.length} episodes in ${groups.length} groups.`;
+    const partial = groups.filter((g) => g.verdict === "partial").length;
+    status.textContent =
+      `${name}: ${f.episodes.length} episodes in ${groups.length} groups` +
+      (partial
+        ? ` (${partial} partial: the rollout was interrupted${f.summary.interrupted ? ` by ${f.summary.interrupted}` : ""} before they finished).`
+        : ".");
     const draw = () => {
       const selected = Number(route().params.get("env") ?? f.episodes[0]?.env_id ?? 0);
       body.replaceChildren();
@@ -112,15 +119,15 @@ export function mount(root: HTMLElement, params: URLSearchParams): () => void {
             )
           : null,
         markup(rewardChart(groups)),
-        h(
-          "div",
-          { class: "groups" },
+        groupGrid(
           groups.map((g) =>
             groupCard(
               g,
               (env) => {
                 setParams({ env, turn: null });
                 draw();
+                // The redrawn chip keeps the focus, so the keyboard stays where it was.
+                body.querySelector<HTMLElement>(`button.ep[aria-pressed="true"]`)?.focus();
               },
               selected,
             ),

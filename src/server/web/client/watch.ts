@@ -10,6 +10,7 @@ import {
   exportButtons,
   type GroupView,
   groupCard,
+  groupGrid,
   rewardChart,
   successChart,
   type Verdict,
@@ -302,9 +303,7 @@ export function mount(root: HTMLElement, params: URLSearchParams): () => void {
             ),
           ),
           markup(rewardChart(groups)),
-          h(
-            "div",
-            { class: "groups" },
+          groupGrid(
             groups
               .slice(-SHOWN_GROUPS)
               .map((g) =>

@@ -12,6 +12,8 @@ import { Refusal } from "./refusal.ts";
 export interface FileLimits {
   /** Largest upload accepted (bytes). */
   maxUploadBytes: number;
+  /** Uploads whose bodies are being received at once; one more gets 503. */
+  maxConcurrentUploads: number;
   /** Uploads kept at once; a new one evicts the oldest. */
   maxUploads: number;
   /** Bytes of uploads kept at once; a new one evicts the oldest until it fits. */
@@ -24,6 +26,7 @@ export interface FileLimits {
 
 export const DEFAULT_FILE_LIMITS: FileLimits = {
   maxUploadBytes: 32 << 20,
+  maxConcurrentUploads: 4,
   maxUploads: 16,
   maxUploadTotalBytes: 64 << 20,
   maxListed: 500,

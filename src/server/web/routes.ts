@@ -35,11 +35,14 @@ export function registerWeb(app: FastifyInstance, state: ServerState, options: W
 
   // The JSON routes: each throws a Refusal for what it turns down.
   app.register(async (api) => {
-    api.setErrorHandler((error, _request, reply) => {
+    api.setErrorHandler((error, request, reply) => {
+      // A refused upload's body is not read: the connection closes instead.
+      if (request.method === "POST") reply.header("connection", "close");
       if (error instanceof Refusal) return refuse(reply, error.status, error.message, error.field);
       return reply.send(error);
     });
-    api.addHook("preHandler", async (request) => {
+    // Before the body is read: a request without the token costs no memory.
+    api.addHook("onRequest", async (request) => {
       if (!authorized(request.raw, state.options.token))
         throw new Refusal(401, "a valid bearer token is required (Authorization: Bearer TOKEN or ?token=)");
     });
@@ -93,6 +96,17 @@ export function registerWeb(app: FastifyInstance, state: ServerState, options: W
 
     // Uploads: episode files as text, kept in memory only (never written to disk).
     api.register(async (scope) => {
+      // Bodies being read at once are capped, so uploads hold at most this many × the size limit.
+      let reading = 0;
+      scope.addHook("onRequest", async (_request, reply) => {
+        if (reading >= options.files.maxConcurrentUploads)
+          throw new Refusal(
+            503,
+            `max_concurrent_uploads is ${options.files.maxConcurrentUploads}; try again when an upload has finished`,
+          );
+        reading++;
+        reply.raw.once("close", () => reading--);
+      });
       scope.removeAllContentTypeParsers();
       scope.addContentTypeParser(
         "*",

@@ -887,6 +887,184 @@ const attacks: Attack[] = [
       idle.ws.terminate();
     },
   },
+  {
+    name: "env_bytes_across_connections",
+    covers: "#19.1",
+    // max_env_bytes (512 MiB) held, plus #10's 300 MiB for buffers and GC headroom (docs/server.md).
+    rssBoundMiB: 812,
+    async run(ctx) {
+      // 16 connections, each with room for 64 MiB: together twice the server-wide budget.
+      const clients = await Promise.all(Array.from({ length: 16 }, (_, i) => connect(ctx.url, `filler${i}`)));
+      const maxEnvBytes = welcomeLimits(clients[0]).max_env_bytes;
+      for (const [i, c] of clients.entries())
+        c.send({
+          type: "env_open",
+          id: "s",
+          tag: "FrozenLake",
+          groups: 1,
+          group_size: 16,
+          seed: i,
+          max_turn: 1000,
+        });
+      await Promise.all(clients.map((c) => c.next((f) => f.type === "env_opened", 60_000)));
+      const text = "x".repeat(900_000); // no action: the episode goes on
+      let accepted = 0;
+      const refusals = new Map<string, number>();
+      const refused = new Set<number>();
+      const stop = performance.now() + 70_000;
+      for (let round = 0; refused.size < clients.length && performance.now() < stop; round++)
+        await Promise.all(
+          clients.map(async (c, i) => {
+            if (refused.has(i)) return;
+            const from = c.received.length;
+            c.send({ type: "env_step", id: "s", responses: [{ env_id: round % 16, text }] });
+            const r = await c.next(
+              (f) => (f.type === "env_stepped" || f.type === "error") && c.received.indexOf(f) >= from,
+              60_000,
+            );
+            if (r.type === "env_stepped") accepted++;
+            else {
+              refused.add(i);
+              const limit = /^(\w+) is/.exec(String(r.message))?.[1] ?? String(r.code);
+              refusals.set(limit, (refusals.get(limit) ?? 0) + 1);
+            }
+          }),
+        );
+      ctx.observed.push(observedBy(clients[0]));
+      ctx.notes.push(
+        `16 connections stepping 900 kB texts: ${accepted} steps accepted (${((accepted * 900_000) / MiB).toFixed(0)} MiB of text; max_env_bytes ${maxEnvBytes === undefined ? "?" : (maxEnvBytes / MiB).toFixed(0)} MiB), then refused: ${[...refusals].map(([k, v]) => `${v}× ${k}`).join(", ")}`,
+      );
+      expect(ctx, refused.size === clients.length, "every connection is refused in the end");
+      expect(ctx, (refusals.get("max_env_bytes") ?? 0) > 0, "the server-wide max_env_bytes refuses");
+      for (const c of clients) c.close();
+    },
+  },
+  {
+    name: "env_empty_steps_16k_episodes",
+    covers: "#19.1 (empty steps, big steps)",
+    async run(ctx) {
+      const c = await connect(ctx.url);
+      c.send({ type: "env_open", id: "e", tag: "FrozenLake", groups: 1024, group_size: 16, max_turn: 1000 });
+      const opened = await c.next(
+        (f) => f.id === "e" && (f.type === "env_opened" || f.type === "error"),
+        60_000,
+      );
+      expect(ctx, opened.type === "env_opened", `16,384 episodes opened (${String(opened.message ?? "")})`);
+      const ids = ((opened.episodes ?? []) as { env_id: number }[]).map((e) => e.env_id);
+      const times: number[] = [];
+      let refusal = "";
+      for (let i = 0; i < 20 && !refusal && ids.length; i++) {
+        const from = c.received.length;
+        const start = performance.now();
+        c.send({ type: "env_step", id: "e", responses: ids.map((env_id) => ({ env_id, text: "" })) });
+        const r = await c.next(
+          (f) => (f.type === "env_stepped" || f.type === "error") && c.received.indexOf(f) >= from,
+          60_000,
+        );
+        times.push(Math.round(performance.now() - start));
+        if (r.type === "error") refusal = String(r.message).slice(0, 120);
+      }
+      ctx.observed.push(observedBy(c));
+      ctx.notes.push(
+        `steps of 16,384 empty responses: ${times.length - (refusal ? 1 : 0)} accepted (${times.join(", ")} ms each), then ${refusal || "no refusal"}`,
+      );
+      expect(ctx, refusal.startsWith("max_env_bytes"), "empty steps are charged until a byte limit refuses");
+      c.close();
+    },
+  },
+  {
+    name: "cross_origin_page_requests",
+    covers: "#19.2",
+    async run(ctx) {
+      // What a page of another origin (or one rebinding its name to us) makes a browser send.
+      const evil = {
+        origin: "http://evil.example",
+        "sec-fetch-site": "cross-site",
+        "sec-fetch-mode": "cors",
+      };
+      const rebound = { host: "evil.example:80", "sec-fetch-site": "same-origin" };
+      const statuses = new Map<string, number>();
+      const count = (what: string) => statuses.set(what, (statuses.get(what) ?? 0) + 1);
+      for (let i = 0; i < 50; i++) {
+        for (const headers of [evil, rebound])
+          for (const path of ["/v1/web", "/v1/episode-files", "/v1/envs/Bandit/play?seed=1&actions=Left"]) {
+            const r = await fetch(`${ctx.url}${path}`, { headers });
+            await r.arrayBuffer();
+            count(`GET ${r.status}`);
+          }
+        const ws = new WebSocket(`${ctx.url.replace(/^http/, "ws")}/v1/rollouts`, {
+          origin: "http://evil.example",
+        });
+        count(
+          `WS ${await new Promise<string>((resolve) => {
+            ws.on("open", () => resolve("open"));
+            ws.on("unexpected-response", (_q, res) => resolve(String(res.statusCode)));
+            ws.on("error", () => resolve("error"));
+          })}`,
+        );
+        ws.terminate();
+      }
+      // 8 uploads of 32 MiB from that origin at once: refused before their bodies are read.
+      const big = Buffer.alloc(32 * MiB, 0x78);
+      const uploads = await Promise.all(
+        Array.from({ length: 8 }, () =>
+          fetch(`${ctx.url}/v1/episode-files`, { method: "POST", headers: evil, body: big }).then(
+            (r) => String(r.status),
+            () => "cut",
+          ),
+        ),
+      );
+      for (const u of uploads) count(`POST ${u}`);
+      ctx.observed.push([...statuses].map(([k, v]) => `${v}× ${k}`).join(", "));
+      expect(
+        ctx,
+        ![...statuses.keys()].some((k) => /200|open/.test(k)),
+        "nothing from another origin is served",
+      );
+    },
+  },
+  {
+    name: "tokenless_uploads_on_token_server",
+    covers: "#19.4",
+    token: true,
+    async run(ctx) {
+      // 144 uploads of 32 MiB without the token, all at once (the issue's 5.2 GiB).
+      const big = Buffer.alloc(32 * MiB, 0x78);
+      const send = (headers: Record<string, string>) =>
+        fetch(`${ctx.url}/v1/episode-files`, { method: "POST", headers, body: big }).then(
+          async (r) => {
+            await r.arrayBuffer();
+            return String(r.status);
+          },
+          () => "cut",
+        );
+      const tokenless = await Promise.all(
+        Array.from({ length: 144 }, () => send({ "content-type": "text/plain" })),
+      );
+      // And 16 at once with the token: at most max_concurrent_uploads are read at a time.
+      const authorized = await Promise.all(
+        Array.from({ length: 16 }, () =>
+          send({ authorization: `Bearer ${TOKEN}`, "content-type": "text/plain" }),
+        ),
+      );
+      const tally = (xs: string[]) => {
+        const m = new Map<string, number>();
+        for (const x of xs) m.set(x, (m.get(x) ?? 0) + 1);
+        return [...m].map(([k, v]) => `${v}× ${k}`).join(" ");
+      };
+      ctx.observed.push(`tokenless: ${tally(tokenless)}; with the token: ${tally(authorized)}`);
+      expect(
+        ctx,
+        tokenless.every((s) => s === "401" || s === "cut"),
+        "every tokenless upload refused with 401",
+      );
+      expect(
+        ctx,
+        authorized.some((s) => s === "503"),
+        "uploads past max_concurrent_uploads get 503",
+      );
+    },
+  },
 ];
 
 interface Result {

@@ -243,6 +243,7 @@ export const LimitsSchema = map({
   max_unacked_groups: Type.Optional(Type.Integer({ minimum: 1 })),
   max_env_sessions_per_connection: Type.Optional(Type.Integer({ minimum: 1 })),
   max_env_bytes_per_connection: Type.Optional(Type.Integer({ minimum: 1 })),
+  max_env_bytes: Type.Optional(Type.Integer({ minimum: 1 })),
   send_pause_bytes: Type.Optional(Type.Integer({ minimum: 1 })),
   max_send_buffer_bytes: Type.Optional(Type.Integer({ minimum: 1 })),
   send_stall_s: Type.Optional(Type.Number({ minimum: 0 })),

@@ -126,6 +126,7 @@ export async function buildServer(options: ServerOptions = {}): Promise<RollgymS
     metrics,
     sessions,
     episodesInFlight: 0,
+    envBytes: { held: 0 },
     closing: false,
     version: VERSION,
     log: app.log,

@@ -363,6 +363,7 @@ function dispatch(
         `env:${session.id}:${message.id}`,
         (key) => state.rolloutContext.policy.forget?.(key),
         message.messages ?? "new",
+        state.envBytes,
       );
       // Its episodes count from now until env_close or the connection's end.
       hosted.set(message.id, envs);
@@ -373,11 +374,20 @@ function dispatch(
           .serial(async () => {
             await envs.build();
             await envs.renderPrompts();
+            // A token session's prompt ids are known only now.
+            if (state.envBytes.held > options.maxEnvBytes)
+              throw new EnvBytesLimit(
+                `max_env_bytes is ${options.maxEnvBytes}; this session's prompt token ids (${envs.heldBytes} bytes) would take env sessions over it: open fewer episodes`,
+              );
           })
           .then(
             () => reply({ type: "env_opened", id: message.id, episodes: envs.opened() }),
             (error: unknown) => {
               if (!dropHosted(hosted, session, message.id, envs)) return; // closed meanwhile
+              if (error instanceof EnvBytesLimit) {
+                fail("limit", error.message, { id: message.id, field: "groups" });
+                return;
+              }
               fail(
                 "internal",
                 `${envs.tokenSession ? "engine: " : ""}${error instanceof Error ? error.message : String(error)}`,
@@ -401,16 +411,24 @@ function dispatch(
       if (heldBytes + adds > options.maxEnvBytesPerConnection) {
         fail(
           "limit",
-          `max_env_bytes_per_connection is ${options.maxEnvBytesPerConnection}; this connection's env sessions hold ${heldBytes} bytes of responses and this step adds ${adds}: close a session first`,
+          `max_env_bytes_per_connection is ${options.maxEnvBytesPerConnection}; this connection's env sessions hold ${heldBytes} bytes (turn records, responses, token ids) and this step adds ${adds}: close a session first`,
+          { id: message.id, field: "responses" },
+        );
+        return;
+      }
+      if (state.envBytes.held + adds > options.maxEnvBytes) {
+        fail(
+          "limit",
+          `max_env_bytes is ${options.maxEnvBytes}; env sessions hold ${state.envBytes.held} bytes over all connections and this step adds ${adds}: close a session, or wait for others to`,
           { id: message.id, field: "responses" },
         );
         return;
       }
       // Counted now, so steps queued behind this one are checked against it too.
-      envs.heldBytes += adds;
+      envs.charge(adds);
       const refuse = (error: unknown): void => {
         if (error instanceof EnvHostError) {
-          envs.heldBytes -= adds; // refused before anything was applied
+          envs.charge(-adds); // refused before anything was applied
           fail(error.code, error.message, { field: "responses", id: message.id });
         } else if (envs.tokenSession) {
           // Its responses are applied but its next ids are not known: the session cannot go on.
@@ -455,6 +473,9 @@ function dispatch(
     }
   }
 }
+
+/** An env session whose prompt token ids do not fit max_env_bytes. */
+class EnvBytesLimit extends Error {}
 
 /**
  * Ends env session `id` if `envs` is still hosted under it (a session closed meanwhile is its

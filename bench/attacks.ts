@@ -8,6 +8,7 @@
 // Usage: node bench/attacks.ts [--only NAME,NAME] [--json FILE] [--sockets N]
 import { spawn } from "node:child_process";
 import { readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { request as httpRequest } from "node:http";
 import { createInterface } from "node:readline";
 import { parseArgs } from "node:util";
 import WebSocket from "ws";
@@ -127,6 +128,43 @@ function silentWebSocket(
     ws.once("open", () => resolve({ ws, code: () => code }));
     ws.once("unexpected-response", (_req, res) => reject(new Error(`HTTP ${res.statusCode}`)));
     ws.once("error", reject);
+  });
+}
+
+/**
+ * A raw HTTP request with exactly these headers (Host included, which fetch cannot set),
+ * optionally the start of a body that never ends: the status, or "cut" / "timeout".
+ */
+function rawStatus(
+  url: string,
+  path: string,
+  headers: Record<string, string>,
+  partialBody?: Buffer,
+): Promise<string> {
+  const target = new URL(url);
+  return new Promise((resolve) => {
+    const req = httpRequest(
+      {
+        host: target.hostname,
+        port: target.port,
+        path,
+        method: partialBody ? "POST" : "GET",
+        headers,
+        setHost: !headers.host,
+      },
+      (res) => {
+        res.resume();
+        resolve(String(res.statusCode));
+        req.destroy();
+      },
+    );
+    req.setTimeout(30_000, () => {
+      resolve("timeout");
+      req.destroy();
+    });
+    req.on("error", () => resolve("cut"));
+    if (partialBody) req.write(partialBody);
+    else req.end();
   });
 }
 
@@ -982,16 +1020,14 @@ const attacks: Attack[] = [
         "sec-fetch-site": "cross-site",
         "sec-fetch-mode": "cors",
       };
+      // fetch cannot set Host: a rebinding page's requests go out raw.
       const rebound = { host: "evil.example:80", "sec-fetch-site": "same-origin" };
       const statuses = new Map<string, number>();
       const count = (what: string) => statuses.set(what, (statuses.get(what) ?? 0) + 1);
       for (let i = 0; i < 50; i++) {
         for (const headers of [evil, rebound])
-          for (const path of ["/v1/web", "/v1/episode-files", "/v1/envs/Bandit/play?seed=1&actions=Left"]) {
-            const r = await fetch(`${ctx.url}${path}`, { headers });
-            await r.arrayBuffer();
-            count(`GET ${r.status}`);
-          }
+          for (const path of ["/v1/web", "/v1/episode-files", "/v1/envs/Bandit/play?seed=1&actions=Left"])
+            count(`GET ${await rawStatus(ctx.url, path, headers)}`);
         const ws = new WebSocket(`${ctx.url.replace(/^http/, "ws")}/v1/rollouts`, {
           origin: "http://evil.example",
         });
@@ -1028,16 +1064,11 @@ const attacks: Attack[] = [
     covers: "#19.4",
     token: true,
     async run(ctx) {
-      // 144 uploads of 32 MiB without the token, all at once (the issue's 5.2 GiB).
-      const big = Buffer.alloc(32 * MiB, 0x78);
+      // 144 uploads announcing 32 MiB without the token, all at once (the issue's 5.2 GiB), each
+      // sending its first MiB and then waiting for an answer.
+      const chunk = Buffer.alloc(MiB, 0x78);
       const send = (headers: Record<string, string>) =>
-        fetch(`${ctx.url}/v1/episode-files`, { method: "POST", headers, body: big }).then(
-          async (r) => {
-            await r.arrayBuffer();
-            return String(r.status);
-          },
-          () => "cut",
-        );
+        rawStatus(ctx.url, "/v1/episode-files", { ...headers, "content-length": String(32 * MiB) }, chunk);
       const tokenless = await Promise.all(
         Array.from({ length: 144 }, () => send({ "content-type": "text/plain" })),
       );
@@ -1063,6 +1094,47 @@ const attacks: Attack[] = [
         authorized.some((s) => s === "503"),
         "uploads past max_concurrent_uploads get 503",
       );
+    },
+  },
+  {
+    name: "idle_hellod_sockets_fill_max_connections",
+    covers: "#19.6",
+    // Until the attackers' sockets have been idle for idle_drop_s, max_connections refuses the
+    // bystander too (the documented cap); then idle ones make room.
+    bystanderRefusedOk: true,
+    async run(ctx) {
+      // Fill max_connections (1024) with sockets that say hello and then nothing, from 64 addresses.
+      let k = 0;
+      const idle = await openMany(1024, 100, async () => {
+        const c = await silentWebSocket(ctx.url, "", attackerAddress(k++));
+        c.ws.send(encodeMessage({ type: "hello", protocol: 1, client: "idle" }));
+        return c;
+      });
+      const tryConnect = () =>
+        connect(ctx.url, "newcomer").then(
+          (c) => {
+            c.close();
+            return "welcomed";
+          },
+          (error: Error) => error.message,
+        );
+      const early = await tryConnect();
+      await sleep(62_000); // past idle_drop_s (60 s)
+      const late = await tryConnect();
+      await sleep(500);
+      const codes = new Map<number, number>();
+      for (const c of idle.ok) {
+        const code = c.code();
+        if (code !== null) codes.set(code, (codes.get(code) ?? 0) + 1);
+      }
+      ctx.observed.push(
+        `idle sockets closed: ${[...codes].map(([code, n]) => `${n}× ${code}`).join(" ") || "none"} of ${idle.ok.length}`,
+      );
+      ctx.notes.push(
+        `${idle.ok.length} hello'd idle sockets (failed to open: ${idle.failed}); a newcomer at once: ${early}; after 62 s: ${late}`,
+      );
+      expect(ctx, late === "welcomed", "a newcomer gets in once the idle sockets are past idle_drop_s");
+      for (const c of idle.ok) c.ws.terminate();
     },
   },
 ];

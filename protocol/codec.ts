@@ -13,6 +13,8 @@ export const CLOSE_CODES = {
   slowReader: 4008,
   /** No valid hello within hello_timeout_s, or dropped as the oldest of too many silent sockets. */
   helloTimeout: 4010,
+  /** Idle (nothing sent, nothing held) and dropped to make room for a new connection at max_connections. */
+  idleDropped: 4011,
 } as const;
 export type CloseCode = (typeof CLOSE_CODES)[keyof typeof CLOSE_CODES];
 

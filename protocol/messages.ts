@@ -250,6 +250,9 @@ export const LimitsSchema = map({
   max_connections: Type.Optional(Type.Integer({ minimum: 1 })),
   max_connections_per_address: Type.Optional(Type.Integer({ minimum: 1 })),
   hello_timeout_s: Type.Optional(Type.Number({ minimum: 0 })),
+  env_idle_s: Type.Optional(Type.Number({ minimum: 0 })),
+  idle_drop_s: Type.Optional(Type.Number({ minimum: 0 })),
+  heartbeat_s: Type.Optional(Type.Number({ minimum: 0 })),
 });
 export type Limits = Static<typeof LimitsSchema>;
 

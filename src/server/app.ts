@@ -19,6 +19,7 @@ import {
   ConnectionGuard,
   type ConnectionLimits,
   closeWithin,
+  heartbeat,
   httpServerOptions,
   type Refusal,
 } from "./connections.ts";
@@ -160,6 +161,7 @@ export async function buildServer(options: ServerOptions = {}): Promise<RollgymS
   }));
   registerWeb(app, state, webOptions(options.share, options.files));
 
+  const stopHeartbeat = heartbeat(() => wss.clients, guard.limits.heartbeatMs);
   wss.on("connection", (socket: WebSocket, request: IncomingMessage) =>
     handleConnection(state, socket, guard.opened(socket, request)),
   );
@@ -196,6 +198,7 @@ export async function buildServer(options: ServerOptions = {}): Promise<RollgymS
     }
     shuttingDown = (async () => {
       state.closing = true;
+      stopHeartbeat();
       const deadline = state.options.shutdownDeadlineMs;
       for (const ws of wss.clients)
         ws.send(encodeMessage({ type: "closing", reason, deadline_ms: deadline }));

@@ -9,6 +9,7 @@ import { groupLocalScores, validateBatchRequest } from "../rollout/batch.ts";
 import { checkRolloutShape, RolloutLimitError, type RolloutLimits } from "../rollout/limits.ts";
 import { budgetRefusal, budgetReporter, holdWhenRoom } from "./budget.ts";
 import { EnvHostError, HostedEnvs } from "./env-host.ts";
+import type { ConnectionTicket } from "./connections.ts";
 import { Outbound } from "./outbound.ts";
 import { envOpenRequest, rolloutBatchRequest } from "./requests.ts";
 import { runRollout } from "./rollouts.ts";
@@ -17,10 +18,15 @@ import type { ServerState } from "./state.ts";
 
 type ErrorCode = string;
 
-/** `onHello` runs once the connection's hello is accepted (the hello timeout stops). */
-export function handleConnection(state: ServerState, socket: WebSocket, onHello?: () => void): void {
+/** `ticket` hears of the hello and of every frame, and asks whether the connection holds work. */
+export function handleConnection(state: ServerState, socket: WebSocket, ticket?: ConnectionTicket): void {
   let session: Session | null = null;
   const hosted = new Map<string, HostedEnvs>();
+  if (ticket)
+    ticket.holding = () =>
+      hosted.size > 0 ||
+      state.rolloutContext.watch?.watching(socket) === true ||
+      [...(session?.rollouts.values() ?? [])].some((r) => r.batch === null);
   // Every reply goes through `out`, which watches the socket's buffered bytes (outbound.ts).
   const out = new Outbound(socket, state.options);
 
@@ -31,9 +37,10 @@ export function handleConnection(state: ServerState, socket: WebSocket, onHello?
     reply({ type: "error", code, message, ...extra });
 
   // A frame that arrives while the client's replies pile up waits, in order, until they drain.
-  socket.on("message", (data: RawData, isBinary: boolean) =>
-    out.whenFlowing(() => handleFrame(data, isBinary)),
-  );
+  socket.on("message", (data: RawData, isBinary: boolean) => {
+    ticket?.touch();
+    out.whenFlowing(() => handleFrame(data, isBinary));
+  });
 
   const handleFrame = (data: RawData, isBinary: boolean): void => {
     if (!isBinary) {
@@ -80,7 +87,7 @@ export function handleConnection(state: ServerState, socket: WebSocket, onHello?
     try {
       if (!session) {
         session = handshake(state, socket, message, reply, out);
-        if (session) onHello?.();
+        if (session) ticket?.hello();
         return;
       }
       if (message.type === "watch" || message.type === "unwatch") watch(state, socket, message.type, fail);
@@ -365,9 +372,19 @@ function dispatch(
         message.messages ?? "new",
         state.envBytes,
       );
-      // Its episodes count from now until env_close or the connection's end.
+      // Its episodes count from now until env_close, the connection's end, or env_idle_s
+      // without a step.
       hosted.set(message.id, envs);
       session.hold(envs.size);
+      envs.idleTimer = setTimeout(() => {
+        if (!dropHosted(hosted, session, message.id, envs)) return;
+        fail(
+          "limit",
+          `env_idle_s is ${options.envIdleMs / 1000}; env session ${JSON.stringify(message.id)} took no step for that long and is closed (its episodes are released): open a new one`,
+          { id: message.id, field: "env_idle_s" },
+        );
+      }, options.envIdleMs);
+      envs.idleTimer.unref();
       // Built in slices (the event loop keeps serving); steps and close queue behind the build.
       void out.track(
         envs
@@ -426,6 +443,7 @@ function dispatch(
       }
       // Counted now, so steps queued behind this one are checked against it too.
       envs.charge(adds);
+      envs.idleTimer?.refresh();
       const refuse = (error: unknown): void => {
         if (error instanceof EnvHostError) {
           envs.charge(-adds); // refused before anything was applied

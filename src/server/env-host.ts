@@ -53,6 +53,8 @@ export class HostedEnvs {
    * max_env_bytes_per_connection and max_env_bytes; ids the engine appends count once known.
    */
   heldBytes = 0;
+  /** Closes the session after env_idle_s without a step (connection.ts); cleared on dispose. */
+  idleTimer: NodeJS.Timeout | null = null;
   private readonly serverBytes: EnvBytes;
   /** Token sessions only: the engine that renders deltas, and one log per episode. */
   private readonly tokens: TokenEngine | null;
@@ -130,6 +132,7 @@ export class HostedEnvs {
     this.stop.abort(new Error("env session closed"));
     this.forget(this.affinity);
     this.charge(-this.heldBytes);
+    if (this.idleTimer) clearTimeout(this.idleTimer);
   }
 
   /** Token sessions: render every episode's first prompt (once) before `opened()`. */

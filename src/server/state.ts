@@ -31,6 +31,8 @@ export interface ServerLimits {
   maxEnvBytesPerConnection: number;
   /** The same over all connections: the server-wide bound on what env sessions hold. */
   maxEnvBytes: number;
+  /** An env session that takes no step for this long is closed and its episodes released. */
+  envIdleMs: number;
   /** Bytes buffered for a client above which the server stops reading from it. */
   sendPauseBytes: number;
   /** Bytes buffered for a client above which it is closed (4008). */
@@ -50,6 +52,7 @@ export const DEFAULT_LIMITS: ServerLimits = {
   maxEnvSessionsPerConnection: 16,
   maxEnvBytesPerConnection: 64 << 20,
   maxEnvBytes: defaultMaxEnvBytes(),
+  envIdleMs: 600_000,
   sendPauseBytes: 8 << 20,
   maxSendBufferBytes: 64 << 20,
   sendStallMs: 60_000,
@@ -77,6 +80,7 @@ export function wireLimits(limits: ServerLimits): Record<string, number> {
     max_env_sessions_per_connection: limits.maxEnvSessionsPerConnection,
     max_env_bytes_per_connection: limits.maxEnvBytesPerConnection,
     max_env_bytes: limits.maxEnvBytes,
+    env_idle_s: limits.envIdleMs / 1000,
     send_pause_bytes: limits.sendPauseBytes,
     max_send_buffer_bytes: limits.maxSendBufferBytes,
     send_stall_s: limits.sendStallMs / 1000,

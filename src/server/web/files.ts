@@ -3,8 +3,8 @@
 // joining a client's string onto a path, so nothing outside DIR can be read; uploads are checked
 // to be episode files and kept within a count and a byte budget, the oldest evicted first.
 import { randomBytes } from "node:crypto";
-import { createReadStream, type Dirent, type ReadStream, type Stats } from "node:fs";
-import { lstat, readdir } from "node:fs/promises";
+import { constants, type Dirent, type ReadStream, type Stats } from "node:fs";
+import { type FileHandle, lstat, open, readdir } from "node:fs/promises";
 import { join } from "node:path";
 import { EPISODE_FILE_FORMAT, EPISODE_FILE_VERSION } from "../../record/episode-file.ts";
 import { Refusal } from "./refusal.ts";
@@ -63,14 +63,34 @@ async function sharedEntry(dir: string, entry: Dirent): Promise<Stats | null> {
   return info?.isFile() ? info : null;
 }
 
-/** A stream of the shared file called `name`, if DIR lists it (found by listing, never by path). */
+/**
+ * A stream of the shared file called `name`, if DIR lists it (found by listing, never by path).
+ * Opened with O_NOFOLLOW and checked through the open descriptor, so a symbolic link swapped in
+ * between the listing and the open is refused rather than followed.
+ */
 export async function openShared(dir: string, name: string, limits: FileLimits): Promise<ReadStream> {
   const entry = (await readdir(dir, { withFileTypes: true })).find((e) => e.name === name);
-  const info = entry ? await sharedEntry(dir, entry) : null;
-  if (!entry || !info) throw new Refusal(404, `no episode file ${JSON.stringify(name)} is shared`);
-  if (info.size > limits.maxSharedBytes)
+  const missing = () => new Refusal(404, `no episode file ${JSON.stringify(name)} is shared`);
+  if (!entry || !(await sharedEntry(dir, entry))) throw missing();
+  let handle: FileHandle;
+  try {
+    handle = await open(
+      join(dir, entry.name),
+      constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK,
+    );
+  } catch {
+    throw missing(); // ELOOP: a link now; ENOENT: gone
+  }
+  const info = await handle.stat();
+  if (!info.isFile()) {
+    await handle.close();
+    throw missing();
+  }
+  if (info.size > limits.maxSharedBytes) {
+    await handle.close();
     throw new Refusal(413, `${name} has ${info.size} bytes; at most ${limits.maxSharedBytes} are served`);
-  return createReadStream(join(dir, entry.name));
+  }
+  return handle.createReadStream({ end: Math.max(0, info.size - 1) });
 }
 
 /** Checks that `text` is an episode file, naming the first bad line ("line N: why") if not. */

@@ -1137,6 +1137,53 @@ const attacks: Attack[] = [
       for (const c of idle.ok) c.ws.terminate();
     },
   },
+  {
+    name: "uploads_30MB_lines_parse",
+    covers: "#19.5",
+    // max_concurrent_uploads (4) × 32 MiB bodies, 2 checking workers × 384 MiB heap, plus #10's 300.
+    rssBoundMiB: 300 + 4 * 32 + 2 * 384,
+    async run(ctx) {
+      const header = JSON.stringify({ type: "header", format: "rollgym.episodes", version: 1 });
+      const summary = JSON.stringify({
+        type: "summary",
+        episodes: 0,
+        failed: 0,
+        kept_groups: [],
+        metrics: {},
+      });
+      const n = 15 * MiB;
+      // A line of nested arrays (the issue's parser attack) and a flat one of numbers (slow but sound).
+      const nested = `${header}\n${"[".repeat(n)}${"]".repeat(n)}\n${summary}\n`;
+      const flat = `${header}\n{"type":"group","group_id":0,"numbers":[${"1,".repeat(n / 2 - 1)}1]}\n${summary}\n`;
+      const statuses = new Map<string, number>();
+      for (const [what, body] of [
+        ["nested", nested],
+        ["flat", flat],
+      ] as const) {
+        const results = await Promise.all(
+          Array.from({ length: 8 }, () =>
+            fetch(`${ctx.url}/v1/episode-files`, { method: "POST", body }).then(
+              async (r) =>
+                `${r.status}${r.ok ? "" : ` ${((await r.json()) as { error: { message: string } }).error.message.slice(0, 40)}`}`,
+              () => "cut",
+            ),
+          ),
+        );
+        for (const r of results) statuses.set(`${what} ${r}`, (statuses.get(`${what} ${r}`) ?? 0) + 1);
+      }
+      ctx.observed.push([...statuses].map(([k, v]) => `${v}× ${k}`).join("; "));
+      expect(
+        ctx,
+        [...statuses.keys()].some((k) => k.startsWith("flat 200")),
+        "sound 30 MB uploads are taken",
+      );
+      expect(
+        ctx,
+        ![...statuses.keys()].some((k) => k.startsWith("nested 200")),
+        "the nested line is refused",
+      );
+    },
+  },
 ];
 
 interface Result {

@@ -6,6 +6,7 @@ import { randomBytes } from "node:crypto";
 import { constants, type Dirent, type ReadStream, type Stats } from "node:fs";
 import { type FileHandle, lstat, open, readdir } from "node:fs/promises";
 import { join } from "node:path";
+import { isMainThread, parentPort, Worker, workerData } from "node:worker_threads";
 import { EPISODE_FILE_FORMAT, EPISODE_FILE_VERSION } from "../../record/episode-file.ts";
 import { Refusal } from "./refusal.ts";
 
@@ -93,6 +94,27 @@ export async function openShared(dir: string, name: string, limits: FileLimits):
   return handle.createReadStream({ end: Math.max(0, info.size - 1) });
 }
 
+/** Nesting an episode file's line may have (they use fewer than ten levels). */
+const MAX_LINE_DEPTH = 64;
+
+/** Whether a JSON text nests arrays and objects deeper than `max` (one pass, strings skipped). */
+function nestedDeeperThan(text: string, max: number): boolean {
+  let depth = 0;
+  let inString = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (inString) {
+      if (c === 0x5c)
+        i++; // backslash: skip the escaped character
+      else if (c === 0x22) inString = false;
+    } else if (c === 0x22) inString = true;
+    else if (c === 0x5b || c === 0x7b) {
+      if (++depth > max) return true;
+    } else if (c === 0x5d || c === 0x7d) depth--;
+  }
+  return false;
+}
+
 /** Checks that `text` is an episode file, naming the first bad line ("line N: why") if not. */
 function checkEpisodeText(text: string): { episodes: number } {
   let header = false;
@@ -102,6 +124,8 @@ function checkEpisodeText(text: string): { episodes: number } {
     if (line.trim() === "") continue;
     const bad = (why: string) => new Refusal(400, `line ${i + 1}: ${why}`);
     let value: { type?: unknown; format?: unknown; version?: unknown } | null;
+    // Episode lines nest a few levels; JSON.parse of millions of nested brackets takes seconds.
+    if (nestedDeeperThan(line, MAX_LINE_DEPTH)) throw bad(`nested deeper than ${MAX_LINE_DEPTH} levels`);
     try {
       value = JSON.parse(line);
     } catch {
@@ -123,6 +147,74 @@ function checkEpisodeText(text: string): { episodes: number } {
   return { episodes };
 }
 
+/** Uploads up to this size are parsed on the event loop (a few milliseconds at most). */
+const OFF_LOOP_BYTES = 256 << 10;
+/** Heap a checking worker may use: a hostile line of nested arrays costs far more than its bytes. */
+export const CHECK_HEAP_MIB = 384;
+/** Checks running at once; more wait their turn (uploads being received are capped anyway). */
+const CHECKS_AT_ONCE = 2;
+/** A check taking longer than this is stopped and the upload refused. */
+const CHECK_TIMEOUT_MS = 30_000;
+
+let checking = 0;
+const waitingChecks: (() => void)[] = [];
+
+/**
+ * checkEpisodeText in a worker thread with its own bounded heap, so parsing a large upload
+ * (JSON.parse of a 30 MB line takes seconds) never freezes the event loop, and a line built to
+ * blow up the parser costs at most CHECK_HEAP_MIB and is refused.
+ */
+export async function checkOffLoop(text: string): Promise<{ episodes: number }> {
+  if (checking >= CHECKS_AT_ONCE) await new Promise<void>((resolve) => waitingChecks.push(resolve));
+  checking++;
+  try {
+    return await new Promise((resolve, reject) => {
+      const worker = new Worker(new URL(import.meta.url), {
+        workerData: { uploadCheck: text },
+        resourceLimits: { maxOldGenerationSizeMb: CHECK_HEAP_MIB, maxYoungGenerationSizeMb: 16 },
+      });
+      const timer = setTimeout(() => {
+        reject(new Refusal(413, `the upload could not be checked within ${CHECK_TIMEOUT_MS / 1000} s`));
+        void worker.terminate();
+      }, CHECK_TIMEOUT_MS);
+      worker.once("exit", () => clearTimeout(timer));
+      worker.once("message", (m: CheckAnswer) => {
+        if (m.ok) resolve({ episodes: m.episodes });
+        else reject(new Refusal(m.status, m.message));
+        void worker.terminate();
+      });
+      worker.once("error", (error) =>
+        reject(
+          new Refusal(
+            413,
+            `the upload could not be checked within ${CHECK_HEAP_MIB} MiB (${error.message}); split it or use the shared directory`,
+          ),
+        ),
+      );
+      worker.once("exit", () => reject(new Refusal(500, "the upload's check ended without an answer")));
+    });
+  } finally {
+    checking--;
+    waitingChecks.shift()?.();
+  }
+}
+
+type CheckAnswer = { ok: true; episodes: number } | { ok: false; status: number; message: string };
+
+// This module is also checkOffLoop's worker: it answers the check it was started with.
+if (!isMainThread && typeof (workerData as { uploadCheck?: unknown } | null)?.uploadCheck === "string") {
+  let answer: CheckAnswer;
+  try {
+    answer = { ok: true, ...checkEpisodeText((workerData as { uploadCheck: string }).uploadCheck) };
+  } catch (error) {
+    answer =
+      error instanceof Refusal
+        ? { ok: false, status: error.status, message: error.message }
+        : { ok: false, status: 400, message: String(error) };
+  }
+  parentPort?.postMessage(answer);
+}
+
 /** Uploaded episode files, in memory only, under the count and byte limits. */
 export class UploadStore {
   private readonly files = new Map<string, string>();
@@ -133,15 +225,18 @@ export class UploadStore {
     this.limits = limits;
   }
 
-  /** Check and keep `text`; returns its id (unguessable, so a shared URL is the only way in). */
-  add(text: string): { id: string; episodes: number; bytes: number } {
+  /**
+   * Check and keep `text`; returns its id (unguessable, so a shared URL is the only way in).
+   * Large uploads are checked in a worker thread (checkOffLoop), small ones here.
+   */
+  async add(text: string): Promise<{ id: string; episodes: number; bytes: number }> {
     const size = Buffer.byteLength(text);
     if (size > this.limits.maxUploadBytes)
       throw new Refusal(
         413,
         `the upload has ${size} bytes; at most ${this.limits.maxUploadBytes} are accepted`,
       );
-    const { episodes } = checkEpisodeText(text);
+    const { episodes } = size <= OFF_LOOP_BYTES ? checkEpisodeText(text) : await checkOffLoop(text);
     while (
       this.files.size > 0 &&
       (this.files.size >= this.limits.maxUploads || this.bytes + size > this.limits.maxUploadTotalBytes)

@@ -7,8 +7,20 @@
 // the bystander's rollouts completed, and what the offending client observed.
 // Usage: node bench/attacks.ts [--only NAME,NAME] [--json FILE] [--sockets N]
 import { spawn } from "node:child_process";
-import { readdirSync, readFileSync, writeFileSync } from "node:fs";
+import {
+  copyFileSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync,
+} from "node:fs";
 import { request as httpRequest } from "node:http";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { parseArgs } from "node:util";
 import WebSocket from "ws";
@@ -27,6 +39,9 @@ import { type ProbeReport, probeReport } from "./attacks/probe-report.ts";
 import { MiB, ROOT, type ServeChild, startProber, startServe } from "./attacks/server.ts";
 
 const ATTACK_TIMEOUT_MS = 90_000;
+/** The directory symlink_swap_in_share shares (a fresh one per run). */
+const SHARE_DIR = join(mkdtempSync(join(tmpdir(), "rollgym-attack-share-")), "share");
+mkdirSync(SHARE_DIR);
 const TOKEN = "bench-token";
 
 const { values } = parseArgs({
@@ -1182,6 +1197,112 @@ const attacks: Attack[] = [
         ![...statuses.keys()].some((k) => k.startsWith("nested 200")),
         "the nested line is refused",
       );
+    },
+  },
+  {
+    name: "crafted_episode_file_markup",
+    covers: "#19.3",
+    async run(ctx) {
+      // Markup in every string and number field of an episode file: the server takes or refuses
+      // it, serves it back only as NDJSON that browsers must not sniff, and its page runs only its
+      // own scripts (the browser side is test/web/hostile.test.ts).
+      const markup = `"'><img src=x onerror=alert(1)><script>alert(2)</script>`;
+      const header = JSON.stringify({
+        type: "header",
+        format: "rollgym.episodes",
+        version: 1,
+        mode: markup,
+        seed: markup,
+        group_size: markup,
+        tags: [{ tag: markup, groups: markup }],
+        policy: markup,
+        settings: {},
+      });
+      const group = JSON.stringify({
+        type: "group",
+        group_id: markup,
+        tag: markup,
+        seed: markup,
+        env_ids: [markup],
+        kept: markup,
+        score: markup,
+      });
+      const episode = JSON.stringify({
+        type: "episode",
+        env_id: markup,
+        group_id: markup,
+        tag: markup,
+        seed: markup,
+        reward: markup,
+        turns: [
+          { turn: markup, state: markup, raw_response: markup, actions: [markup], reward_text: markup },
+        ],
+        final_state: markup,
+        end_reason: markup,
+      });
+      const summary = JSON.stringify({
+        type: "summary",
+        episodes: markup,
+        failed: markup,
+        kept_groups: [markup],
+        metrics: { [markup]: markup },
+      });
+      const text = `${header}\n${group}\n${episode}\n${summary}\n`;
+      const statuses: string[] = [];
+      for (let i = 0; i < 100; i++) {
+        const r = await fetch(`${ctx.url}/v1/episode-files`, { method: "POST", body: text });
+        const body = (await r.json()) as { id?: string };
+        statuses.push(String(r.status));
+        if (body.id) {
+          const back = await fetch(`${ctx.url}/v1/episode-files/uploads/${body.id}`);
+          await back.text();
+          expect(ctx, back.headers.get("x-content-type-options") === "nosniff", "served back with nosniff");
+          expect(ctx, /ndjson/.test(back.headers.get("content-type") ?? ""), "served back as NDJSON");
+        }
+      }
+      const page = await fetch(`${ctx.url}/`);
+      await page.text();
+      const csp = page.headers.get("content-security-policy") ?? "";
+      ctx.observed.push(`uploads: ${[...new Set(statuses)].join(",")}; page CSP: ${csp.slice(0, 60)}…`);
+      expect(ctx, /script-src 'self'/.test(csp) && /frame-ancestors/.test(csp), "the page sends its CSP");
+    },
+  },
+  {
+    name: "symlink_swap_in_share",
+    covers: "#19.8",
+    serveArgs: ["--share", SHARE_DIR],
+    async run(ctx) {
+      // Flip a shared name between a regular file and a link to a file outside the directory.
+      const target = join(SHARE_DIR, "run.jsonl");
+      const secret = join(SHARE_DIR, "..", "secret.jsonl");
+      const real = join(SHARE_DIR, "..", "real.jsonl");
+      writeFileSync(secret, "SECRET\n");
+      writeFileSync(real, "{}\n");
+      let flips = 0;
+      let flipping = true;
+      const flip = () => {
+        if (!flipping) return;
+        const next = join(SHARE_DIR, ".next");
+        rmSync(next, { force: true });
+        if (flips++ % 2) symlinkSync(secret, next);
+        else copyFileSync(real, next);
+        renameSync(next, target);
+        setImmediate(flip);
+      };
+      flip();
+      let leaked = 0;
+      const codes = new Map<number, number>();
+      for (let i = 0; i < 728; i++) {
+        const r = await fetch(`${ctx.url}/v1/episode-files/shared/run.jsonl`);
+        if ((await r.text()).includes("SECRET")) leaked++;
+        codes.set(r.status, (codes.get(r.status) ?? 0) + 1);
+      }
+      flipping = false;
+      ctx.observed.push(
+        `728 tries: ${[...codes].map(([k, v]) => `${v}× ${k}`).join(", ")}; the link's target served ${leaked} times`,
+      );
+      ctx.notes.push(`${flips} flips`);
+      expect(ctx, leaked === 0, "a swapped-in link is never followed");
     },
   },
 ];

@@ -164,13 +164,19 @@ const waitingChecks: (() => void)[] = [];
  * (JSON.parse of a 30 MB line takes seconds) never freezes the event loop, and a line built to
  * blow up the parser costs at most CHECK_HEAP_MIB and is refused.
  */
-export async function checkOffLoop(text: string): Promise<{ episodes: number }> {
+export async function checkOffLoop(body: Buffer): Promise<{ episodes: number; bytes: Buffer }> {
   if (checking >= CHECKS_AT_ONCE) await new Promise<void>((resolve) => waitingChecks.push(resolve));
   checking++;
   try {
+    // The bytes move to the worker and back (transferred, not copied: nothing on this thread
+    // scales with the upload's size).
+    const own =
+      body.byteOffset === 0 && body.byteLength === body.buffer.byteLength ? body : Buffer.from(body);
+    const buffer = own.buffer as ArrayBuffer;
     return await new Promise((resolve, reject) => {
       const worker = new Worker(new URL(import.meta.url), {
-        workerData: { uploadCheck: text },
+        workerData: { uploadCheck: buffer },
+        transferList: [buffer],
         resourceLimits: { maxOldGenerationSizeMb: CHECK_HEAP_MIB, maxYoungGenerationSizeMb: 16 },
       });
       const timer = setTimeout(() => {
@@ -179,7 +185,7 @@ export async function checkOffLoop(text: string): Promise<{ episodes: number }> 
       }, CHECK_TIMEOUT_MS);
       worker.once("exit", () => clearTimeout(timer));
       worker.once("message", (m: CheckAnswer) => {
-        if (m.ok) resolve({ episodes: m.episodes });
+        if (m.ok) resolve({ episodes: m.episodes, bytes: Buffer.from(m.bytes) });
         else reject(new Refusal(m.status, m.message));
         void worker.terminate();
       });
@@ -199,25 +205,30 @@ export async function checkOffLoop(text: string): Promise<{ episodes: number }> 
   }
 }
 
-type CheckAnswer = { ok: true; episodes: number } | { ok: false; status: number; message: string };
+type CheckAnswer =
+  | { ok: true; episodes: number; bytes: ArrayBuffer }
+  | { ok: false; status: number; message: string };
 
-// This module is also checkOffLoop's worker: it answers the check it was started with.
-if (!isMainThread && typeof (workerData as { uploadCheck?: unknown } | null)?.uploadCheck === "string") {
+// This module is also checkOffLoop's worker: it answers the check it was started with, and
+// hands the bytes back.
+if (!isMainThread && (workerData as { uploadCheck?: unknown } | null)?.uploadCheck instanceof ArrayBuffer) {
+  const bytes = (workerData as { uploadCheck: ArrayBuffer }).uploadCheck;
   let answer: CheckAnswer;
   try {
-    answer = { ok: true, ...checkEpisodeText((workerData as { uploadCheck: string }).uploadCheck) };
+    answer = { ok: true, ...checkEpisodeText(Buffer.from(bytes).toString("utf8")), bytes };
   } catch (error) {
     answer =
       error instanceof Refusal
         ? { ok: false, status: error.status, message: error.message }
         : { ok: false, status: 400, message: String(error) };
   }
-  parentPort?.postMessage(answer);
+  parentPort?.postMessage(answer, answer.ok ? [bytes] : []);
 }
 
 /** Uploaded episode files, in memory only, under the count and byte limits. */
 export class UploadStore {
-  private readonly files = new Map<string, string>();
+  /** Kept as the bytes that arrived (served as they are; one byte per ASCII character). */
+  private readonly files = new Map<string, Buffer>();
   private bytes = 0;
   private readonly limits: FileLimits;
 
@@ -226,32 +237,35 @@ export class UploadStore {
   }
 
   /**
-   * Check and keep `text`; returns its id (unguessable, so a shared URL is the only way in).
+   * Check and keep `body`; returns its id (unguessable, so a shared URL is the only way in).
    * Large uploads are checked in a worker thread (checkOffLoop), small ones here.
    */
-  async add(text: string): Promise<{ id: string; episodes: number; bytes: number }> {
-    const size = Buffer.byteLength(text);
+  async add(body: Buffer | string): Promise<{ id: string; episodes: number; bytes: number }> {
+    let bytes = typeof body === "string" ? Buffer.from(body) : body;
+    const size = bytes.byteLength;
     if (size > this.limits.maxUploadBytes)
       throw new Refusal(
         413,
         `the upload has ${size} bytes; at most ${this.limits.maxUploadBytes} are accepted`,
       );
-    const { episodes } = size <= OFF_LOOP_BYTES ? checkEpisodeText(text) : await checkOffLoop(text);
+    let episodes: number;
+    if (size <= OFF_LOOP_BYTES) ({ episodes } = checkEpisodeText(bytes.toString("utf8")));
+    else ({ episodes, bytes } = await checkOffLoop(bytes));
     while (
       this.files.size > 0 &&
       (this.files.size >= this.limits.maxUploads || this.bytes + size > this.limits.maxUploadTotalBytes)
     ) {
-      const [oldest, body] = this.files.entries().next().value!;
+      const [oldest, kept] = this.files.entries().next().value!;
       this.files.delete(oldest);
-      this.bytes -= Buffer.byteLength(body);
+      this.bytes -= kept.byteLength;
     }
     const id = randomBytes(16).toString("hex");
-    this.files.set(id, text);
+    this.files.set(id, bytes);
     this.bytes += size;
     return { id, episodes, bytes: size };
   }
 
-  get(id: string): string | undefined {
+  get(id: string): Buffer | undefined {
     return this.files.get(id);
   }
 }

@@ -89,7 +89,7 @@ export function registerWeb(app: FastifyInstance, state: ServerState, options: W
 
     api.get<{ Params: { id: string } }>("/v1/episode-files/uploads/:id", async (request, reply) => {
       const text = uploads.get(request.params.id);
-      if (text === undefined)
+      if (!text)
         throw new Refusal(404, "no such upload (uploads are kept in memory and the oldest are evicted)");
       return reply.header("content-type", NDJSON).send(text);
     });
@@ -110,11 +110,11 @@ export function registerWeb(app: FastifyInstance, state: ServerState, options: W
       scope.removeAllContentTypeParsers();
       scope.addContentTypeParser(
         "*",
-        { parseAs: "string", bodyLimit: options.files.maxUploadBytes },
+        { parseAs: "buffer", bodyLimit: options.files.maxUploadBytes },
         (_r, body, done) => done(null, body),
       );
       scope.post("/v1/episode-files", async (request) => {
-        if (typeof request.body !== "string")
+        if (!Buffer.isBuffer(request.body))
           throw new Refusal(400, "send the episode file as the request body");
         return uploads.add(request.body);
       });

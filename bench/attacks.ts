@@ -1305,6 +1305,48 @@ const attacks: Attack[] = [
       expect(ctx, leaked === 0, "a swapped-in link is never followed");
     },
   },
+  {
+    name: "wide_maps_and_connection_storm",
+    covers: "#19.7",
+    async run(ctx) {
+      // Two clients sending 1 MiB maps of 90,000 keys for 10 s (reconnecting when closed), then
+      // 200 clients connecting at once.
+      const wide = encodeMessage({
+        type: "credit",
+        groups: 1,
+        ...Object.fromEntries(Array.from({ length: 90_000 }, (_, i) => [`k${i}`, i])),
+      });
+      let sent = 0;
+      const closes = new Map<number, number>();
+      const stop = performance.now() + 10_000;
+      await Promise.all(
+        [0, 1].map(async (i) => {
+          while (performance.now() < stop) {
+            const c = await connect(ctx.url, `wide${i}`).catch(() => null);
+            if (!c) continue;
+            while (c.closeCode === null && performance.now() < stop) {
+              c.ws.send(wide);
+              sent++;
+              await sleep(5);
+            }
+            await Promise.race([c.closed(), sleep(1000)]);
+            if (c.closeCode !== null) closes.set(c.closeCode, (closes.get(c.closeCode) ?? 0) + 1);
+            c.ws.terminate();
+          }
+        }),
+      );
+      const storm = await Promise.allSettled(
+        Array.from({ length: 200 }, (_, i) => connect(ctx.url, `storm${i}`)),
+      );
+      const welcomed = storm.filter((r) => r.status === "fulfilled").length;
+      for (const r of storm) if (r.status === "fulfilled") r.value.close();
+      ctx.observed.push(
+        `wide maps: ${sent} sent, closes ${[...closes].map(([k, v]) => `${v}× ${k}`).join(", ")}; storm: ${welcomed}/200 welcomed`,
+      );
+      expect(ctx, (closes.get(1002) ?? 0) > 0, "a wide map closes its connection with 1002");
+      expect(ctx, welcomed === 200, "all 200 storm clients get in");
+    },
+  },
 ];
 
 interface Result {

@@ -49,7 +49,7 @@ export function handleConnection(state: ServerState, socket: WebSocket, ticket?:
     }
     let value: unknown;
     try {
-      value = decodeFrame(toBytes(data));
+      value = decodeFrame(toBytes(data), "client");
     } catch (error) {
       socket.close(
         CLOSE_CODES.undecodable,

@@ -231,7 +231,8 @@ export function heartbeat(clients: () => Iterable<WebSocket>, intervalMs: number
         answered.set(ws, true);
         ws.on("pong", () => answered.set(ws, true));
       }
-      if (!answered.get(ws)) {
+      // Replies waiting in its buffer: backpressure owns it (send_stall_s closes it with 4008).
+      if (!answered.get(ws) && ws.bufferedAmount === 0) {
         ws.terminate();
         continue;
       }

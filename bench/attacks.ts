@@ -7,7 +7,20 @@
 // the bystander's rollouts completed, and what the offending client observed.
 // Usage: node bench/attacks.ts [--only NAME,NAME] [--json FILE] [--sockets N]
 import { spawn } from "node:child_process";
-import { readdirSync, readFileSync, writeFileSync } from "node:fs";
+import {
+  copyFileSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync,
+} from "node:fs";
+import { request as httpRequest } from "node:http";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { parseArgs } from "node:util";
 import WebSocket from "ws";
@@ -26,6 +39,9 @@ import { type ProbeReport, probeReport } from "./attacks/probe-report.ts";
 import { MiB, ROOT, type ServeChild, startProber, startServe } from "./attacks/server.ts";
 
 const ATTACK_TIMEOUT_MS = 90_000;
+/** The directory symlink_swap_in_share shares (a fresh one per run). */
+const SHARE_DIR = join(mkdtempSync(join(tmpdir(), "rollgym-attack-share-")), "share");
+mkdirSync(SHARE_DIR);
 const TOKEN = "bench-token";
 
 const { values } = parseArgs({
@@ -127,6 +143,43 @@ function silentWebSocket(
     ws.once("open", () => resolve({ ws, code: () => code }));
     ws.once("unexpected-response", (_req, res) => reject(new Error(`HTTP ${res.statusCode}`)));
     ws.once("error", reject);
+  });
+}
+
+/**
+ * A raw HTTP request with exactly these headers (Host included, which fetch cannot set),
+ * optionally the start of a body that never ends: the status, or "cut" / "timeout".
+ */
+function rawStatus(
+  url: string,
+  path: string,
+  headers: Record<string, string>,
+  partialBody?: Buffer,
+): Promise<string> {
+  const target = new URL(url);
+  return new Promise((resolve) => {
+    const req = httpRequest(
+      {
+        host: target.hostname,
+        port: target.port,
+        path,
+        method: partialBody ? "POST" : "GET",
+        headers,
+        setHost: !headers.host,
+      },
+      (res) => {
+        res.resume();
+        resolve(String(res.statusCode));
+        req.destroy();
+      },
+    );
+    req.setTimeout(30_000, () => {
+      resolve("timeout");
+      req.destroy();
+    });
+    req.on("error", () => resolve("cut"));
+    if (partialBody) req.write(partialBody);
+    else req.end();
   });
 }
 
@@ -885,6 +938,413 @@ const attacks: Attack[] = [
       expect(ctx, complete === 10, "trainer got all 64 groups of each rollout");
       trainer.close();
       idle.ws.terminate();
+    },
+  },
+  {
+    name: "env_bytes_across_connections",
+    covers: "#19.1",
+    // max_env_bytes (512 MiB) held, plus #10's 300 MiB for buffers and GC headroom (docs/server.md).
+    rssBoundMiB: 812,
+    async run(ctx) {
+      // 16 connections, each with room for 64 MiB: together twice the server-wide budget.
+      const clients = await Promise.all(Array.from({ length: 16 }, (_, i) => connect(ctx.url, `filler${i}`)));
+      const maxEnvBytes = welcomeLimits(clients[0]).max_env_bytes;
+      for (const [i, c] of clients.entries())
+        c.send({
+          type: "env_open",
+          id: "s",
+          tag: "FrozenLake",
+          groups: 1,
+          group_size: 16,
+          seed: i,
+          max_turn: 1000,
+        });
+      await Promise.all(clients.map((c) => c.next((f) => f.type === "env_opened", 60_000)));
+      const text = "x".repeat(900_000); // no action: the episode goes on
+      let accepted = 0;
+      const refusals = new Map<string, number>();
+      const refused = new Set<number>();
+      const stop = performance.now() + 70_000;
+      for (let round = 0; refused.size < clients.length && performance.now() < stop; round++)
+        await Promise.all(
+          clients.map(async (c, i) => {
+            if (refused.has(i)) return;
+            const from = c.received.length;
+            c.send({ type: "env_step", id: "s", responses: [{ env_id: round % 16, text }] });
+            const r = await c.next(
+              (f) => (f.type === "env_stepped" || f.type === "error") && c.received.indexOf(f) >= from,
+              60_000,
+            );
+            if (r.type === "env_stepped") accepted++;
+            else {
+              refused.add(i);
+              const limit = /^(\w+) is/.exec(String(r.message))?.[1] ?? String(r.code);
+              refusals.set(limit, (refusals.get(limit) ?? 0) + 1);
+            }
+          }),
+        );
+      ctx.observed.push(observedBy(clients[0]));
+      ctx.notes.push(
+        `16 connections stepping 900 kB texts: ${accepted} steps accepted (${((accepted * 900_000) / MiB).toFixed(0)} MiB of text; max_env_bytes ${maxEnvBytes === undefined ? "?" : (maxEnvBytes / MiB).toFixed(0)} MiB), then refused: ${[...refusals].map(([k, v]) => `${v}× ${k}`).join(", ")}`,
+      );
+      expect(ctx, refused.size === clients.length, "every connection is refused in the end");
+      expect(ctx, (refusals.get("max_env_bytes") ?? 0) > 0, "the server-wide max_env_bytes refuses");
+      for (const c of clients) c.close();
+    },
+  },
+  {
+    name: "env_empty_steps_16k_episodes",
+    covers: "#19.1 (empty steps, big steps)",
+    async run(ctx) {
+      const c = await connect(ctx.url);
+      c.send({ type: "env_open", id: "e", tag: "FrozenLake", groups: 1024, group_size: 16, max_turn: 1000 });
+      const opened = await c.next(
+        (f) => f.id === "e" && (f.type === "env_opened" || f.type === "error"),
+        60_000,
+      );
+      expect(ctx, opened.type === "env_opened", `16,384 episodes opened (${String(opened.message ?? "")})`);
+      const ids = ((opened.episodes ?? []) as { env_id: number }[]).map((e) => e.env_id);
+      const times: number[] = [];
+      let refusal = "";
+      for (let i = 0; i < 20 && !refusal && ids.length; i++) {
+        const from = c.received.length;
+        const start = performance.now();
+        c.send({ type: "env_step", id: "e", responses: ids.map((env_id) => ({ env_id, text: "" })) });
+        const r = await c.next(
+          (f) => (f.type === "env_stepped" || f.type === "error") && c.received.indexOf(f) >= from,
+          60_000,
+        );
+        times.push(Math.round(performance.now() - start));
+        if (r.type === "error") refusal = String(r.message).slice(0, 120);
+      }
+      ctx.observed.push(observedBy(c));
+      ctx.notes.push(
+        `steps of 16,384 empty responses: ${times.length - (refusal ? 1 : 0)} accepted (${times.join(", ")} ms each), then ${refusal || "no refusal"}`,
+      );
+      expect(ctx, refusal.startsWith("max_env_bytes"), "empty steps are charged until a byte limit refuses");
+      c.close();
+    },
+  },
+  {
+    name: "cross_origin_page_requests",
+    covers: "#19.2",
+    async run(ctx) {
+      // What a page of another origin (or one rebinding its name to us) makes a browser send.
+      const evil = {
+        origin: "http://evil.example",
+        "sec-fetch-site": "cross-site",
+        "sec-fetch-mode": "cors",
+      };
+      // fetch cannot set Host: a rebinding page's requests go out raw.
+      const rebound = { host: "evil.example:80", "sec-fetch-site": "same-origin" };
+      const statuses = new Map<string, number>();
+      const count = (what: string) => statuses.set(what, (statuses.get(what) ?? 0) + 1);
+      for (let i = 0; i < 50; i++) {
+        for (const headers of [evil, rebound])
+          for (const path of ["/v1/web", "/v1/episode-files", "/v1/envs/Bandit/play?seed=1&actions=Left"])
+            count(`GET ${await rawStatus(ctx.url, path, headers)}`);
+        const ws = new WebSocket(`${ctx.url.replace(/^http/, "ws")}/v1/rollouts`, {
+          origin: "http://evil.example",
+        });
+        count(
+          `WS ${await new Promise<string>((resolve) => {
+            ws.on("open", () => resolve("open"));
+            ws.on("unexpected-response", (_q, res) => resolve(String(res.statusCode)));
+            ws.on("error", () => resolve("error"));
+          })}`,
+        );
+        ws.terminate();
+      }
+      // 8 uploads of 32 MiB from that origin at once: refused before their bodies are read.
+      const big = Buffer.alloc(32 * MiB, 0x78);
+      const uploads = await Promise.all(
+        Array.from({ length: 8 }, () =>
+          fetch(`${ctx.url}/v1/episode-files`, { method: "POST", headers: evil, body: big }).then(
+            (r) => String(r.status),
+            () => "cut",
+          ),
+        ),
+      );
+      for (const u of uploads) count(`POST ${u}`);
+      ctx.observed.push([...statuses].map(([k, v]) => `${v}× ${k}`).join(", "));
+      expect(
+        ctx,
+        ![...statuses.keys()].some((k) => /200|open/.test(k)),
+        "nothing from another origin is served",
+      );
+    },
+  },
+  {
+    name: "tokenless_uploads_on_token_server",
+    covers: "#19.4",
+    token: true,
+    async run(ctx) {
+      // 144 uploads announcing 32 MiB without the token, all at once (the issue's 5.2 GiB), each
+      // sending its first MiB and then waiting for an answer.
+      const chunk = Buffer.alloc(MiB, 0x78);
+      const send = (headers: Record<string, string>) =>
+        rawStatus(ctx.url, "/v1/episode-files", { ...headers, "content-length": String(32 * MiB) }, chunk);
+      const tokenless = await Promise.all(
+        Array.from({ length: 144 }, () => send({ "content-type": "text/plain" })),
+      );
+      // And 16 at once with the token: at most max_concurrent_uploads are read at a time.
+      const authorized = await Promise.all(
+        Array.from({ length: 16 }, () =>
+          send({ authorization: `Bearer ${TOKEN}`, "content-type": "text/plain" }),
+        ),
+      );
+      const tally = (xs: string[]) => {
+        const m = new Map<string, number>();
+        for (const x of xs) m.set(x, (m.get(x) ?? 0) + 1);
+        return [...m].map(([k, v]) => `${v}× ${k}`).join(" ");
+      };
+      ctx.observed.push(`tokenless: ${tally(tokenless)}; with the token: ${tally(authorized)}`);
+      expect(
+        ctx,
+        tokenless.every((s) => s === "401" || s === "cut"),
+        "every tokenless upload refused with 401",
+      );
+      expect(
+        ctx,
+        authorized.some((s) => s === "503"),
+        "uploads past max_concurrent_uploads get 503",
+      );
+    },
+  },
+  {
+    name: "idle_hellod_sockets_fill_max_connections",
+    covers: "#19.6",
+    // Until the attackers' sockets have been idle for idle_drop_s, max_connections refuses the
+    // bystander too (the documented cap); then idle ones make room.
+    bystanderRefusedOk: true,
+    async run(ctx) {
+      // Fill max_connections (1024) with sockets that say hello and then nothing, from 64 addresses.
+      let k = 0;
+      const idle = await openMany(1024, 100, async () => {
+        const c = await silentWebSocket(ctx.url, "", attackerAddress(k++));
+        c.ws.send(encodeMessage({ type: "hello", protocol: 1, client: "idle" }));
+        return c;
+      });
+      const tryConnect = () =>
+        connect(ctx.url, "newcomer").then(
+          (c) => {
+            c.close();
+            return "welcomed";
+          },
+          (error: Error) => error.message,
+        );
+      const early = await tryConnect();
+      await sleep(62_000); // past idle_drop_s (60 s)
+      const late = await tryConnect();
+      await sleep(500);
+      const codes = new Map<number, number>();
+      for (const c of idle.ok) {
+        const code = c.code();
+        if (code !== null) codes.set(code, (codes.get(code) ?? 0) + 1);
+      }
+      ctx.observed.push(
+        `idle sockets closed: ${[...codes].map(([code, n]) => `${n}× ${code}`).join(" ") || "none"} of ${idle.ok.length}`,
+      );
+      ctx.notes.push(
+        `${idle.ok.length} hello'd idle sockets (failed to open: ${idle.failed}); a newcomer at once: ${early}; after 62 s: ${late}`,
+      );
+      expect(ctx, late === "welcomed", "a newcomer gets in once the idle sockets are past idle_drop_s");
+      for (const c of idle.ok) c.ws.terminate();
+    },
+  },
+  {
+    name: "uploads_30MB_lines_parse",
+    covers: "#19.5",
+    // max_concurrent_uploads (4) × 32 MiB bodies, 2 checking workers × 384 MiB heap, plus #10's 300.
+    rssBoundMiB: 300 + 4 * 32 + 2 * 384,
+    async run(ctx) {
+      const header = JSON.stringify({ type: "header", format: "rollgym.episodes", version: 1 });
+      const summary = JSON.stringify({
+        type: "summary",
+        episodes: 0,
+        failed: 0,
+        kept_groups: [],
+        metrics: {},
+      });
+      const n = 15 * MiB;
+      // A line of nested arrays (the issue's parser attack) and a flat one of numbers (slow but sound).
+      const nested = `${header}\n${"[".repeat(n)}${"]".repeat(n)}\n${summary}\n`;
+      const flat = `${header}\n{"type":"group","group_id":0,"numbers":[${"1,".repeat(n / 2 - 1)}1]}\n${summary}\n`;
+      const statuses = new Map<string, number>();
+      for (const [what, body] of [
+        ["nested", nested],
+        ["flat", flat],
+      ] as const) {
+        const results = await Promise.all(
+          Array.from({ length: 8 }, () =>
+            fetch(`${ctx.url}/v1/episode-files`, { method: "POST", body }).then(
+              async (r) =>
+                `${r.status}${r.ok ? "" : ` ${((await r.json()) as { error: { message: string } }).error.message.slice(0, 40)}`}`,
+              () => "cut",
+            ),
+          ),
+        );
+        for (const r of results) statuses.set(`${what} ${r}`, (statuses.get(`${what} ${r}`) ?? 0) + 1);
+      }
+      ctx.observed.push([...statuses].map(([k, v]) => `${v}× ${k}`).join("; "));
+      expect(
+        ctx,
+        [...statuses.keys()].some((k) => k.startsWith("flat 200")),
+        "sound 30 MB uploads are taken",
+      );
+      expect(
+        ctx,
+        ![...statuses.keys()].some((k) => k.startsWith("nested 200")),
+        "the nested line is refused",
+      );
+    },
+  },
+  {
+    name: "crafted_episode_file_markup",
+    covers: "#19.3",
+    async run(ctx) {
+      // Markup in every string and number field of an episode file: the server takes or refuses
+      // it, serves it back only as NDJSON that browsers must not sniff, and its page runs only its
+      // own scripts (the browser side is test/web/hostile.test.ts).
+      const markup = `"'><img src=x onerror=alert(1)><script>alert(2)</script>`;
+      const header = JSON.stringify({
+        type: "header",
+        format: "rollgym.episodes",
+        version: 1,
+        mode: markup,
+        seed: markup,
+        group_size: markup,
+        tags: [{ tag: markup, groups: markup }],
+        policy: markup,
+        settings: {},
+      });
+      const group = JSON.stringify({
+        type: "group",
+        group_id: markup,
+        tag: markup,
+        seed: markup,
+        env_ids: [markup],
+        kept: markup,
+        score: markup,
+      });
+      const episode = JSON.stringify({
+        type: "episode",
+        env_id: markup,
+        group_id: markup,
+        tag: markup,
+        seed: markup,
+        reward: markup,
+        turns: [
+          { turn: markup, state: markup, raw_response: markup, actions: [markup], reward_text: markup },
+        ],
+        final_state: markup,
+        end_reason: markup,
+      });
+      const summary = JSON.stringify({
+        type: "summary",
+        episodes: markup,
+        failed: markup,
+        kept_groups: [markup],
+        metrics: { [markup]: markup },
+      });
+      const text = `${header}\n${group}\n${episode}\n${summary}\n`;
+      const statuses: string[] = [];
+      for (let i = 0; i < 100; i++) {
+        const r = await fetch(`${ctx.url}/v1/episode-files`, { method: "POST", body: text });
+        const body = (await r.json()) as { id?: string };
+        statuses.push(String(r.status));
+        if (body.id) {
+          const back = await fetch(`${ctx.url}/v1/episode-files/uploads/${body.id}`);
+          await back.text();
+          expect(ctx, back.headers.get("x-content-type-options") === "nosniff", "served back with nosniff");
+          expect(ctx, /ndjson/.test(back.headers.get("content-type") ?? ""), "served back as NDJSON");
+        }
+      }
+      const page = await fetch(`${ctx.url}/`);
+      await page.text();
+      const csp = page.headers.get("content-security-policy") ?? "";
+      ctx.observed.push(`uploads: ${[...new Set(statuses)].join(",")}; page CSP: ${csp.slice(0, 60)}…`);
+      expect(ctx, /script-src 'self'/.test(csp) && /frame-ancestors/.test(csp), "the page sends its CSP");
+    },
+  },
+  {
+    name: "symlink_swap_in_share",
+    covers: "#19.8",
+    serveArgs: ["--share", SHARE_DIR],
+    async run(ctx) {
+      // Flip a shared name between a regular file and a link to a file outside the directory.
+      const target = join(SHARE_DIR, "run.jsonl");
+      const secret = join(SHARE_DIR, "..", "secret.jsonl");
+      const real = join(SHARE_DIR, "..", "real.jsonl");
+      writeFileSync(secret, "SECRET\n");
+      writeFileSync(real, "{}\n");
+      let flips = 0;
+      let flipping = true;
+      const flip = () => {
+        if (!flipping) return;
+        const next = join(SHARE_DIR, ".next");
+        rmSync(next, { force: true });
+        if (flips++ % 2) symlinkSync(secret, next);
+        else copyFileSync(real, next);
+        renameSync(next, target);
+        setImmediate(flip);
+      };
+      flip();
+      let leaked = 0;
+      const codes = new Map<number, number>();
+      for (let i = 0; i < 728; i++) {
+        const r = await fetch(`${ctx.url}/v1/episode-files/shared/run.jsonl`);
+        if ((await r.text()).includes("SECRET")) leaked++;
+        codes.set(r.status, (codes.get(r.status) ?? 0) + 1);
+      }
+      flipping = false;
+      ctx.observed.push(
+        `728 tries: ${[...codes].map(([k, v]) => `${v}× ${k}`).join(", ")}; the link's target served ${leaked} times`,
+      );
+      ctx.notes.push(`${flips} flips`);
+      expect(ctx, leaked === 0, "a swapped-in link is never followed");
+    },
+  },
+  {
+    name: "wide_maps_and_connection_storm",
+    covers: "#19.7",
+    async run(ctx) {
+      // Two clients sending 1 MiB maps of 90,000 keys for 10 s (reconnecting when closed), then
+      // 200 clients connecting at once.
+      const wide = encodeMessage({
+        type: "credit",
+        groups: 1,
+        ...Object.fromEntries(Array.from({ length: 90_000 }, (_, i) => [`k${i}`, i])),
+      });
+      let sent = 0;
+      const closes = new Map<number, number>();
+      const stop = performance.now() + 10_000;
+      await Promise.all(
+        [0, 1].map(async (i) => {
+          while (performance.now() < stop) {
+            const c = await connect(ctx.url, `wide${i}`).catch(() => null);
+            if (!c) continue;
+            while (c.closeCode === null && performance.now() < stop) {
+              c.ws.send(wide);
+              sent++;
+              await sleep(5);
+            }
+            await Promise.race([c.closed(), sleep(1000)]);
+            if (c.closeCode !== null) closes.set(c.closeCode, (closes.get(c.closeCode) ?? 0) + 1);
+            c.ws.terminate();
+          }
+        }),
+      );
+      const storm = await Promise.allSettled(
+        Array.from({ length: 200 }, (_, i) => connect(ctx.url, `storm${i}`)),
+      );
+      const welcomed = storm.filter((r) => r.status === "fulfilled").length;
+      for (const r of storm) if (r.status === "fulfilled") r.value.close();
+      ctx.observed.push(
+        `wide maps: ${sent} sent, closes ${[...closes].map(([k, v]) => `${v}× ${k}`).join(", ")}; storm: ${welcomed}/200 welcomed`,
+      );
+      expect(ctx, (closes.get(1002) ?? 0) > 0, "a wide map closes its connection with 1002");
+      expect(ctx, welcomed === 200, "all 200 storm clients get in");
     },
   },
 ];

@@ -13,6 +13,8 @@ export const CLOSE_CODES = {
   slowReader: 4008,
   /** No valid hello within hello_timeout_s, or dropped as the oldest of too many silent sockets. */
   helloTimeout: 4010,
+  /** Idle (nothing sent, nothing held) and dropped to make room for a new connection at max_connections. */
+  idleDropped: 4011,
 } as const;
 export type CloseCode = (typeof CLOSE_CODES)[keyof typeof CLOSE_CODES];
 
@@ -48,6 +50,13 @@ export class FrameDecodeError extends Error {
 // undefined-valued optional fields are omitted rather than sent as nil, so `{field?: T}` stays absent.
 const encoder = new Encoder({ ignoreUndefined: true });
 const decoder = new Decoder();
+/**
+ * Keys a map in a client's frame may have. Client messages use fewer than 20; a map of 90,000
+ * short keys costs far more CPU per byte than anything the protocol sends, so it is refused at
+ * its header, before any key is decoded.
+ */
+export const MAX_CLIENT_MAP_KEYS = 256;
+const clientDecoder = new Decoder({ maxMapLength: MAX_CLIENT_MAP_KEYS });
 
 /** Encodes one message as msgpack; Uint8Array values become `bin`. */
 export function encodeMessage(message: object): Uint8Array {
@@ -57,12 +66,13 @@ export function encodeMessage(message: object): Uint8Array {
 /**
  * Decodes one binary frame. Throws FrameDecodeError on invalid msgpack, truncation, trailing bytes,
  * `__proto__` keys or nesting deeper than MAX_FRAME_DEPTH. Does not check the value's shape: that is
- * validateClientMessage's job. `bin` values are views into `data` (no copy).
+ * validateClientMessage's job. `bin` values are views into `data` (no copy). A frame `from` a
+ * client may not hold maps of more than MAX_CLIENT_MAP_KEYS keys.
  */
-export function decodeFrame(data: Uint8Array): unknown {
+export function decodeFrame(data: Uint8Array, from: "client" | "any" = "any"): unknown {
   let value: unknown;
   try {
-    value = decoder.decode(data);
+    value = (from === "client" ? clientDecoder : decoder).decode(data);
   } catch (err) {
     throw new FrameDecodeError(`undecodable frame: ${err instanceof Error ? err.message : String(err)}`, {
       cause: err,

@@ -243,12 +243,16 @@ export const LimitsSchema = map({
   max_unacked_groups: Type.Optional(Type.Integer({ minimum: 1 })),
   max_env_sessions_per_connection: Type.Optional(Type.Integer({ minimum: 1 })),
   max_env_bytes_per_connection: Type.Optional(Type.Integer({ minimum: 1 })),
+  max_env_bytes: Type.Optional(Type.Integer({ minimum: 1 })),
   send_pause_bytes: Type.Optional(Type.Integer({ minimum: 1 })),
   max_send_buffer_bytes: Type.Optional(Type.Integer({ minimum: 1 })),
   send_stall_s: Type.Optional(Type.Number({ minimum: 0 })),
   max_connections: Type.Optional(Type.Integer({ minimum: 1 })),
   max_connections_per_address: Type.Optional(Type.Integer({ minimum: 1 })),
   hello_timeout_s: Type.Optional(Type.Number({ minimum: 0 })),
+  env_idle_s: Type.Optional(Type.Number({ minimum: 0 })),
+  idle_drop_s: Type.Optional(Type.Number({ minimum: 0 })),
+  heartbeat_s: Type.Optional(Type.Number({ minimum: 0 })),
 });
 export type Limits = Static<typeof LimitsSchema>;
 

@@ -21,7 +21,7 @@ import {
 } from "./envs.ts";
 import { EXPORT_FLAGS, exportCommand } from "./export.ts";
 import { FILTER_FLAGS, filterCommand } from "./filter.ts";
-import { type CliStreams, io, withStreams } from "./io.ts";
+import { type CliStreams, io, say, withStreams } from "./io.ts";
 import { PARSE_FLAGS, parseCommand } from "./parse.ts";
 import { ROLLOUT_FLAGS, rolloutCommand } from "./rollout.ts";
 import { ensureServeRuntime } from "./runtime.ts";
@@ -244,7 +244,7 @@ export async function run(argv: readonly string[], streams?: CliStreams): Promis
     } catch (error) {
       const code = exitCodeOf(error);
       if (code === null) throw error;
-      io().stderr.write(`rollgym: ${(error as Error).message}\n`);
+      say((error as Error).message);
       return code;
     }
   };

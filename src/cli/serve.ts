@@ -5,6 +5,7 @@ import { readFileSync, statSync } from "node:fs";
 import { resolve as absolute } from "node:path";
 import { buildServer, type RollgymServer, type ShutdownReport } from "../server/app.ts";
 import { DEFAULT_CONNECTION_LIMITS } from "../server/connections.ts";
+import { normalOrigin } from "../server/origin.ts";
 import { DEFAULT_LIMITS } from "../server/state.ts";
 import { type FlagSpec, parseArgs, parseInteger, UsageError } from "./args.ts";
 import { CONFIG_FLAGS, isOverride, reportLoaded, setup } from "./context.ts";
@@ -17,7 +18,24 @@ export const SERVE_FLAGS: Record<string, FlagSpec> = {
   token: {
     kind: "value",
     arg: "T",
-    help: "bearer token clients must present (default $ROLLGYM_TOKEN; none = open)",
+    help: "bearer token clients must present (default $ROLLGYM_TOKEN; none = open); visible in ps, prefer --token-file",
+  },
+  "token-file": {
+    kind: "value",
+    arg: "FILE",
+    help: "read the bearer token from FILE (its first line), so it never shows in ps",
+  },
+  "allow-origin": {
+    kind: "value",
+    arg: "ORIGIN",
+    repeat: true,
+    help: "a browser origin (https://host[:port]) that may use the server besides its own page, e.g. a proxy in front of it",
+  },
+  "allow-host": {
+    kind: "value",
+    arg: "NAME",
+    repeat: true,
+    help: "a host name browsers may reach the server by, besides IP addresses, localhost and this machine's name",
   },
   llm: { kind: "value", arg: "URL", help: "OpenAI-compatible base URL; comma-separated for replicas" },
   model: { kind: "value", arg: "M", help: "model served at --llm" },
@@ -69,9 +87,16 @@ export async function serveCommand(argv: readonly string[]): Promise<void> {
   const host = args.values.get("host") ?? "127.0.0.1";
   const seconds = (flag: string, fallback: number) =>
     parseInteger(`--${flag}`, args.values.get(flag) ?? String(fallback), 0, 86_400);
-  const token = args.values.get("token") ?? process.env.ROLLGYM_TOKEN ?? null;
-  if (token === "")
-    throw new UsageError("--token: an empty token would let anyone in; omit it to serve without auth");
+  const token = tokenFrom(args.values.get("token"), args.values.get("token-file"));
+  const browsers = {
+    allowOrigins: args.lists.get("allow-origin") ?? [],
+    allowHosts: args.lists.get("allow-host") ?? [],
+  };
+  try {
+    browsers.allowOrigins.forEach(normalOrigin);
+  } catch (error) {
+    throw new UsageError((error as Error).message);
+  }
 
   const maxBufferedGroups = parseInteger(
     "--max-buffered-groups",
@@ -100,6 +125,7 @@ export async function serveCommand(argv: readonly string[]): Promise<void> {
     registry,
     policy,
     token,
+    browsers,
     share: share === null ? null : absolute(share),
     maxBufferedGroups,
     resumeGraceMs,
@@ -127,6 +153,25 @@ export async function serveCommand(argv: readonly string[]): Promise<void> {
     `rollgym serving on ${url} (the web page; ${ws}/v1/rollouts) with the ${using}${token ? ", token required" : ""}\n`,
   );
   await untilStopped(server);
+}
+
+/** The token: --token, else the first line of --token-file, else $ROLLGYM_TOKEN, else none. */
+function tokenFrom(flag: string | undefined, file: string | undefined): string | null {
+  if (flag !== undefined && file !== undefined)
+    throw new UsageError("--token and --token-file: give one of them");
+  let token = flag ?? process.env.ROLLGYM_TOKEN ?? null;
+  if (file !== undefined) {
+    try {
+      token = readFileSync(file, "utf8").split(/\r?\n/)[0].trim();
+    } catch (error) {
+      throw new UsageError(`--token-file: cannot read ${JSON.stringify(file)}: ${(error as Error).message}`);
+    }
+  }
+  if (token === "")
+    throw new UsageError(
+      `${file !== undefined ? "--token-file" : "--token"}: an empty token would let anyone in; omit it to serve without auth`,
+    );
+  return token;
 }
 
 /**

@@ -5,7 +5,7 @@ import type { EpisodeRecord } from "../rollout/episode.ts";
 import { tokenSummary } from "../server/web/client/records.ts";
 import { expectPositionals, type FlagSpec, parseArgs, parseChoice } from "./args.ts";
 import { parseIdList, readEpisodeFileOrExplain } from "./episode-files.ts";
-import { io } from "./io.ts";
+import { io, printable } from "./io.ts";
 import { blockLines as block } from "./output.ts";
 
 const OUTCOMES = ["solved", "unsolved", "failed"] as const;
@@ -71,7 +71,8 @@ export async function showCommand(argv: readonly string[]): Promise<void> {
   const raw = args.switches.has("raw");
   for (const e of selected) lines.push("", ...episodeLines(e, raw));
   const { stdout } = io();
-  stdout.write(`${lines.join("\n")}\n`);
+  // Model output and file fields go to a terminal: no escape sequences get through.
+  stdout.write(`${printable(lines.join("\n"))}\n`);
 }
 
 function episodeLines(e: EpisodeRecord, raw: boolean): string[] {

@@ -19,10 +19,13 @@ import {
   ConnectionGuard,
   type ConnectionLimits,
   closeWithin,
+  heartbeat,
   httpServerOptions,
   type Refusal,
 } from "./connections.ts";
 import { createMetrics, instrumentPolicy } from "./metrics.ts";
+import { type OriginOptions, OriginPolicy } from "./origin.ts";
+import { securityHeaders } from "./security-headers.ts";
 import type { Session } from "./session.ts";
 import { DEFAULT_LIMITS, type ServerLimits, type ServerState, wireLimits } from "./state.ts";
 import { WatchHub, type WatchLimits } from "./watch.ts";
@@ -47,6 +50,8 @@ export interface ServerOptions extends Partial<ServerLimits> {
   watch?: Partial<WatchLimits>;
   /** Episode-file uploads and shared files for the web page. */
   files?: Partial<FileLimits>;
+  /** Browser origins and host names allowed besides the server's own (docs/server.md "Browsers"). */
+  browsers?: Partial<OriginOptions>;
   /** Connection caps and timeouts (docs/server.md "Connections"). */
   connections?: Partial<ConnectionLimits>;
   /**
@@ -81,8 +86,20 @@ const VERSION = (
 
 export async function buildServer(options: ServerOptions = {}): Promise<RollgymServer> {
   const guard = new ConnectionGuard(options.connections);
-  const app = Fastify({ logger: options.logger ?? false, ...httpServerOptions(guard.limits) });
+  const app = Fastify({
+    logger: withoutSecrets(options.logger ?? false),
+    ...httpServerOptions(guard.limits),
+  });
   guard.attach(app.server);
+  const origins = new OriginPolicy(options.browsers);
+  // Before anything else, bodies included: a browser page that may not use the server gets 403.
+  app.addHook("onRequest", async (request, reply) => {
+    const why = origins.refusal(request.raw, state.options.token !== null);
+    if (why === null) return;
+    if (request.method === "POST") reply.header("connection", "close");
+    return reply.code(403).send({ error: { code: 403, message: why } });
+  });
+  securityHeaders(app, origins);
   const limits: ServerLimits = { ...DEFAULT_LIMITS, ...pickLimits(options) };
   const sessions = new Map<string, Session>();
   const wss = new WebSocketServer({
@@ -110,6 +127,7 @@ export async function buildServer(options: ServerOptions = {}): Promise<RollgymS
     metrics,
     sessions,
     episodesInFlight: 0,
+    envBytes: { held: 0 },
     closing: false,
     version: VERSION,
     log: app.log,
@@ -148,6 +166,7 @@ export async function buildServer(options: ServerOptions = {}): Promise<RollgymS
   }));
   registerWeb(app, state, webOptions(options.share, options.files));
 
+  const stopHeartbeat = heartbeat(() => wss.clients, guard.limits.heartbeatMs);
   wss.on("connection", (socket: WebSocket, request: IncomingMessage) =>
     handleConnection(state, socket, guard.opened(socket, request)),
   );
@@ -156,6 +175,8 @@ export async function buildServer(options: ServerOptions = {}): Promise<RollgymS
     if (path !== "/v1/rollouts")
       return refuse(socket, 404, "Not Found", "no WebSocket route here; use /v1/rollouts");
     if (state.closing) return refuse(socket, 503, "Service Unavailable", "the server is shutting down");
+    const foreign = origins.refusal(request, state.options.token !== null);
+    if (foreign !== null) return refuse(socket, 403, "Forbidden", foreign);
     if (!authorized(request, state.options.token)) {
       return refuse(
         socket,
@@ -182,6 +203,7 @@ export async function buildServer(options: ServerOptions = {}): Promise<RollgymS
     }
     shuttingDown = (async () => {
       state.closing = true;
+      stopHeartbeat();
       const deadline = state.options.shutdownDeadlineMs;
       for (const ws of wss.clients)
         ws.send(encodeMessage({ type: "closing", reason, deadline_ms: deadline }));
@@ -224,6 +246,7 @@ export async function buildServer(options: ServerOptions = {}): Promise<RollgymS
     app,
     state,
     async listen(port = 0, host = "127.0.0.1") {
+      origins.addHost(host);
       const address = await app.listen({ port, host });
       return address;
     },
@@ -240,6 +263,25 @@ function refuse(socket: Duplex, status: number, text: string, message: string): 
   socket.end(
     `HTTP/1.1 ${status} ${text}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
   );
+}
+
+/** Request logs name the URL without its `token` parameter (the page's way to send the token). */
+function withoutSecrets(logger: boolean | { level: string }): boolean | object {
+  if (logger === false) return false;
+  return {
+    ...(logger === true ? {} : logger),
+    serializers: {
+      req: (request: { method: string; url: string; ip?: string }) => ({
+        method: request.method,
+        url: redactToken(request.url),
+        remoteAddress: request.ip,
+      }),
+    },
+  };
+}
+
+export function redactToken(url: string): string {
+  return url.replace(/([?&]token=)[^&#]*/gi, "$1[redacted]");
 }
 
 function pickLimits(options: ServerOptions): Partial<ServerLimits> {

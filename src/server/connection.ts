@@ -10,6 +10,7 @@ import type { TokenEngine } from "../llm/token-engine.ts";
 import { groupLocalScores, policyRefusal, validateBatchRequest } from "../rollout/batch.ts";
 import { checkRolloutShape, RolloutLimitError, type RolloutLimits } from "../rollout/limits.ts";
 import { budgetRefusal, budgetReporter, holdWhenRoom } from "./budget.ts";
+import type { ConnectionTicket } from "./connections.ts";
 import { EnvHostError, HostedEnvs } from "./env-host.ts";
 import { Outbound } from "./outbound.ts";
 import { envOpenRequest, rolloutBatchRequest } from "./requests.ts";
@@ -19,10 +20,15 @@ import type { ServerState } from "./state.ts";
 
 type ErrorCode = string;
 
-/** `onHello` runs once the connection's hello is accepted (the hello timeout stops). */
-export function handleConnection(state: ServerState, socket: WebSocket, onHello?: () => void): void {
+/** `ticket` hears of the hello and of every frame, and asks whether the connection holds work. */
+export function handleConnection(state: ServerState, socket: WebSocket, ticket?: ConnectionTicket): void {
   let session: Session | null = null;
   const hosted = new Map<string, HostedEnvs>();
+  if (ticket)
+    ticket.holding = () =>
+      hosted.size > 0 ||
+      state.rolloutContext.watch?.watching(socket) === true ||
+      [...(session?.rollouts.values() ?? [])].some((r) => r.batch === null);
   // Every reply goes through `out`, which watches the socket's buffered bytes (outbound.ts).
   const out = new Outbound(socket, state.options);
 
@@ -33,9 +39,10 @@ export function handleConnection(state: ServerState, socket: WebSocket, onHello?
     reply({ type: "error", code, message, ...extra });
 
   // A frame that arrives while the client's replies pile up waits, in order, until they drain.
-  socket.on("message", (data: RawData, isBinary: boolean) =>
-    out.whenFlowing(() => handleFrame(data, isBinary)),
-  );
+  socket.on("message", (data: RawData, isBinary: boolean) => {
+    ticket?.touch();
+    out.whenFlowing(() => handleFrame(data, isBinary));
+  });
 
   const handleFrame = (data: RawData, isBinary: boolean): void => {
     if (!isBinary) {
@@ -44,7 +51,7 @@ export function handleConnection(state: ServerState, socket: WebSocket, onHello?
     }
     let value: unknown;
     try {
-      value = decodeFrame(toBytes(data));
+      value = decodeFrame(toBytes(data), "client");
     } catch (error) {
       socket.close(
         CLOSE_CODES.undecodable,
@@ -82,7 +89,7 @@ export function handleConnection(state: ServerState, socket: WebSocket, onHello?
     try {
       if (!session) {
         session = handshake(state, socket, message, reply, out);
-        if (session) onHello?.();
+        if (session) ticket?.hello();
         return;
       }
       if (message.type === "watch" || message.type === "unwatch") watch(state, socket, message.type, fail);
@@ -370,21 +377,41 @@ function dispatch(
         `env:${session.id}:${message.id}`,
         (key) => state.rolloutContext.policy.forget?.(key),
         message.messages ?? "new",
+        state.envBytes,
       );
-      // Its episodes count from now until env_close or the connection's end.
+      // Its episodes count from now until env_close, the connection's end, or env_idle_s
+      // without a step.
       hosted.set(message.id, envs);
       session.hold(envs.size);
+      envs.idleTimer = setTimeout(() => {
+        if (!dropHosted(hosted, session, message.id, envs)) return;
+        fail(
+          "limit",
+          `env_idle_s is ${options.envIdleMs / 1000}; env session ${JSON.stringify(message.id)} took no step for that long and is closed (its episodes are released): open a new one`,
+          { id: message.id, field: "env_idle_s" },
+        );
+      }, options.envIdleMs);
+      envs.idleTimer.unref();
       // Built in slices (the event loop keeps serving); steps and close queue behind the build.
       void out.track(
         envs
           .serial(async () => {
             await envs.build();
             await envs.renderPrompts();
+            // A token session's prompt ids are known only now.
+            if (state.envBytes.held > options.maxEnvBytes)
+              throw new EnvBytesLimit(
+                `max_env_bytes is ${options.maxEnvBytes}; this session's prompt token ids (${envs.heldBytes} bytes) would take env sessions over it: open fewer episodes`,
+              );
           })
           .then(
             () => reply({ type: "env_opened", id: message.id, episodes: envs.opened() }),
             (error: unknown) => {
               if (!dropHosted(hosted, session, message.id, envs)) return; // closed meanwhile
+              if (error instanceof EnvBytesLimit) {
+                fail("limit", error.message, { id: message.id, field: "groups" });
+                return;
+              }
               fail(
                 "internal",
                 `${envs.tokenSession ? "engine: " : ""}${error instanceof Error ? error.message : String(error)}`,
@@ -408,16 +435,25 @@ function dispatch(
       if (heldBytes + adds > options.maxEnvBytesPerConnection) {
         fail(
           "limit",
-          `max_env_bytes_per_connection is ${options.maxEnvBytesPerConnection}; this connection's env sessions hold ${heldBytes} bytes of responses and this step adds ${adds}: close a session first`,
+          `max_env_bytes_per_connection is ${options.maxEnvBytesPerConnection}; this connection's env sessions hold ${heldBytes} bytes (turn records, responses, token ids) and this step adds ${adds}: close a session first`,
+          { id: message.id, field: "responses" },
+        );
+        return;
+      }
+      if (state.envBytes.held + adds > options.maxEnvBytes) {
+        fail(
+          "limit",
+          `max_env_bytes is ${options.maxEnvBytes}; env sessions hold ${state.envBytes.held} bytes over all connections and this step adds ${adds}: close a session, or wait for others to`,
           { id: message.id, field: "responses" },
         );
         return;
       }
       // Counted now, so steps queued behind this one are checked against it too.
-      envs.heldBytes += adds;
+      envs.charge(adds);
+      envs.idleTimer?.refresh();
       const refuse = (error: unknown): void => {
         if (error instanceof EnvHostError) {
-          envs.heldBytes -= adds; // refused before anything was applied
+          envs.charge(-adds); // refused before anything was applied
           fail(error.code, error.message, { field: "responses", id: message.id });
         } else if (envs.tokenSession) {
           // Its responses are applied but its next ids are not known: the session cannot go on.
@@ -462,6 +498,9 @@ function dispatch(
     }
   }
 }
+
+/** An env session whose prompt token ids do not fit max_env_bytes. */
+class EnvBytesLimit extends Error {}
 
 /**
  * Ends env session `id` if `envs` is still hosted under it (a session closed meanwhile is its

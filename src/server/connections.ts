@@ -27,6 +27,23 @@ export interface ConnectionLimits {
   keepAliveTimeoutMs: number;
   /** A WebSocket that has not sent a valid hello by then is closed with 4010. */
   helloTimeoutMs: number;
+  /**
+   * At max_connections, a connection that has sent nothing for this long and holds nothing
+   * (no running rollout, env session or watch) is closed (4011) to make room for a new one.
+   */
+  idleDropMs: number;
+  /** Every this often the server pings each WebSocket; one that has not answered the previous ping is dropped. */
+  heartbeatMs: number;
+}
+
+/** What the guard knows of an open WebSocket: when it last sent a frame, and whether it holds work. */
+export interface ConnectionTicket {
+  /** Its hello was accepted (the hello timeout stops). */
+  hello(): void;
+  /** It sent a frame. */
+  touch(): void;
+  /** Whether it holds work (running rollouts, env sessions, a watch); set by the connection. */
+  holding: () => boolean;
 }
 
 export const DEFAULT_CONNECTION_LIMITS: ConnectionLimits = {
@@ -37,6 +54,8 @@ export const DEFAULT_CONNECTION_LIMITS: ConnectionLimits = {
   requestTimeoutMs: 60_000,
   keepAliveTimeoutMs: 5_000,
   helloTimeoutMs: 10_000,
+  idleDropMs: 60_000,
+  heartbeatMs: 30_000,
 };
 
 /** The HTTP timeouts as fastify's server options (fastify sets some after creating the server). */
@@ -66,6 +85,8 @@ export class ConnectionGuard {
   private readonly pending = new Map<Socket, () => void>();
   private readonly perAddress = new Map<string, number>();
   private open = 0;
+  /** Open WebSockets past their hello, with when they last sent a frame. */
+  private readonly talking = new Map<WebSocket, { last: number; ticket: ConnectionTicket }>();
 
   constructor(limits: Partial<ConnectionLimits> = {}) {
     this.limits = { ...DEFAULT_CONNECTION_LIMITS, ...limits };
@@ -90,7 +111,7 @@ export class ConnectionGuard {
   /** Why an upgrade to a WebSocket is refused, or null when it may go ahead. */
   refusal(request: IncomingMessage): Refusal | null {
     const { maxConnections, maxConnectionsPerAddress } = this.limits;
-    if (this.open >= maxConnections)
+    if (this.open >= maxConnections && !this.dropIdle())
       return {
         status: 503,
         text: "Service Unavailable",
@@ -106,10 +127,31 @@ export class ConnectionGuard {
   }
 
   /**
-   * Counts an upgraded WebSocket until it closes, and holds it as pending until its hello. Returns
-   * what to call when a valid hello arrives.
+   * Closes the connection idle longest (no frame for idleDropMs, holding nothing) with 4011, to
+   * make room for a new one; false when there is none. Its place counts as free at once.
    */
-  opened(ws: WebSocket, request: IncomingMessage): () => void {
+  private dropIdle(): boolean {
+    const before = performance.now() - this.limits.idleDropMs;
+    let oldest: WebSocket | null = null;
+    let oldestAt = Number.POSITIVE_INFINITY;
+    for (const [ws, { last, ticket }] of this.talking)
+      if (last <= before && last < oldestAt && !ticket.holding()) {
+        oldest = ws;
+        oldestAt = last;
+      }
+    if (oldest === null) return false;
+    this.talking.delete(oldest);
+    void closeWithin(
+      oldest,
+      CLOSE_CODES.idleDropped,
+      `idle for ${Math.round((performance.now() - oldestAt) / 1000)} s with nothing held; dropped for a new connection`,
+      1_000,
+    );
+    return true;
+  }
+
+  /** Counts an upgraded WebSocket until it closes, and holds it as pending until its hello. */
+  opened(ws: WebSocket, request: IncomingMessage): ConnectionTicket {
     const address = addressOf(request);
     const socket = request.socket;
     this.open++;
@@ -125,15 +167,25 @@ export class ConnectionGuard {
     ws.once("close", () => {
       clearTimeout(timer);
       this.pending.delete(socket);
+      this.talking.delete(ws);
       this.open--;
       const left = (this.perAddress.get(address) ?? 1) - 1;
       if (left > 0) this.perAddress.set(address, left);
       else this.perAddress.delete(address);
     });
-    return () => {
-      clearTimeout(timer);
-      this.pending.delete(socket);
+    const ticket: ConnectionTicket = {
+      hello: () => {
+        clearTimeout(timer);
+        this.pending.delete(socket);
+        this.talking.set(ws, { last: performance.now(), ticket });
+      },
+      touch: () => {
+        const entry = this.talking.get(ws);
+        if (entry) entry.last = performance.now();
+      },
+      holding: () => false,
     };
+    return ticket;
   }
 
   /** Drops every pending connection (at shutdown, so closing the server does not wait on them). */
@@ -148,6 +200,8 @@ export class ConnectionGuard {
       max_connections: this.limits.maxConnections,
       max_connections_per_address: this.limits.maxConnectionsPerAddress,
       hello_timeout_s: this.limits.helloTimeoutMs / 1000,
+      idle_drop_s: this.limits.idleDropMs / 1000,
+      heartbeat_s: this.limits.heartbeatMs / 1000,
     };
   }
 
@@ -160,6 +214,34 @@ export class ConnectionGuard {
       dropOldest();
     }
   }
+}
+
+/**
+ * Pings every WebSocket each `intervalMs`; one that has not answered the previous ping (a
+ * half-open connection, a client gone without a FIN) is dropped. Returns how to stop it.
+ */
+export function heartbeat(clients: () => Iterable<WebSocket>, intervalMs: number): () => void {
+  const listening = new WeakSet<WebSocket>();
+  const answered = new WeakMap<WebSocket, boolean>();
+  const timer = setInterval(() => {
+    for (const ws of clients()) {
+      if (ws.readyState !== ws.OPEN) continue;
+      if (!listening.has(ws)) {
+        listening.add(ws);
+        answered.set(ws, true);
+        ws.on("pong", () => answered.set(ws, true));
+      }
+      // Replies waiting in its buffer: backpressure owns it (send_stall_s closes it with 4008).
+      if (!answered.get(ws) && ws.bufferedAmount === 0) {
+        ws.terminate();
+        continue;
+      }
+      answered.set(ws, false);
+      ws.ping();
+    }
+  }, intervalMs);
+  timer.unref();
+  return () => clearInterval(timer);
 }
 
 /**

@@ -22,8 +22,22 @@ export class EnvHostError extends Error {
 
 type Responses = EnvStep["responses"];
 
-/** Episodes built between two yields to the event loop when an env session opens. */
+/** Episodes built (or stepped) between two yields to the event loop. */
 export const OPEN_SLICE_EPISODES = 256;
+
+/**
+ * What one response costs to hold, measured (docs/server.md "Env hosting memory"): each step
+ * stores a turn record and a chat message (about 390 bytes with an empty text), the text once
+ * (one byte per character, two when it is not Latin-1), and in a token session each id, sampled
+ * or appended, in four arrays (id, mask, logprob, reward) with their growth headroom.
+ */
+export const STEP_BYTES = 512;
+export const TOKEN_ID_BYTES = 128;
+
+/** The bytes env sessions hold over the whole server (max_env_bytes). */
+export interface EnvBytes {
+  held: number;
+}
 
 /** What an env_stepped result's `messages` holds (PROTOCOL.md "Env hosting"). */
 export type MessagesMode = "new" | "full";
@@ -34,10 +48,14 @@ export class HostedEnvs {
   private readonly episodes: Episode[] = [];
   private readonly messagesMode: MessagesMode;
   /**
-   * Response text (UTF-16 code units ≈ bytes) and sampled ids this session holds, counted by
-   * the connection when a step is accepted (before it runs) against max_env_bytes_per_connection.
+   * Bytes this session holds (STEP_BYTES per response, its text, TOKEN_ID_BYTES per id), counted
+   * by the connection when a step is accepted (before it runs) against
+   * max_env_bytes_per_connection and max_env_bytes; ids the engine appends count once known.
    */
   heldBytes = 0;
+  /** Closes the session after env_idle_s without a step (connection.ts); cleared on dispose. */
+  idleTimer: NodeJS.Timeout | null = null;
+  private readonly serverBytes: EnvBytes;
   /** Token sessions only: the engine that renders deltas, and one log per episode. */
   private readonly tokens: TokenEngine | null;
   private readonly logs: TokenLog[] = [];
@@ -57,7 +75,9 @@ export class HostedEnvs {
     affinity = "env",
     forget: (affinity: string) => void = () => {},
     messagesMode: MessagesMode = "new",
+    serverBytes: EnvBytes = { held: 0 },
   ) {
+    this.serverBytes = serverBytes;
     this.registry = registry;
     this.request = request;
     this.tokens = tokens;
@@ -78,13 +98,16 @@ export class HostedEnvs {
    */
   async build(): Promise<void> {
     let sinceYield = 0;
+    let sliceStart = performance.now();
     for (const [group, tag] of groupTags(this.request).entries()) {
       if (this.stop.signal.aborted) throw new Error("env session closed");
       this.episodes.push(...groupEpisodes(this.registry, this.request, group, tag));
       sinceYield += this.request.groupSize;
-      if (sinceYield >= OPEN_SLICE_EPISODES) {
+      // Sokoban levels take milliseconds each to generate: a slice also ends after 5 ms.
+      if (sinceYield >= OPEN_SLICE_EPISODES || performance.now() - sliceStart > 5) {
         sinceYield = 0;
         await new Promise<void>((resolve) => setImmediate(resolve));
+        sliceStart = performance.now();
       }
     }
   }
@@ -100,10 +123,18 @@ export class HostedEnvs {
     return run;
   }
 
-  /** Ends the session's engine work (a closed session or connection) and its routing state. */
+  /** Counts `bytes` more (or fewer) held by this session, and by the server. */
+  charge(bytes: number): void {
+    this.heldBytes += bytes;
+    this.serverBytes.held += bytes;
+  }
+
+  /** Ends the session's engine work (a closed session or connection), its routing state and its bytes. */
   dispose(): void {
     this.stop.abort(new Error("env session closed"));
     this.forget(this.affinity);
+    this.charge(-this.heldBytes);
+    if (this.idleTimer) clearTimeout(this.idleTimer);
   }
 
   /** Token sessions: render every episode's first prompt (once) before `opened()`. */
@@ -117,6 +148,7 @@ export class HostedEnvs {
     prompts.forEach((ids, i) => {
       this.logs[i] = new TokenLog(ids);
       this.chats[i] = [...this.episodes[i].promptMessages()];
+      this.charge(ids.length * TOKEN_ID_BYTES);
     });
   }
 
@@ -164,17 +196,32 @@ export class HostedEnvs {
     }
   }
 
-  /** Response text an env_step would add (checked against max_env_bytes_per_connection before it is applied). */
+  /** What an env_step would add (checked against the byte limits before it is applied). */
   static bytesOf(responses: Responses): number {
-    // A token session also keeps each sampled id with its mask, logprob and reward.
-    return responses.reduce((n, r) => n + r.text.length + (r.sampled_ids?.length ?? 0) * 16, 0);
+    let bytes = 0;
+    for (const r of responses)
+      bytes +=
+        STEP_BYTES +
+        r.text.length * (WIDE.test(r.text) ? 2 : 1) +
+        (r.sampled_ids?.length ?? 0) * TOKEN_ID_BYTES;
+    return bytes;
   }
 
-  /** Apply one response per listed episode; all are checked before any is applied. */
-  step(responses: Responses): Record<string, unknown>[] {
+  /**
+   * Apply one response per listed episode; all are checked before any is applied. Applied in
+   * slices of OPEN_SLICE_EPISODES with a yield between them, so a step of thousands of
+   * responses does not hold up other clients.
+   */
+  async step(responses: Responses): Promise<Record<string, unknown>[]> {
     if (this.tokens) throw new Error("a token session steps through stepTokens");
     this.check(responses);
-    return responses.map(({ env_id, text }) => this.apply(env_id, text));
+    const results: Record<string, unknown>[] = [];
+    for (let i = 0; i < responses.length; i += OPEN_SLICE_EPISODES) {
+      if (i > 0) await new Promise<void>((resolve) => setImmediate(resolve));
+      for (const { env_id, text } of responses.slice(i, i + OPEN_SLICE_EPISODES))
+        results.push(this.apply(env_id, text));
+    }
+    return results;
   }
 
   /** A token session's step: the sampled ids join the log, and each reply carries the ids to append. */
@@ -199,14 +246,18 @@ export class HostedEnvs {
         const log = this.logs[env_id];
         const messages = episode.promptMessages();
         const chat = this.chats[env_id];
+        const said = episode.prefill + responses[i].text;
         chat.push(
-          { role: "assistant", content: episode.prefill + responses[i].text },
+          { role: "assistant", content: said },
           { role: "user", content: messages[messages.length - 1].content },
         );
+        // The chat's own copy of the response (the user message is the episode's string).
+        this.charge(said.length * (WIDE.test(said) ? 2 : 1));
         // The trainer's engine did not say how the turn ended: only its own end-of-turn token is known.
         const end = { lastId: log.last, stoppedOnToken: false };
         const next = await engine.continuation(chat, end, episode.prefill, this.affinity, signal);
         log.inserted(next);
+        this.charge(next.length * TOKEN_ID_BYTES);
         return { ...result, next_ids: next };
       }),
     );
@@ -243,6 +294,13 @@ export class HostedEnvs {
     return { episodes, metrics: tagMetrics(episodes, this.request) };
   }
 }
+
+/**
+ * A character outside Latin-1, which makes V8 store the text at two bytes per character (the
+ * control characters below tab are Latin-1 too; a text with them is charged two, to keep the
+ * pattern free of control characters).
+ */
+const WIDE = /[^\t-\u00ff]/;
 
 /** How many leading messages two chats share (same role and content). */
 function commonPrefix(a: readonly ChatMessage[], b: readonly ChatMessage[]): number {

@@ -67,6 +67,11 @@ export class WatchHub {
     return { maxBuffered, unreported };
   }
 
+  /** Whether `socket` holds a watch subscription. */
+  watching(socket: WebSocket): boolean {
+    return this.watchers.has(socket);
+  }
+
   /** Subscribe `socket`; false when the server already has `maxWatchers` subscriptions. */
   subscribe(socket: WebSocket): boolean {
     if (!this.watchers.has(socket)) {

@@ -4,6 +4,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { encodeMessage } from "../../protocol/codec.ts";
 import { buildServer, type RollgymServer } from "../../src/server/app.ts";
+import { HostedEnvs, OPEN_SLICE_EPISODES } from "../../src/server/env-host.ts";
 import { Outbound } from "../../src/server/outbound.ts";
 import { type Frame, TestClient } from "../helpers/ws-client.ts";
 
@@ -89,7 +90,7 @@ describe("env hosting bounds", () => {
     socket.uncork();
     const refused = await arrivedAfter(client, from, "error", "q");
     expect(refused).toMatchObject({ code: "limit", field: "responses" });
-    expect(refused.message).toMatch(/hold 8\d{3} bytes/);
+    expect(refused.message).toMatch(/hold 9\d{3} bytes/);
     // A refused step holds nothing: once the session is closed, the bytes are free again.
     client.send({ type: "env_close", id: "q" });
     const closed = await client.next((f) => f.type === "env_closed" && f.id === "q");
@@ -98,7 +99,9 @@ describe("env hosting bounds", () => {
   });
 
   it("sends only the messages added since the previous turn by default; `full` sends the chat", async () => {
-    const client = await TestClient.connect(url);
+    // Turns of four episodes in two sessions: more than the 10,000 bytes of the server above.
+    const roomy = await buildServer();
+    const client = await TestClient.connect(await roomy.listen(0));
     const open = { tag: "SimpleSokoban", groups: 2, group_size: 2, seed: 77, max_turn: 8 };
     client.send({ type: "env_open", id: "new", ...open });
     client.send({ type: "env_open", id: "full", ...open, messages: "full" });
@@ -140,6 +143,7 @@ describe("env hosting bounds", () => {
     }
     expect(sizes.length).toBeGreaterThan(2);
     client.close();
+    await roomy.shutdown();
   });
 
   it("counts hosted episodes against the session's share", async () => {
@@ -191,4 +195,106 @@ describe("a large env_open", () => {
       Outbound.prototype.send = send;
     }
   }, 120_000);
+});
+
+describe("env hosting memory over the whole server", () => {
+  let small: RollgymServer;
+  let smallUrl: string;
+  beforeAll(async () => {
+    small = await buildServer({ maxEnvBytes: 10_000 });
+    smallUrl = await small.listen(0);
+  });
+  afterAll(async () => {
+    await small.shutdown();
+  });
+
+  it("refuses a step past max_env_bytes whichever connection holds the bytes, until they are released", async () => {
+    const a = await TestClient.connect(smallUrl);
+    const b = await TestClient.connect(smallUrl);
+    expect((a.of("welcome")[0].limits as Record<string, number>).max_env_bytes).toBe(10_000);
+    for (const c of [a, b]) {
+      c.send({ type: "env_open", id: "s", tag: "SimpleSokoban", groups: 1, group_size: 1, max_turn: 5 });
+      await c.next((f) => f.type === "env_opened");
+    }
+    const long = `${"x".repeat(6000)}</think><answer>Up</answer>`;
+    a.send({ type: "env_step", id: "s", responses: [{ env_id: 0, text: long }] });
+    await a.next((f) => f.type === "env_stepped");
+    let from = b.received.length;
+    b.send({ type: "env_step", id: "s", responses: [{ env_id: 0, text: long }] });
+    const refused = await arrivedAfter(b, from, "error", "s");
+    expect(refused).toMatchObject({ code: "limit", field: "responses" });
+    expect(refused.message).toMatch(
+      /max_env_bytes is 10000; env sessions hold 65\d\d bytes over all connections/,
+    );
+    // a's session closes: its bytes are free for b.
+    a.send({ type: "env_close", id: "s" });
+    await a.next((f) => f.type === "env_closed");
+    from = b.received.length;
+    b.send({ type: "env_step", id: "s", responses: [{ env_id: 0, text: long }] });
+    expect(await arrivedAfter(b, from, "env_stepped", "s")).toBeTruthy();
+    // And a dropped connection frees its bytes too.
+    b.ws.terminate();
+    await new Promise((r) => setTimeout(r, 100));
+    expect(small.state.envBytes.held).toBe(0);
+    a.close();
+  });
+
+  it("charges steps with an empty text (each stores a turn record and a chat message)", async () => {
+    const c = await TestClient.connect(smallUrl);
+    c.send({ type: "env_open", id: "e", tag: "SimpleSokoban", groups: 1, group_size: 1, max_turn: 100 });
+    await c.next((f) => f.type === "env_opened");
+    let refused: Frame | null = null;
+    let steps = 0;
+    for (; steps < 40 && !refused; steps++) {
+      const from = c.received.length;
+      c.send({ type: "env_step", id: "e", responses: [{ env_id: 0, text: "" }] });
+      const r = await c.next(
+        (f) => (f.type === "env_stepped" || f.type === "error") && c.received.indexOf(f) >= from,
+      );
+      if (r.type === "error") refused = r;
+    }
+    expect(refused).toMatchObject({ code: "limit" });
+    expect(steps).toBe(20); // 19 × 512 bytes fit in 10,000
+    c.close();
+  });
+
+  it("applies a step of thousands of responses in slices, the event loop turning between them", async () => {
+    const roomy = await buildServer();
+    const roomyUrl = await roomy.listen(0);
+    const c = await TestClient.connect(roomyUrl);
+    c.send({ type: "env_open", id: "big", tag: "Bandit", groups: 1024, group_size: 16 });
+    const opened = await c.next((f) => f.type === "env_opened" && f.id === "big", 60_000);
+    const ids = (opened.episodes as { env_id: number }[]).map((e) => e.env_id);
+    // Count the event loop's turns while the step is applied: one per slice at least.
+    let turns = 0;
+    let ticking = true;
+    const tick = () => {
+      turns++;
+      if (ticking) setImmediate(tick);
+    };
+    setImmediate(tick);
+    const at: number[] = [];
+    const proto = HostedEnvs.prototype as unknown as { apply: (...args: unknown[]) => unknown };
+    const apply = proto.apply;
+    proto.apply = function (this: unknown, ...args: unknown[]) {
+      at.push(turns);
+      return apply.apply(this, args);
+    };
+    try {
+      c.send({
+        type: "env_step",
+        id: "big",
+        responses: ids.map((env_id) => ({ env_id, text: "</think><answer>Left</answer>" })),
+      });
+      const stepped = await c.next((f) => f.type === "env_stepped" && f.id === "big", 60_000);
+      expect((stepped.results as unknown[]).length).toBe(16_384);
+    } finally {
+      proto.apply = apply;
+      ticking = false;
+    }
+    expect(at).toHaveLength(16_384);
+    expect(at[at.length - 1] - at[0]).toBeGreaterThanOrEqual(16_384 / OPEN_SLICE_EPISODES - 1);
+    c.close();
+    await roomy.shutdown();
+  });
 });

@@ -8,7 +8,8 @@ import { ROOT } from "../helpers/cli.ts";
 export const CHROMIUM = process.env.ROLLGYM_CHROMIUM ?? "/usr/bin/chromium";
 export const SCREENSHOTS = join(ROOT, "test", "web", "screenshots");
 
-export async function launch(): Promise<Browser> {
+/** `extraArgs`: more Chromium switches (e.g. --host-resolver-rules to give 127.0.0.1 a name). */
+export async function launch(extraArgs: readonly string[] = []): Promise<Browser> {
   if (!existsSync(CHROMIUM))
     throw new Error(
       `no Chromium at ${CHROMIUM}: apt-get install chromium (.ci/run does), or set ROLLGYM_CHROMIUM`,
@@ -24,6 +25,7 @@ export async function launch(): Promise<Browser> {
       "--disable-background-networking",
       "--disable-component-update",
       "--disable-sync",
+      ...extraArgs,
     ],
   });
 }

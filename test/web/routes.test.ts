@@ -1,7 +1,15 @@
 // The page's HTTP routes under attack and in normal use: Play's validation and trajectories,
 // the static files, the shared directory (no path outside it, no symbolic links, size limits)
 // and uploads (checked, size- and count-limited, oldest evicted), all behind the token.
-import { mkdirSync, mkdtempSync, symlinkSync, writeFileSync } from "node:fs";
+import {
+  copyFileSync,
+  mkdirSync,
+  mkdtempSync,
+  renameSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -222,5 +230,47 @@ describe("uploads", () => {
     expect((await get(`/v1/episode-files/uploads/${ids[2]}`)).status).toBe(404);
     expect((await get(`/v1/episode-files/uploads/${large}`)).status).toBe(200);
     expect((await get("/v1/episode-files/uploads/0123", {})).status).toBe(401);
+  });
+});
+
+describe("a symbolic link swapped into the shared directory", () => {
+  it("is never followed, even between the listing and the open", async () => {
+    const root = mkdtempSync(join(tmpdir(), "rollgym-swap-"));
+    const dir = join(root, "share");
+    mkdirSync(dir);
+    const secret = join(root, "secret.jsonl");
+    writeFileSync(secret, `${header}\nSECRET\n${summary}\n`);
+    const real = join(root, "real.jsonl");
+    writeFileSync(real, episodeFile());
+    const swapped = await buildServer({ share: dir });
+    const swappedUrl = await swapped.listen(0);
+    // Flip run.jsonl between a regular file and a link to the secret while requests run.
+    const target = join(dir, "run.jsonl");
+    let flips = 0;
+    let flipping = true;
+    const flip = () => {
+      if (!flipping) return;
+      const next = join(dir, ".next");
+      rmSync(next, { force: true });
+      if (flips++ % 2) symlinkSync(secret, next);
+      else copyFileSync(real, next);
+      renameSync(next, target);
+      setImmediate(flip);
+    };
+    flip();
+    let served = 0;
+    try {
+      for (let i = 0; i < 300; i++) {
+        const r = await fetch(`${swappedUrl}/v1/episode-files/shared/run.jsonl`);
+        const text = await r.text();
+        expect(text).not.toContain("SECRET");
+        if (r.status === 200) served++;
+      }
+    } finally {
+      flipping = false;
+      await swapped.shutdown();
+    }
+    expect(flips).toBeGreaterThan(300);
+    expect(served).toBeGreaterThan(0);
   });
 });

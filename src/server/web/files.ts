@@ -3,15 +3,18 @@
 // joining a client's string onto a path, so nothing outside DIR can be read; uploads are checked
 // to be episode files and kept within a count and a byte budget, the oldest evicted first.
 import { randomBytes } from "node:crypto";
-import { createReadStream, type Dirent, type ReadStream, type Stats } from "node:fs";
-import { lstat, readdir } from "node:fs/promises";
+import { constants, type Dirent, type ReadStream, type Stats } from "node:fs";
+import { type FileHandle, lstat, open, readdir } from "node:fs/promises";
 import { join } from "node:path";
+import { isMainThread, parentPort, Worker, workerData } from "node:worker_threads";
 import { checkEpisodeText, EpisodeFileError } from "../../record/episode-reader.ts";
 import { Refusal } from "./refusal.ts";
 
 export interface FileLimits {
   /** Largest upload accepted (bytes). */
   maxUploadBytes: number;
+  /** Uploads whose bodies are being received at once; one more gets 503. */
+  maxConcurrentUploads: number;
   /** Uploads kept at once; a new one evicts the oldest. */
   maxUploads: number;
   /** Bytes of uploads kept at once; a new one evicts the oldest until it fits. */
@@ -24,6 +27,7 @@ export interface FileLimits {
 
 export const DEFAULT_FILE_LIMITS: FileLimits = {
   maxUploadBytes: 32 << 20,
+  maxConcurrentUploads: 4,
   maxUploads: 16,
   maxUploadTotalBytes: 64 << 20,
   maxListed: 500,
@@ -60,18 +64,62 @@ async function sharedEntry(dir: string, entry: Dirent): Promise<Stats | null> {
   return info?.isFile() ? info : null;
 }
 
-/** A stream of the shared file called `name`, if DIR lists it (found by listing, never by path). */
+/**
+ * A stream of the shared file called `name`, if DIR lists it (found by listing, never by path).
+ * Opened with O_NOFOLLOW and checked through the open descriptor, so a symbolic link swapped in
+ * between the listing and the open is refused rather than followed.
+ */
 export async function openShared(dir: string, name: string, limits: FileLimits): Promise<ReadStream> {
   const entry = (await readdir(dir, { withFileTypes: true })).find((e) => e.name === name);
-  const info = entry ? await sharedEntry(dir, entry) : null;
-  if (!entry || !info) throw new Refusal(404, `no episode file ${JSON.stringify(name)} is shared`);
-  if (info.size > limits.maxSharedBytes)
+  const missing = () => new Refusal(404, `no episode file ${JSON.stringify(name)} is shared`);
+  if (!entry || !(await sharedEntry(dir, entry))) throw missing();
+  let handle: FileHandle;
+  try {
+    handle = await open(
+      join(dir, entry.name),
+      constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK,
+    );
+  } catch {
+    throw missing(); // ELOOP: a link now; ENOENT: gone
+  }
+  const info = await handle.stat();
+  if (!info.isFile()) {
+    await handle.close();
+    throw missing();
+  }
+  if (info.size > limits.maxSharedBytes) {
+    await handle.close();
     throw new Refusal(413, `${name} has ${info.size} bytes; at most ${limits.maxSharedBytes} are served`);
-  return createReadStream(join(dir, entry.name));
+  }
+  return handle.createReadStream({ end: Math.max(0, info.size - 1) });
+}
+
+/** Nesting an episode file's line may have (they use fewer than ten levels). */
+const MAX_LINE_DEPTH = 64;
+
+/** Whether a JSON text nests arrays and objects deeper than `max` (one pass, strings skipped). */
+function nestedDeeperThan(text: string, max: number): boolean {
+  let depth = 0;
+  let inString = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (inString) {
+      if (c === 0x5c)
+        i++; // backslash: skip the escaped character
+      else if (c === 0x22) inString = false;
+    } else if (c === 0x22) inString = true;
+    else if (c === 0x5b || c === 0x7b) {
+      if (++depth > max) return true;
+    } else if (c === 0x5d || c === 0x7d) depth--;
+  }
+  return false;
 }
 
 /** Checks `text` with the one episode-file reader; a problem is a 400 naming the line and field. */
 function checkUpload(text: string): { episodes: number } {
+  // Episode lines nest a few levels; JSON.parse of millions of nested brackets takes seconds.
+  if (nestedDeeperThan(text, MAX_LINE_DEPTH))
+    throw new Refusal(400, `nested deeper than ${MAX_LINE_DEPTH} levels`);
   try {
     return checkEpisodeText(text);
   } catch (error) {
@@ -80,9 +128,88 @@ function checkUpload(text: string): { episodes: number } {
   }
 }
 
+/** Uploads up to this size are parsed on the event loop (a few milliseconds at most). */
+const OFF_LOOP_BYTES = 256 << 10;
+/** Heap a checking worker may use: a hostile line of nested arrays costs far more than its bytes. */
+export const CHECK_HEAP_MIB = 384;
+/** Checks running at once; more wait their turn (uploads being received are capped anyway). */
+const CHECKS_AT_ONCE = 2;
+/** A check taking longer than this is stopped and the upload refused. */
+const CHECK_TIMEOUT_MS = 30_000;
+
+let checking = 0;
+const waitingChecks: (() => void)[] = [];
+
+/**
+ * checkEpisodeText in a worker thread with its own bounded heap, so parsing a large upload
+ * (JSON.parse of a 30 MB line takes seconds) never freezes the event loop, and a line built to
+ * blow up the parser costs at most CHECK_HEAP_MIB and is refused.
+ */
+export async function checkOffLoop(body: Buffer): Promise<{ episodes: number; bytes: Buffer }> {
+  if (checking >= CHECKS_AT_ONCE) await new Promise<void>((resolve) => waitingChecks.push(resolve));
+  checking++;
+  try {
+    // The bytes move to the worker and back (transferred, not copied: nothing on this thread
+    // scales with the upload's size).
+    const own =
+      body.byteOffset === 0 && body.byteLength === body.buffer.byteLength ? body : Buffer.from(body);
+    const buffer = own.buffer as ArrayBuffer;
+    return await new Promise((resolve, reject) => {
+      const worker = new Worker(new URL(import.meta.url), {
+        workerData: { uploadCheck: buffer },
+        transferList: [buffer],
+        resourceLimits: { maxOldGenerationSizeMb: CHECK_HEAP_MIB, maxYoungGenerationSizeMb: 16 },
+      });
+      const timer = setTimeout(() => {
+        reject(new Refusal(413, `the upload could not be checked within ${CHECK_TIMEOUT_MS / 1000} s`));
+        void worker.terminate();
+      }, CHECK_TIMEOUT_MS);
+      worker.once("exit", () => clearTimeout(timer));
+      worker.once("message", (m: CheckAnswer) => {
+        if (m.ok) resolve({ episodes: m.episodes, bytes: Buffer.from(m.bytes) });
+        else reject(new Refusal(m.status, m.message));
+        void worker.terminate();
+      });
+      worker.once("error", (error) =>
+        reject(
+          new Refusal(
+            413,
+            `the upload could not be checked within ${CHECK_HEAP_MIB} MiB (${error.message}); split it or use the shared directory`,
+          ),
+        ),
+      );
+      worker.once("exit", () => reject(new Refusal(500, "the upload's check ended without an answer")));
+    });
+  } finally {
+    checking--;
+    waitingChecks.shift()?.();
+  }
+}
+
+type CheckAnswer =
+  | { ok: true; episodes: number; bytes: ArrayBuffer }
+  | { ok: false; status: number; message: string };
+
+// This module is also checkOffLoop's worker: it answers the check it was started with, and
+// hands the bytes back.
+if (!isMainThread && (workerData as { uploadCheck?: unknown } | null)?.uploadCheck instanceof ArrayBuffer) {
+  const bytes = (workerData as { uploadCheck: ArrayBuffer }).uploadCheck;
+  let answer: CheckAnswer;
+  try {
+    answer = { ok: true, ...checkUpload(Buffer.from(bytes).toString("utf8")), bytes };
+  } catch (error) {
+    answer =
+      error instanceof Refusal
+        ? { ok: false, status: error.status, message: error.message }
+        : { ok: false, status: 400, message: String(error) };
+  }
+  parentPort?.postMessage(answer, answer.ok ? [bytes] : []);
+}
+
 /** Uploaded episode files, in memory only, under the count and byte limits. */
 export class UploadStore {
-  private readonly files = new Map<string, string>();
+  /** Kept as the bytes that arrived (served as they are; one byte per ASCII character). */
+  private readonly files = new Map<string, Buffer>();
   private bytes = 0;
   private readonly limits: FileLimits;
 
@@ -90,30 +217,36 @@ export class UploadStore {
     this.limits = limits;
   }
 
-  /** Check and keep `text`; returns its id (unguessable, so a shared URL is the only way in). */
-  add(text: string): { id: string; episodes: number; bytes: number } {
-    const size = Buffer.byteLength(text);
+  /**
+   * Check and keep `body`; returns its id (unguessable, so a shared URL is the only way in).
+   * Large uploads are checked in a worker thread (checkOffLoop), small ones here.
+   */
+  async add(body: Buffer | string): Promise<{ id: string; episodes: number; bytes: number }> {
+    let bytes = typeof body === "string" ? Buffer.from(body) : body;
+    const size = bytes.byteLength;
     if (size > this.limits.maxUploadBytes)
       throw new Refusal(
         413,
         `the upload has ${size} bytes; at most ${this.limits.maxUploadBytes} are accepted`,
       );
-    const { episodes } = checkUpload(text);
+    let episodes: number;
+    if (size <= OFF_LOOP_BYTES) ({ episodes } = checkUpload(bytes.toString("utf8")));
+    else ({ episodes, bytes } = await checkOffLoop(bytes));
     while (
       this.files.size > 0 &&
       (this.files.size >= this.limits.maxUploads || this.bytes + size > this.limits.maxUploadTotalBytes)
     ) {
-      const [oldest, body] = this.files.entries().next().value!;
+      const [oldest, kept] = this.files.entries().next().value!;
       this.files.delete(oldest);
-      this.bytes -= Buffer.byteLength(body);
+      this.bytes -= kept.byteLength;
     }
     const id = randomBytes(16).toString("hex");
-    this.files.set(id, text);
+    this.files.set(id, bytes);
     this.bytes += size;
     return { id, episodes, bytes: size };
   }
 
-  get(id: string): string | undefined {
+  get(id: string): Buffer | undefined {
     return this.files.get(id);
   }
 }

@@ -35,11 +35,14 @@ export function registerWeb(app: FastifyInstance, state: ServerState, options: W
 
   // The JSON routes: each throws a Refusal for what it turns down.
   app.register(async (api) => {
-    api.setErrorHandler((error, _request, reply) => {
+    api.setErrorHandler((error, request, reply) => {
+      // A refused upload's body is not read: the connection closes instead.
+      if (request.method === "POST") reply.header("connection", "close");
       if (error instanceof Refusal) return refuse(reply, error.status, error.message, error.field);
       return reply.send(error);
     });
-    api.addHook("preHandler", async (request) => {
+    // Before the body is read: a request without the token costs no memory.
+    api.addHook("onRequest", async (request) => {
       if (!authorized(request.raw, state.options.token))
         throw new Refusal(401, "a valid bearer token is required (Authorization: Bearer TOKEN or ?token=)");
     });
@@ -86,21 +89,32 @@ export function registerWeb(app: FastifyInstance, state: ServerState, options: W
 
     api.get<{ Params: { id: string } }>("/v1/episode-files/uploads/:id", async (request, reply) => {
       const text = uploads.get(request.params.id);
-      if (text === undefined)
+      if (!text)
         throw new Refusal(404, "no such upload (uploads are kept in memory and the oldest are evicted)");
       return reply.header("content-type", NDJSON).send(text);
     });
 
     // Uploads: episode files as text, kept in memory only (never written to disk).
     api.register(async (scope) => {
+      // Bodies being read at once are capped, so uploads hold at most this many × the size limit.
+      let reading = 0;
+      scope.addHook("onRequest", async (_request, reply) => {
+        if (reading >= options.files.maxConcurrentUploads)
+          throw new Refusal(
+            503,
+            `max_concurrent_uploads is ${options.files.maxConcurrentUploads}; try again when an upload has finished`,
+          );
+        reading++;
+        reply.raw.once("close", () => reading--);
+      });
       scope.removeAllContentTypeParsers();
       scope.addContentTypeParser(
         "*",
-        { parseAs: "string", bodyLimit: options.files.maxUploadBytes },
+        { parseAs: "buffer", bodyLimit: options.files.maxUploadBytes },
         (_r, body, done) => done(null, body),
       );
       scope.post("/v1/episode-files", async (request) => {
-        if (typeof request.body !== "string")
+        if (!Buffer.isBuffer(request.body))
           throw new Refusal(400, "send the episode file as the request body");
         return uploads.add(request.body);
       });

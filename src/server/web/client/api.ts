@@ -109,6 +109,8 @@ export function h<K extends keyof HTMLElementTagNameMap>(
     if (key.startsWith("on") && typeof value === "function")
       element.addEventListener(key.slice(2), value as EventListener);
     else if (PROPERTIES.has(key)) (element as unknown as Record<string, unknown>)[key] = value;
+    // Through the CSSOM: the page's CSP refuses style attributes.
+    else if (key === "style") element.style.cssText = String(value);
     else element.setAttribute(key, value === true ? "" : String(value));
   }
   append(element, children);

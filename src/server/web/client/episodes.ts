@@ -116,12 +116,12 @@ export function rewardChart(groups: readonly GroupView[]): string {
   for (const g of groups) {
     const x = PAD + g.group * colW;
     parts.push(
-      `<rect class="col ${g.verdict}" x="${x + 1}" y="4" width="${Math.max(colW - 2, 1)}" height="${CHART_H - PAD / 2 - 4}"><title>group ${g.group}: ${g.verdict}</title></rect>`,
+      `<rect class="col ${escapeHtml(g.verdict)}" x="${escapeHtml(x + 1)}" y="4" width="${Math.max(colW - 2, 1)}" height="${CHART_H - PAD / 2 - 4}"><title>group ${escapeHtml(g.group)}: ${escapeHtml(g.verdict)}</title></rect>`,
     );
     g.episodes.forEach((e, i) => {
       const cx = x + colW / 2 + ((i % 5) - 2) * Math.min(colW / 8, 3);
       parts.push(
-        `<circle class="${e.success ? "good" : "bad"}" cx="${cx.toFixed(1)}" cy="${y(e.reward).toFixed(1)}" r="3"/>`,
+        `<circle class="${e.success ? "good" : "bad"}" cx="${escapeHtml(cx.toFixed(1))}" cy="${escapeHtml(y(e.reward).toFixed(1))}" r="3"/>`,
       );
     });
   }

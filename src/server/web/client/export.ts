@@ -34,6 +34,11 @@ pre{white-space:pre-wrap;font:11px ui-monospace,monospace;margin:0}
 table{border-collapse:collapse;font-size:12px}td{padding:0 .6rem 0 0}
 ${PICTURE_CSS}`;
 
+/** A list of a file's values as text (any type: the file may be crafted). */
+function textList(values: unknown, separator = ", "): string {
+  return Array.isArray(values) ? values.map(String).join(separator) : String(values ?? "");
+}
+
 function verdictText(g: GroupView): string {
   const s = stats(g.episodes.map((e) => e.reward));
   const verdict =
@@ -57,21 +62,22 @@ export function exportHtml(batch: ExportBatch, styleOf: StyleOf): string {
         return figure(
           t.state,
           style,
-          `<b>Turn ${t.turn}</b>: ${escapeHtml(answer)} → ${escapeHtml(t.actions.join(", ") || "–")}, reward ${escapeHtml(t.reward_text)}${marks.length ? ` <span class="bad">(${escapeHtml(marks.join(", "))})</span>` : ""}`,
+          `<b>Turn ${escapeHtml(t.turn)}</b>: ${escapeHtml(answer)} → ${escapeHtml(textList(t.actions) || "–")}, reward ${escapeHtml(t.reward_text)}${marks.length ? ` <span class="bad">(${escapeHtml(marks.join(", "))})</span>` : ""}`,
         );
       });
       turns.push(figure(e.final_state, style, `<b>End</b>: ${escapeHtml(e.end_reason)}`));
       const outcome = e.failure ? `failed: ${e.failure}` : e.success ? "✓ success" : "✗ no success";
       const tokens = e.tokens ? `<p class="muted">${escapeHtml(tokenSummary(e.tokens))}</p>` : "";
-      return `<details><summary>Episode #${e.env_id} · ${escapeHtml(outcome)} · reward ${num(e.reward)} · score ${num(e.score)}</summary>${tokens}<div class="strip">${turns.join("")}</div></details>`;
+      return `<details><summary>Episode #${escapeHtml(e.env_id)} · ${escapeHtml(outcome)} · reward ${num(e.reward)} · score ${num(e.score)}</summary>${tokens}<div class="strip">${turns.join("")}</div></details>`;
     });
-    return `<section><h2>Group ${g.group} · ${escapeHtml(g.tag)} · seed ${g.seed} · <span class="${g.verdict}">${escapeHtml(verdictText(g))}</span></h2>${episodes.join("")}</section>`;
+    return `<section><h2>Group ${escapeHtml(g.group)} · ${escapeHtml(g.tag)} · seed ${escapeHtml(g.seed)} · <span class="${escapeHtml(g.verdict)}">${escapeHtml(verdictText(g))}</span></h2>${episodes.join("")}</section>`;
   });
   const metrics = Object.entries(batch.metrics)
     .map(([k, v]) => `<tr><td>${escapeHtml(k)}</td><td>${num(v)}</td></tr>`)
     .join("");
   return `<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+<meta http-equiv="Content-Security-Policy" content="${EXPORT_CSP}">
 <title>${escapeHtml(batch.title)}</title><style>${PAGE_CSS}</style></head>
 <body>${TILE_DEFS}<h1>${escapeHtml(batch.title)}</h1><p class="muted">${escapeHtml(batch.about)}</p>
 ${metrics ? `<details><summary>Metrics</summary><table>${metrics}</table></details>` : ""}
@@ -80,6 +86,10 @@ ${groups.join("\n")}
 <p class="muted">Exported by rollgym.</p></body></html>
 `;
 }
+
+/** The export runs nothing and fetches nothing: its styles and pictures are inline. */
+export const EXPORT_CSP =
+  "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'";
 
 const CELL_W = 120;
 const LABEL_H = 30;
@@ -101,14 +111,16 @@ export function exportSvg(batch: ExportBatch, styleOf: StyleOf): string {
       const x = ROW_LABEL_W + i * (CELL_W + GAP);
       const picture = style ? stateTiles(state, style, true) : null;
       const turn = e.turns[i];
-      const label = turn ? `${turn.actions.join(" ") || "no action"} (${turn.reward_text})` : e.end_reason;
+      const label = String(
+        turn ? `${textList(turn.actions, " ") || "no action"} (${turn.reward_text})` : e.end_reason,
+      );
       const image = picture
         ? `<svg class="board" x="${x}" y="${y}" width="${CELL_W}" height="${CELL_W}" viewBox="0 0 ${picture.width} ${picture.height}">${picture.tiles}</svg>`
-        : `<rect x="${x}" y="${y}" width="${CELL_W}" height="${CELL_W}" fill="#fff" stroke="#ccc"/><text x="${x + 4}" y="${y + 16}" font-size="10">${escapeHtml(state.slice(0, 24))}</text>`;
+        : `<rect x="${x}" y="${y}" width="${CELL_W}" height="${CELL_W}" fill="#fff" stroke="#ccc"/><text x="${x + 4}" y="${y + 16}" font-size="10">${escapeHtml(String(state).slice(0, 24))}</text>`;
       return `${image}<text x="${x}" y="${y + CELL_W + 14}" font-size="11">${escapeHtml(label.slice(0, 22))}</text>`;
     });
     const outcome = e.failure ? "failed" : e.success ? "success" : "no success";
-    return `<text x="4" y="${y + 16}" font-size="13" font-weight="bold">#${e.env_id} · group ${g.group}</text><text x="4" y="${y + 34}" font-size="12">${escapeHtml(g.verdict)} · ${outcome}</text><text x="4" y="${y + 52}" font-size="12">reward ${num(e.reward)}</text>${cells.join("")}`;
+    return `<text x="4" y="${y + 16}" font-size="13" font-weight="bold">#${escapeHtml(e.env_id)} · group ${escapeHtml(g.group)}</text><text x="4" y="${y + 34}" font-size="12">${escapeHtml(g.verdict)} · ${outcome}</text><text x="4" y="${y + 52}" font-size="12">reward ${num(e.reward)}</text>${cells.join("")}`;
   });
   return `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" font-family="sans-serif">
 ${TILE_DEFS}<rect width="100%" height="100%" fill="#f7f6f2"/>

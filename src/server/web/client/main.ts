@@ -54,7 +54,10 @@ function askToken(message: string): void {
 }
 
 async function start(): Promise<void> {
-  document.head.append(h("style", {}, PICTURE_CSS));
+  // A constructed sheet, not a <style> element: the page's CSP runs no inline styles.
+  const sheet = new CSSStyleSheet();
+  sheet.replaceSync(PICTURE_CSS);
+  document.adoptedStyleSheets = [...document.adoptedStyleSheets, sheet];
   token();
   try {
     const info = await api<{ version: string; policy: string }>("/v1/web");

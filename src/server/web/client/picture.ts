@@ -9,6 +9,7 @@ export interface PictureStyle {
 
 /** The grid part of an observation as codes of the env's grid_lookup, or null if there is none. */
 export function parseGrid(state: string, lookup: Record<string, string>): number[][] | null {
+  if (typeof state !== "string") return null;
   const marker = state.lastIndexOf("Grid Map:");
   const text = (marker >= 0 ? state.slice(marker + "Grid Map:".length) : state).trim();
   const codes = new Map(Object.entries(lookup).map(([code, symbol]) => [symbol, Number(code)]));
@@ -72,7 +73,7 @@ const tileId = (kind: string, lake: boolean) => `rg-${lake ? "l" : "s"}-${kind}`
  * Every tile once, as SVG definitions that pictures drawn with `refs` point to: an export
  * with hundreds of boards then carries each drawing once.
  */
-export const TILE_DEFS = `<svg width="0" height="0" style="position:absolute" aria-hidden="true"><defs>${[
+export const TILE_DEFS = `<svg class="tile-defs" width="0" height="0" aria-hidden="true"><defs>${[
   ...SOKOBAN.map((k) => `<g id="${tileId(k, false)}">${tileBody(k, false)}</g>`),
   ...LAKE.map((k) => `<g id="${tileId(k, true)}">${tileBody(k, true)}</g>`),
 ].join("")}</defs></svg>`;
@@ -108,9 +109,10 @@ export function stateSvg(state: string, style: PictureStyle, label = "", refs = 
   return `<svg class="board" viewBox="0 0 ${w} ${h}" width="${w}" height="${h}" role="img" aria-label="${escapeHtml(name)}">${picture.tiles}</svg>`;
 }
 
-export function escapeHtml(text: string): string {
-  return text.replace(/[&<>"']/g, (ch) => `&#${ch.charCodeAt(0)};`);
+/** Any value as text safe inside markup and attribute values (file data may be of any type). */
+export function escapeHtml(value: unknown): string {
+  return String(value).replace(/[&<>"']/g, (ch) => `&#${ch.charCodeAt(0)};`);
 }
 
 /** How the page and the exports size the pictures. */
-export const PICTURE_CSS = ".board{max-width:100%;height:auto;display:block}";
+export const PICTURE_CSS = ".board{max-width:100%;height:auto;display:block}.tile-defs{position:absolute}";

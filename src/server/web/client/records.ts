@@ -9,7 +9,8 @@ export { parseEpisodeText } from "../../../record/episode-reader.ts";
 
 /** A number as a short string: integers as they are, others to 3 significant digits. */
 export function num(value: number | null | undefined): string {
-  if (value === null || value === undefined || Number.isNaN(value)) return "–";
+  // Anything else (a crafted file's string, say) is not a number to show.
+  if (typeof value !== "number" || Number.isNaN(value)) return "–";
   if (Number.isInteger(value)) return String(value);
   return Number(value.toPrecision(3)).toString();
 }

@@ -1,0 +1,83 @@
+// Connections and env sessions that hold shared capacity without using it (issue 19.6): an env
+// session that takes no step is closed after env_idle_s; at max_connections the connection idle
+// longest and holding nothing makes room for a new one (4011); a client that does not answer
+// the server's pings is dropped.
+import { afterEach, describe, expect, it } from "vitest";
+import WebSocket from "ws";
+import { encodeMessage } from "../../protocol/codec.ts";
+import { buildServer, type RollgymServer } from "../../src/server/app.ts";
+import { TestClient } from "../helpers/ws-client.ts";
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+let server: RollgymServer | null = null;
+afterEach(async () => {
+  await server?.shutdown();
+  server = null;
+});
+
+describe("idle capacity", () => {
+  it("closes an env session that takes no step for env_idle_s and releases its episodes", async () => {
+    server = await buildServer({ envIdleMs: 300 });
+    const url = await server.listen(0);
+    const c = await TestClient.connect(url);
+    expect((c.of("welcome")[0].limits as Record<string, number>).env_idle_s).toBe(0.3);
+    c.send({ type: "env_open", id: "idle", tag: "SimpleSokoban", groups: 2, group_size: 4 });
+    c.send({ type: "env_open", id: "busy", tag: "SimpleSokoban", groups: 1, group_size: 1, max_turn: 100 });
+    await c.next((f) => f.type === "env_opened" && f.id === "busy");
+    expect(server.state.episodesInFlight).toBe(9);
+    // "busy" steps every 100 ms; "idle" does nothing.
+    for (let i = 0; i < 6; i++) {
+      c.send({ type: "env_step", id: "busy", responses: [{ env_id: 0, text: "" }] });
+      await sleep(100);
+    }
+    const closed = await c.next((f) => f.type === "error" && f.id === "idle");
+    expect(closed).toMatchObject({ code: "limit", field: "env_idle_s" });
+    expect(closed.message).toMatch(/env_idle_s is 0.3; env session "idle" took no step/);
+    expect(c.of("error").filter((f) => f.id === "busy")).toEqual([]);
+    expect(server.state.episodesInFlight).toBe(1);
+    c.send({ type: "env_step", id: "idle", responses: [{ env_id: 0, text: "" }] });
+    expect(await c.next((f) => f.type === "error" && f.code === "unknown_env")).toBeTruthy();
+    c.close();
+  });
+
+  it("at max_connections, drops the connection idle longest that holds nothing (4011)", async () => {
+    server = await buildServer({ connections: { maxConnections: 3, idleDropMs: 1500 } });
+    const url = await server.listen(0);
+    const first = await TestClient.connect(url);
+    const holder = await TestClient.connect(url);
+    holder.send({ type: "env_open", id: "s", tag: "Bandit", groups: 1, group_size: 1 });
+    await holder.next((f) => f.type === "env_opened");
+    const second = await TestClient.connect(url);
+    // Not idle long enough yet: refused as before.
+    await expect(TestClient.connect(url)).rejects.toThrow(/HTTP 503/);
+    await sleep(1600);
+    const newcomer = await TestClient.connect(url);
+    expect(newcomer.of("welcome")).toHaveLength(1);
+    await first.closed();
+    expect(first.closeCode).toBe(4011);
+    expect(first.closeReason).toMatch(/idle for \d+ s with nothing held/);
+    expect(holder.closeCode).toBeNull();
+    expect(second.closeCode).toBeNull();
+    // The next one takes the other idle connection's place; the one holding an env session stays.
+    await sleep(1600);
+    await TestClient.connect(url);
+    await second.closed();
+    expect(second.closeCode).toBe(4011);
+    expect(holder.closeCode).toBeNull();
+    for (const c of [holder, newcomer]) c.close();
+  });
+
+  it("drops a client that does not answer pings; one that does stays", async () => {
+    server = await buildServer({ connections: { heartbeatMs: 100 } });
+    const url = await server.listen(0);
+    const alive = await TestClient.connect(url);
+    const deaf = new WebSocket(`${url.replace(/^http/, "ws")}/v1/rollouts`, { autoPong: false });
+    await new Promise((r) => deaf.once("open", r));
+    deaf.send(encodeMessage({ type: "hello", protocol: 1, client: "deaf" }));
+    const code = await new Promise<number>((r) => deaf.once("close", (c) => r(c)));
+    expect(code).toBe(1006); // terminated, no close frame
+    await sleep(300);
+    expect(alive.closeCode).toBeNull();
+    alive.close();
+  });
+});

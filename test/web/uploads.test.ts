@@ -25,7 +25,8 @@ afterEach(() => {
 describe("large uploads", () => {
   it("are parsed in a worker thread, not on the event loop", async () => {
     const padding = "x".repeat(4 << 20);
-    const text = `${header}\n${JSON.stringify({ type: "group", group_id: 0, padding })}\n${summary}\n`;
+    const padded = JSON.stringify({ ...JSON.parse(header), settings: { padding } });
+    const text = `${padded}\n${summary}\n`;
     // On this thread, parsing anything large fails: the check must happen elsewhere.
     JSON.parse = ((source: string, reviver?: never) => {
       if (source.length > 1 << 20) throw new Error("parsed on the event loop");

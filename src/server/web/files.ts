@@ -97,9 +97,10 @@ export async function openShared(dir: string, name: string, limits: FileLimits):
 /** Nesting an episode file's line may have (they use fewer than ten levels). */
 const MAX_LINE_DEPTH = 64;
 
-/** Whether a JSON text nests arrays and objects deeper than `max` (one pass, strings skipped). */
-function nestedDeeperThan(text: string, max: number): boolean {
+/** The first line (1-based) of a JSON-lines text that nests arrays and objects deeper than `max`, or 0 (one pass, strings skipped). */
+function lineNestedDeeperThan(text: string, max: number): number {
   let depth = 0;
+  let line = 1;
   let inString = false;
   for (let i = 0; i < text.length; i++) {
     const c = text.charCodeAt(i);
@@ -107,19 +108,23 @@ function nestedDeeperThan(text: string, max: number): boolean {
       if (c === 0x5c)
         i++; // backslash: skip the escaped character
       else if (c === 0x22) inString = false;
+      else if (c === 0x0a) line++;
     } else if (c === 0x22) inString = true;
-    else if (c === 0x5b || c === 0x7b) {
-      if (++depth > max) return true;
+    else if (c === 0x0a) {
+      line++;
+      depth = 0; // each line is a JSON value of its own
+    } else if (c === 0x5b || c === 0x7b) {
+      if (++depth > max) return line;
     } else if (c === 0x5d || c === 0x7d) depth--;
   }
-  return false;
+  return 0;
 }
 
 /** Checks `text` with the one episode-file reader; a problem is a 400 naming the line and field. */
 function checkUpload(text: string): { episodes: number } {
   // Episode lines nest a few levels; JSON.parse of millions of nested brackets takes seconds.
-  if (nestedDeeperThan(text, MAX_LINE_DEPTH))
-    throw new Refusal(400, `nested deeper than ${MAX_LINE_DEPTH} levels`);
+  const deep = lineNestedDeeperThan(text, MAX_LINE_DEPTH);
+  if (deep > 0) throw new Refusal(400, `line ${deep}: nested deeper than ${MAX_LINE_DEPTH} levels`);
   try {
     return checkEpisodeText(text);
   } catch (error) {

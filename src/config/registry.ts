@@ -70,16 +70,18 @@ export function applyCustomEnvs(
   notices: string[] | null = null,
 ): void {
   // RAGEN's envs.yaml defines tags rollgym cannot host (VisualSimpleSokoban renders images); a
-  // pasted envs.yaml should load as long as no mode plays them, so those entries are skipped.
+  // pasted envs.yaml should load as long as no mode plays them, so such new tags are skipped.
   const played = new Set([
     ...config.es_manager.train.env_configs.tags,
     ...config.es_manager.val.env_configs.tags,
   ]);
   for (const [tag, entry] of Object.entries(config.custom_envs)) {
+    // A change to a tag rollgym has stays an error: it is a mistake, not an unsupported tag.
+    const adds = !registry.hasTag(tag);
     try {
       applyCustomEnv(registry, tag, entry, origins);
     } catch (error) {
-      if (!(error instanceof ConfigError) || notices === null || played.has(tag)) throw error;
+      if (!(error instanceof ConfigError) || notices === null || played.has(tag) || !adds) throw error;
       const prefix = `custom_envs.${tag}`;
       notices.push(
         `skipping ${prefix}, which no mode plays: ${error.message} (drop the entry, or add the override ~${prefix}, to silence this)`,

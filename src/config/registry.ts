@@ -76,8 +76,10 @@ export function applyCustomEnvs(
     ...config.es_manager.val.env_configs.tags,
   ]);
   for (const [tag, entry] of Object.entries(config.custom_envs)) {
-    // A change to a tag rollgym has stays an error: it is a mistake, not an unsupported tag.
-    const adds = !registry.hasTag(tag);
+    // Only a whole new tag (envs.yaml's kind of entry) may be skipped: a change to a tag rollgym
+    // has, or a new tag missing fields, is a mistake rather than a tag rollgym cannot host.
+    const adds =
+      !registry.hasTag(tag) && TAG_FIELDS.every((f) => (entry as Record<string, unknown>)[f] !== undefined);
     try {
       applyCustomEnv(registry, tag, entry, origins);
     } catch (error) {

@@ -38,11 +38,59 @@ const COLUMNS: Column[] = [
   { title: "window s", value: (r) => fixed(r.window_s, 1) },
 ];
 
+/** Columns after the case's key (in flight, replicas, model) that make up the throughput table. */
+const THROUGHPUT = new Set([
+  "episodes/s",
+  "turns/s",
+  "requests/s",
+  "tokens/s",
+  "group p50/p99/max s",
+  "finished/failed",
+  "window s",
+]);
+
+/**
+ * For a terminal: two tables (throughput, then resources), each keyed by the case, with titles
+ * over two lines, so each fits about 120 columns instead of one row of ~290.
+ */
 export function textTable(results: readonly CaseResult[]): string {
-  const rows = [COLUMNS.map((c) => c.title), ...results.map((r) => COLUMNS.map((c) => c.value(r)))];
-  const widths = COLUMNS.map((_, i) => Math.max(...rows.map((row) => row[i].length)));
-  const lines = rows.map((row) => row.map((cell, i) => cell.padStart(widths[i])).join("  "));
-  return [...lines, "", ...describeModels(results)].join("\n");
+  const key = COLUMNS.slice(0, 3);
+  const rest = COLUMNS.slice(3);
+  const block = (name: string, columns: Column[]): string[] => {
+    const titles = columns.map((c) => splitTitle(c.title));
+    const rows = [
+      titles.map((t) => t[0]),
+      titles.map((t) => t[1]),
+      ...results.map((r) => columns.map((c) => c.value(r))),
+    ];
+    const widths = columns.map((_, i) => Math.max(...rows.map((row) => row[i].length)));
+    return [
+      name,
+      ...rows.map((row) =>
+        row
+          .map((cell, i) => cell.padStart(widths[i]))
+          .join("  ")
+          .trimEnd(),
+      ),
+    ];
+  };
+  return [
+    ...block("Throughput", [...key, ...rest.filter((c) => THROUGHPUT.has(c.title))]),
+    "",
+    ...block("Resources", [...key, ...rest.filter((c) => !THROUGHPUT.has(c.title))]),
+    "",
+    ...describeModels(results),
+  ].join("\n");
+}
+
+/** A column title as two header lines, split at the space nearest its middle. */
+function splitTitle(title: string): [string, string] {
+  const spaces = [...title.matchAll(/ /g)].map((m) => m.index);
+  if (spaces.length === 0) return ["", title];
+  const at = spaces.reduce((best, i) =>
+    Math.abs(i - title.length / 2) < Math.abs(best - title.length / 2) ? i : best,
+  );
+  return [title.slice(0, at), title.slice(at + 1)];
 }
 
 export function markdownTable(results: readonly CaseResult[]): string {

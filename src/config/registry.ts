@@ -70,16 +70,20 @@ export function applyCustomEnvs(
   notices: string[] | null = null,
 ): void {
   // RAGEN's envs.yaml defines tags rollgym cannot host (VisualSimpleSokoban renders images); a
-  // pasted envs.yaml should load as long as no mode plays them, so those entries are skipped.
+  // pasted envs.yaml should load as long as no mode plays them, so such new tags are skipped.
   const played = new Set([
     ...config.es_manager.train.env_configs.tags,
     ...config.es_manager.val.env_configs.tags,
   ]);
   for (const [tag, entry] of Object.entries(config.custom_envs)) {
+    // Only a whole new tag (envs.yaml's kind of entry) may be skipped: a change to a tag rollgym
+    // has, or a new tag missing fields, is a mistake rather than a tag rollgym cannot host.
+    const adds =
+      !registry.hasTag(tag) && TAG_FIELDS.every((f) => (entry as Record<string, unknown>)[f] !== undefined);
     try {
       applyCustomEnv(registry, tag, entry, origins);
     } catch (error) {
-      if (!(error instanceof ConfigError) || notices === null || played.has(tag)) throw error;
+      if (!(error instanceof ConfigError) || notices === null || played.has(tag) || !adds) throw error;
       const prefix = `custom_envs.${tag}`;
       notices.push(
         `skipping ${prefix}, which no mode plays: ${error.message} (drop the entry, or add the override ~${prefix}, to silence this)`,

@@ -6,7 +6,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { type Child, startRollgym } from "../../src/bench/children.ts";
-import { markdownTable } from "../../src/bench/report.ts";
+import { markdownTable, textTable } from "../../src/bench/report.ts";
 import type { CaseResult } from "../../src/bench/run.ts";
 import { runInProcess } from "../cli/in-process.ts";
 import { expectUsageError, rollgym } from "../helpers/cli.ts";
@@ -88,6 +88,18 @@ describe("rollgym bench", () => {
     expect(charts).toContain("server-cpu-per-request.svg");
     for (const chart of charts)
       expect(readFileSync(join(dir, chart), "utf8")).toMatch(/^<svg [\s\S]*<\/svg>\n$/);
+    // The terminal table fits 120 columns and keeps every column.
+    const text = textTable(results);
+    expect(
+      Math.max(
+        ...text
+          .split("\n")
+          .filter((l) => !l.startsWith("Latency model"))
+          .map((l) => l.length),
+      ),
+    ).toBeLessThanOrEqual(120);
+    for (const title of ["episodes/s", "p50/p99/max s", "RSS peak", "rollgym/generator"])
+      expect(text.replace(/\s+/g, " ")).toContain(title);
     const table = markdownTable(results);
     expect(table).toContain("| 64 | 1 | none |");
     expect(table).toContain("Latency model none:");

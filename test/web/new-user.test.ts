@@ -296,3 +296,37 @@ describe("a custom env (a plugin's) on the web page", () => {
     }
   });
 });
+
+describe("pictures", () => {
+  it("a board scaled to a fractional cell size shows no seams between wall tiles", async () => {
+    const w = await open("play?tag=SimpleSokoban&seed=5");
+    const board = w.page.locator(".board-holder svg.board");
+    await board.waitFor();
+    // 1024 px wide: the board is 294.5 px for 6 cells, so tile edges fall between pixels.
+    await w.page.setViewportSize({ width: 1024, height: 800 });
+    await w.page.evaluate(() => new Promise(requestAnimationFrame));
+    expect(firstState("SimpleSokoban", 5).split("\n")[0]).toBe("######");
+    const box = (await board.boundingBox())!;
+    // The top row is all wall: brown tiles (R 107) and darker bricks; a seam lets the page
+    // through as a lighter line.
+    const png = await w.page.screenshot({
+      clip: { x: box.x + 2, y: box.y + 2, width: box.width - 4, height: box.height / 6 - 4 },
+    });
+    const light = await w.page.evaluate(async (base64) => {
+      const image = new Image();
+      image.src = `data:image/png;base64,${base64}`;
+      await image.decode();
+      const canvas = document.createElement("canvas");
+      canvas.width = image.width;
+      canvas.height = image.height;
+      const context = canvas.getContext("2d")!;
+      context.drawImage(image, 0, 0);
+      const { data } = context.getImageData(0, 0, image.width, image.height);
+      let count = 0;
+      for (let i = 0; i < data.length; i += 4) if (data[i] >= 120) count++;
+      return count;
+    }, png.toString("base64"));
+    expect(light).toBe(0);
+    await w.page.close();
+  });
+});

@@ -47,7 +47,11 @@ function tileBody(kind: string, lake: boolean): string {
   const c = CELL / 2;
   const parts: string[] = [];
   const ground = kind === "wall" ? "wall" : lake ? "ice" : "floor";
-  parts.push(`<rect class="${ground}" ${FILL[ground]} width="${CELL}" height="${CELL}"/>`);
+  // Crisp edges: a board scaled to a fractional cell size would otherwise show the page through
+  // hairline seams between the tiles' anti-aliased edges.
+  parts.push(
+    `<rect class="${ground}" ${FILL[ground]} width="${CELL}" height="${CELL}" shape-rendering="crispEdges"/>`,
+  );
   if (kind === "wall")
     parts.push(`<path ${FILL.brick} d="M0 13H40M0 27H40M20 0V13M10 13V27M30 13V27M20 27V40"/>`);
   if (kind.includes("target"))

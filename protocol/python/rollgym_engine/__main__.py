@@ -28,7 +28,8 @@ def main(argv=None) -> int:
     parser.add_argument("--max-batch", type=int, default=256, help="rows decoded together")
     parser.add_argument("--logprobs-mode", choices=("raw_logprobs", "processed_logprobs"), default="raw_logprobs",
                         help="vLLM's --logprobs-mode: the model's logprobs, or those of the distribution sampled from")
-    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads (0: torch's default; 1 avoids contention beside a trainer on a small machine)")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -5,7 +5,7 @@
 // engine serves the pushed version and that no group is lost; here the run must pass those
 // checks, and the same run with a mask shifted by one token, or with the engine left on stale
 // weights, must fail them. Nothing here depends on wall time.
-import { spawn } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync } from "node:fs";
 import { homedir, tmpdir } from "node:os";
 import { join } from "node:path";
@@ -91,6 +91,21 @@ function curve(out: string): Record<string, string>[] {
   const keys = header.split(",");
   return lines.map((line) => Object.fromEntries(line.split(",").map((v, i) => [keys[i], v])));
 }
+
+describe("rollgym_engine: the vLLM subset token mode uses, pause modes, weights from disk", () => {
+  it("answers as test/python/engine_check.py expects", () => {
+    const result = spawnSync(PYTHON, ["-W", "ignore", "test/python/engine_check.py"], {
+      cwd: ROOT,
+      encoding: "utf8",
+      timeout: 240_000,
+    });
+    expect(result.status, `${result.stdout}\n${result.stderr}`).toBe(0);
+    expect(JSON.parse(result.stdout.trim().split("\n").at(-1) ?? "{}")).toMatchObject({
+      ok: true,
+      checks: 25,
+    });
+  }, 300_000);
+});
 
 describe("closed loop: SFT then GRPO through rollgym on a CPU", () => {
   const good = join(dir, "good");

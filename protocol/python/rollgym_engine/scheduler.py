@@ -180,9 +180,10 @@ class Scheduler:
                 return
             tokens = torch.zeros(len(batch), dtype=torch.long)
             raw = torch.log_softmax(cache.last.float(), dim=-1)
+            drawn = self._sample_plain(raw, active, batch, generators)
             for i in active:
                 r = batch[i]
-                token, logprob = self._sample(raw[i], r.sampling, generators[i])
+                token, logprob = drawn[i] if drawn else self._sample(raw[i], r.sampling, generators[i])
                 tokens[i] = token
                 r.ids.append(token)
                 r.logprobs.append(logprob)
@@ -200,6 +201,23 @@ class Scheduler:
             if not active:
                 return
             self.model.step(cache, tokens)
+
+    def _sample_plain(self, raw: torch.Tensor, active: List[int], batch: List[Request],
+                      generators: List[Optional[torch.Generator]]) -> Optional[Dict[int, Tuple[int, float]]]:
+        """All active rows at once when none uses top-p/top-k/min-p or greedy decoding (RL's
+        sampling): inverse-CDF draws, each row's uniform from its own seeded generator."""
+        for i in active:
+            s = batch[i].sampling
+            if s.temperature <= 0 or s.top_p < 1 or 0 < s.top_k < raw.shape[-1] or s.min_p > 0 or s.top_logprobs:
+                return None
+        rows = torch.tensor(active)
+        temperature = torch.tensor([batch[i].sampling.temperature for i in active])
+        logp = torch.log_softmax(raw[rows] / temperature[:, None], dim=-1)
+        cdf = logp.exp().cumsum(dim=-1)
+        u = torch.cat([torch.rand(1, generator=generators[i]) for i in active])
+        chosen = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True)[:, 0].clamp(max=raw.shape[-1] - 1)
+        picked = (raw[rows] if self.logprobs_mode == "raw_logprobs" else logp).gather(1, chosen[:, None])[:, 0]
+        return {i: (t, lp) for i, t, lp in zip(active, chosen.tolist(), picked.tolist())}
 
     def _sample(self, raw: torch.Tensor, s: Sampling, generator: Optional[torch.Generator]) -> Tuple[int, float]:
         if s.temperature == 0:

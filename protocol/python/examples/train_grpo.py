@@ -478,7 +478,11 @@ def main(argv: Sequence[str]) -> int:
         for child in reversed(children):
             child.terminate()
         for child in children:
-            child.wait()
+            try:
+                child.wait(timeout=15)
+            except subprocess.TimeoutExpired:  # a server still draining a rollout: it has had its chance
+                child.kill()
+                child.wait()
         with open(os.path.join(args.out, "summary.json"), "w") as handle:
             json.dump(summary, handle, indent=1, default=str)
         curve = [(float(r["cpu_minutes"]), float(r["val_high_arm"])) for r in rows if r.get("val_high_arm") is not None]

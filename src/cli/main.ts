@@ -26,6 +26,7 @@ import { PARSE_FLAGS, parseCommand } from "./parse.ts";
 import { ROLLOUT_FLAGS, rolloutCommand } from "./rollout.ts";
 import { ensureServeRuntime } from "./runtime.ts";
 import { SERVE_FLAGS, serveCommand } from "./serve.ts";
+import { SFT_FLAGS, sftCommand } from "./sft.ts";
 import { SHOW_FLAGS, showCommand } from "./show.ts";
 
 interface Command {
@@ -106,6 +107,17 @@ const COMMANDS: Record<string, Command> = {
       "serve [--port N] [--token T] [--llm URL --model M | --policy oracle|random] [--config FILE …] [key=value …]",
     summary: "The rollout server and its web page: WebSocket /v1/rollouts, /, /healthz, /metrics, /v1/envs.",
     flags: SERVE_FLAGS,
+  },
+  sft: {
+    run: sftCommand,
+    synopsis:
+      "sft --tag T --out FILE [--groups N] [--seed N] [--arm-mix P] [--format jsonl|parquet] [--config FILE …] [key=value …]",
+    summary: "SFT data from the built-in solvers: one RAGEN conversation per episode (chat messages).",
+    details:
+      "Each line (or parquet row) is {messages, data_source, extra_info}: RAGEN's prompts, the solver's\n" +
+      "<think>…</think><answer>…</answer> turns and the env's replies. Parquet is the layout verl's multi-turn\n" +
+      "SFT (data.multiturn.messages_key=messages) and TRL's SFTTrainer (conversational) read.",
+    flags: SFT_FLAGS,
   },
   show: {
     run: showCommand,

@@ -174,7 +174,7 @@ export const ROLLOUT_FLAGS: Record<string, FlagSpec & { keys?: (mode: string) =>
 };
 
 /** Translate flags and positional key=value overrides into config overrides, in order. */
-function overridesFrom(args: ParsedArgs, mode: string, configuredGroups: number): string[] {
+export function overridesFrom(args: ParsedArgs, mode: string, configuredGroups: number): string[] {
   const overrides: string[] = [];
   for (const [flag, spec] of Object.entries(ROLLOUT_FLAGS)) {
     const value = args.values.get(flag);
@@ -499,7 +499,7 @@ export function checkPolicyKeys(loaded: LoadedConfig): void {
 }
 
 /** The batch the config asks for, checked as the server checks a rollout request. */
-function checkedRequest(loaded: LoadedConfig, registry: EnvRegistry): BatchRequest {
+export function checkedRequest(loaded: LoadedConfig, registry: EnvRegistry): BatchRequest {
   const { config, origins } = loaded;
   let request: BatchRequest;
   try {

@@ -97,3 +97,25 @@ export function oraclePolicy(options: BuiltinPolicyOptions = {}): Policy {
 export function randomPolicy(options: BuiltinPolicyOptions = {}): Policy {
   return new BuiltinPolicy("random", chooseRandom, options);
 }
+
+/**
+ * The oracle on a two-armed bandit, pulling its arm (the high-risk one) in exactly `highShare`
+ * of the episodes and the other arm in the rest: episode `env_id` pulls the high arm when
+ * ⌊(env_id + 1)·share⌋ > ⌊env_id·share⌋, so any prefix of a batch has the mix to within one
+ * episode (SFT data that leaves RL something to learn).
+ */
+export function armMixPolicy(highShare: number): Policy {
+  if (!(highShare >= 0 && highShare <= 1)) throw new RangeError(`arm mix ${highShare} is not in [0, 1]`);
+  const choose: Choose = (request) => {
+    const { envId, actionNames } = request.episode;
+    const high = request.episode.solve()?.[0];
+    if (high === undefined || actionNames.length !== 2)
+      throw new RangeError(
+        `the arm mix needs a two-armed bandit, not an env with actions ${actionNames.join(", ")}`,
+      );
+    const pullsHigh = Math.floor((envId + 1) * highShare) > Math.floor(envId * highShare);
+    const arm = pullsHigh ? high : (actionNames.find((name) => name !== high) as string);
+    return { thought: `Pulling ${arm}.`, actions: [arm] };
+  };
+  return new BuiltinPolicy("arm-mix", choose, {});
+}

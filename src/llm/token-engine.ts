@@ -155,7 +155,7 @@ export class TokenEngine {
     const [rendered, tail] = await Promise.all([
       this.dialect === "vllm"
         ? this.templateIds(messages, true, affinity, signal)
-        : this.templateText(messages, true, affinity, signal).then((t) => this.tokenize(t, affinity, signal)),
+        : this.templateText(messages, true, affinity, signal).then((t) => this.chatIds(t, affinity, signal)),
       this.prefillIds(prefill, affinity, signal),
     ]);
     return [...rendered, ...tail];
@@ -251,13 +251,18 @@ export class TokenEngine {
       this.renderedText([ANCHOR, user], affinity, signal),
       this.renderedText([ANCHOR], affinity, signal),
     ]);
-    const at = full.lastIndexOf(MARK);
-    const block = withUser.startsWith(alone) ? withUser.slice(alone.length) : null;
-    const after = at < 0 ? "" : full.slice(at + MARK.length);
-    if (at < 0 || block === null || !after.endsWith(block)) {
-      throw new EngineError("cannot tell where the chat template closes an assistant turn", 422);
+    let closing = closingText(full, withUser, alone);
+    if (closing === null) {
+      // Templates that write their generation prompt even when not asked (Llama 3's first
+      // template) end every render with it; what they render for no messages is that prompt.
+      const prompt = await this.renderedText([], affinity, signal).catch(() => "");
+      const cut = (text: string) =>
+        text.endsWith(prompt) ? text.slice(0, text.length - prompt.length) : null;
+      const [f, w, a] = [cut(full), cut(withUser), cut(alone)];
+      if (prompt !== "" && f !== null && w !== null && a !== null) closing = closingText(f, w, a);
     }
-    const closing = after.slice(0, after.length - block.length);
+    if (closing === null)
+      throw new EngineError("cannot tell where the chat template closes an assistant turn", 422);
     return closing === "" ? [] : this.tokenize(closing, affinity, signal);
   }
 
@@ -355,7 +360,10 @@ export class TokenEngine {
     const last = messages[messages.length - 1];
     const closed: readonly ChatMessage[] =
       last?.role === "assistant" ? [...messages, { role: "user", content: "x" }] : messages;
-    return this.renderedText(closed, affinity, signal);
+    const text = await this.renderedText(closed, affinity, signal);
+    if (this.dialect === "vllm") return text;
+    // As chat inference feeds it: llama.cpp takes the template's BOS off and tokenizes with its own.
+    return this.decode(await this.chatIds(text, affinity, signal), affinity, signal);
   }
 
   /** chat_template / chat_template_kwargs from the extra body: they change every render. */
@@ -403,16 +411,30 @@ export class TokenEngine {
     });
   }
 
-  /** Ids of plain text, special-token text parsed as special tokens, no BOS added. */
-  private async tokenize(text: string, affinity: string, signal?: AbortSignal): Promise<number[]> {
+  /**
+   * Ids of a llama.cpp template render as its chat route tokenizes it: /apply-template takes off
+   * the template's BOS when the model adds one itself (Llama 3), and the chat route puts the
+   * model's own back, so the ids are tokenized with special tokens added.
+   */
+  private chatIds(text: string, affinity: string, signal?: AbortSignal): Promise<number[]> {
+    return this.tokenize(text, affinity, signal, true);
+  }
+
+  /** Ids of plain text, special-token text parsed as special tokens, no BOS added unless `addSpecial`. */
+  private async tokenize(
+    text: string,
+    affinity: string,
+    signal?: AbortSignal,
+    addSpecial = false,
+  ): Promise<number[]> {
     const { model } = this.policy.transport;
     return this.send(affinity, signal, async (url, options) => {
       const body = (await requestJson(
         "POST",
         `${serverRoot(url)}/tokenize`,
         this.dialect === "vllm"
-          ? { model, prompt: text, add_special_tokens: false }
-          : { content: text, add_special: false, parse_special: true },
+          ? { model, prompt: text, add_special_tokens: addSpecial }
+          : { content: text, add_special: addSpecial, parse_special: true },
         options,
       )) as { tokens?: unknown };
       if (!isIdList(body.tokens)) throw new UnusableAnswer("/tokenize answered without token ids");
@@ -512,6 +534,20 @@ export class TokenEngine {
       cachedTokens: typeof cached === "number" ? cached : null,
     };
   }
+}
+
+/**
+ * What the template writes between an assistant turn's content and the next user message: the
+ * text after the marked content in `full` (anchor, user, marked assistant, user) less the user
+ * block, which is `withUser` (anchor, user) less `alone` (anchor). Null when the renders do not
+ * fit that shape.
+ */
+function closingText(full: string, withUser: string, alone: string): string | null {
+  const at = full.lastIndexOf(MARK);
+  if (at < 0 || !withUser.startsWith(alone)) return null;
+  const block = withUser.slice(alone.length);
+  const after = full.slice(at + MARK.length);
+  return after.endsWith(block) ? after.slice(0, after.length - block.length) : null;
 }
 
 /**

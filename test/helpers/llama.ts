@@ -1,5 +1,6 @@
-// Starts a real llama.cpp `llama-server` (built by scripts/llama/build.sh) with the tiny
-// random-weight Qwen3 model, for integration tests that need an OpenAI-compatible engine.
+// Starts a real llama.cpp `llama-server` (built by scripts/llama/build.sh) with a tiny
+// random-weight model (Qwen3 by default, or Llama 3), for integration tests that need an
+// OpenAI-compatible engine.
 import { spawn } from "node:child_process";
 import { createHash } from "node:crypto";
 import { existsSync, readFileSync } from "node:fs";
@@ -8,7 +9,8 @@ import { join } from "node:path";
 import { ROOT } from "./cli.ts";
 
 export const LLAMA_SCRIPTS = join(ROOT, "scripts", "llama");
-export const LLAMA_MODEL = "tiny-qwen3";
+/** The models build.sh writes, each with its real tokenizer and chat template; served under `tiny-<model>`. */
+export type TinyModel = "qwen3" | "llama3";
 
 /** Grammar for the continuation of a `<think>` assistant prefill: `…</think><answer>A || B</answer>`. */
 export const RAGEN_GRAMMAR_FILE = join(LLAMA_SCRIPTS, "ragen-answer.gbnf");
@@ -21,11 +23,11 @@ export function ragenGrammar(variant: "after-think" | "full" = "after-think"): s
 
 /**
  * The cache directory build.sh fills: `${ROLLGYM_CACHE:-$HOME/.cache/rollgym}/llama-<version>-<key>`,
- * key = first 12 hex of sha256(versions.env ++ make_tiny_qwen3_gguf.py). Must match build.sh.
+ * key = first 12 hex of sha256(versions.env ++ make_tiny_gguf.py). Must match build.sh.
  */
 export function llamaDir(): string {
   const versions = readFileSync(join(LLAMA_SCRIPTS, "versions.env"));
-  const writer = readFileSync(join(LLAMA_SCRIPTS, "make_tiny_qwen3_gguf.py"));
+  const writer = readFileSync(join(LLAMA_SCRIPTS, "make_tiny_gguf.py"));
   const version = /^NODE_LLAMA_CPP_VERSION=(\S+)$/m.exec(versions.toString("utf8"))?.[1];
   if (!version) throw new Error(`no NODE_LLAMA_CPP_VERSION in ${join(LLAMA_SCRIPTS, "versions.env")}`);
   const key = createHash("sha256").update(versions).update(writer).digest("hex").slice(0, 12);
@@ -34,6 +36,8 @@ export function llamaDir(): string {
 }
 
 export interface LlamaServerOptions {
+  /** Which tiny model to serve, default "qwen3". */
+  model?: TinyModel;
   /** Parallel slots (`-np`), default 4. */
   parallel?: number;
   /** Total context (`-c`, divided across slots), default 8192. */
@@ -63,7 +67,8 @@ const LOG_LINES = 300;
 export async function startLlamaServer(opts: LlamaServerOptions = {}): Promise<LlamaServer> {
   const dir = llamaDir();
   const bin = join(dir, "bin", "llama-server");
-  const gguf = join(dir, "tiny-qwen3.gguf");
+  const model = `tiny-${opts.model ?? "qwen3"}`;
+  const gguf = join(dir, `${model}.gguf`);
   if (!existsSync(join(dir, "COMPLETE")) || !existsSync(bin) || !existsSync(gguf)) {
     throw new Error(
       `llama-server build not found in ${dir}: run scripts/llama/build.sh first (about 8 min on 2 cores; ` +
@@ -76,7 +81,7 @@ export async function startLlamaServer(opts: LlamaServerOptions = {}): Promise<L
     "-m",
     gguf,
     "-a",
-    LLAMA_MODEL,
+    model,
     "--host",
     "127.0.0.1",
     "--port",
@@ -166,7 +171,7 @@ export async function startLlamaServer(opts: LlamaServerOptions = {}): Promise<L
     });
     const baseUrl = `http://127.0.0.1:${port}`;
     await waitHealthy(baseUrl, deadline, () => exited);
-    return { baseUrl, model: LLAMA_MODEL, command, log, stop };
+    return { baseUrl, model, command, log, stop };
   } catch (e) {
     await stop();
     throw new Error(

@@ -7,7 +7,8 @@
 // (Sec-Fetch-Site) is refused unless it is a navigation, and the Host must be a name this
 // server is known by. On a server with a token, a request without any browser marker (no
 // Origin, no Sec-Fetch-Site) skips the Host check: a rebinding page cannot present the token,
-// and trainers may reach the server by any name.
+// and trainers may reach the server by any name. Without a token, WebSocket handshakes without
+// an Origin (trainers: browsers always send one) and /healthz skip it as well.
 import type { IncomingMessage } from "node:http";
 import { isIP } from "node:net";
 import { hostname } from "node:os";
@@ -69,7 +70,7 @@ export class OriginPolicy {
   refusal(request: IncomingMessage, tokenRequired: boolean): string | null {
     const origin = header(request, "origin");
     const site = header(request, "sec-fetch-site");
-    if (origin === undefined && site === undefined && tokenRequired) return null; // not a browser
+    if (origin === undefined && site === undefined && (tokenRequired || notFromAPage(request))) return null; // not a browser
     const host = header(request, "host") ?? "";
     const hostName = nameOf(host);
     if (hostName === null || !this.hostAllowed(hostName))
@@ -104,6 +105,17 @@ export class OriginPolicy {
     const hostUrl = parseHost(host, url.protocol);
     return hostUrl !== null && hostUrl.host === url.host;
   }
+}
+
+/**
+ * A request no page can send without an Origin: browsers put one on every WebSocket handshake
+ * (RFC 6455), so a trainer's socket without one is not a page's and may use any Host name. A
+ * health probe reveals nothing, so monitors may use any name too.
+ */
+function notFromAPage(request: IncomingMessage): boolean {
+  if (header(request, "upgrade")?.toLowerCase() === "websocket") return true;
+  const path = (request.url ?? "").split("?")[0];
+  return path === "/healthz" && (request.method === "GET" || request.method === "HEAD");
 }
 
 function header(request: IncomingMessage, name: string): string | undefined {

@@ -123,6 +123,14 @@ describe("origin and host checks", () => {
     expect((await send("/v1/episode-files", { host: `evil.test:${port}` })).status).toBe(403);
   });
 
+  it("lets a trainer's socket (no Origin) and health probes in by any name, even without a token", async () => {
+    // Browsers send an Origin on every WebSocket handshake: one without it is not a page's.
+    expect(await upgrade({ host: `rollgym.cluster.internal:${port}` })).toBe("open");
+    expect((await send("/healthz", { host: `rollgym.cluster.internal:${port}` })).status).toBe(200);
+    // Other routes by an unknown name stay refused (a rebinding page's GET looks the same).
+    expect((await send("/v1/envs", { host: `rollgym.cluster.internal:${port}` })).status).toBe(403);
+  });
+
   it("lets the page's own origin and configured origins in", async () => {
     const own = `http://127.0.0.1:${port}`;
     expect(await upgrade({}, own)).toBe("open");

@@ -294,7 +294,8 @@ def svg_curve(series: Dict[str, List[Tuple[float, float]]], title: str, xlabel: 
     sx = lambda x: left + (x - x0) / (x1 - x0) * (w - left - right)  # noqa: E731
     sy = lambda y: h - bottom - y * (h - bottom - top)  # noqa: E731
     colours = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd"]
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12">',
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12" role="img">',
+           f"<title>{title}</title>",
            f'<rect width="{w}" height="{h}" fill="white"/>',
            f'<text x="{w / 2}" y="18" text-anchor="middle" font-size="14">{title}</text>']
     for tick in (0, 0.25, 0.5, 0.6, 0.75, 0.9, 1.0):

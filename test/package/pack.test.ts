@@ -40,7 +40,10 @@ describe("the packed package in a fresh project", () => {
     const tarball = readdirSync(work).find((f) => f.endsWith(".tgz"))!;
     mkdirSync(project);
     // A project as `npm init -y` makes it (npm 11 writes "type": "commonjs").
-    writeFileSync(join(project, "package.json"), '{ "name": "fresh", "private": true, "type": "commonjs" }\n');
+    writeFileSync(
+      join(project, "package.json"),
+      '{ "name": "fresh", "private": true, "type": "commonjs" }\n',
+    );
     sh("npm", ["install", "--prefer-offline", "--no-audit", "--no-fund", join(work, tarball)]);
     writeFileSync(
       join(project, "corridor.mts"),

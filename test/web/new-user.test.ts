@@ -237,6 +237,7 @@ describe("phone, tablet and desktop widths", () => {
     "play?tag=FrozenLake&seed=7&actions=Down",
     "play?tag=Bandit&seed=1",
     "watch",
+    "watch?start",
     "replay?file=shared%3Abatch.jsonl&env=3",
   ];
   it.each(PAGES)("%s: no horizontal overflow and no overlapping controls", async (hash) => {
@@ -245,6 +246,12 @@ describe("phone, tablet and desktop widths", () => {
       .locator(hash.startsWith("replay") ? "[data-testid=turn-label]" : "main button")
       .first()
       .waitFor();
+    if (hash === "watch?start") {
+      // A rollout under way: its group cards, charts and an episode opened.
+      await w.page.getByRole("button", { name: "Start rollout" }).click();
+      await w.page.locator("button.ep").first().click();
+      await w.page.locator("[data-testid=turn-label]").waitFor();
+    }
     await w.page.waitForLoadState("networkidle");
     const problems: string[] = [];
     for (const width of WIDTHS) {

@@ -12,6 +12,7 @@ import { defaultBatchRequest } from "../../src/rollout/request.ts";
 import { buildServer } from "../../src/server/app.ts";
 import { rollgym } from "../helpers/cli.ts";
 import { engineProxy } from "../helpers/engine-proxy.ts";
+import { playAgainst } from "../helpers/play.ts";
 
 const registry = createRegistry();
 
@@ -37,16 +38,16 @@ describe("answers rollgym cannot use", () => {
     });
     try {
       // A retry budget of an hour: were the answer retried like an outage, this would hang.
-      const policy = new ChatPolicy({
-        baseURL: `${proxy.url}/v1`,
-        model: "mock",
-        concurrency: 4,
-        retryBudgetMs: 3_600_000,
-        backoffMs: 1,
-      });
-      await policy.preflight();
-      const batch = await runBatch(registry, request1x2(true), policy);
-      await policy.close();
+      const batch = await playAgainst(
+        {
+          baseURL: `${proxy.url}/v1`,
+          model: "mock",
+          concurrency: 4,
+          retryBudgetMs: 3_600_000,
+          backoffMs: 1,
+        },
+        request1x2(true),
+      );
       expect(batch.failed).toBe(2);
       for (const e of batch.episodes) {
         expect(e.failure).toMatch(
@@ -64,16 +65,16 @@ describe("answers rollgym cannot use", () => {
       if (path === "/v1/chat/completions") answer.choices = [];
     });
     try {
-      const policy = new ChatPolicy({
-        baseURL: `${proxy.url}/v1`,
-        model: "mock",
-        concurrency: 4,
-        retryBudgetMs: 3_600_000,
-        backoffMs: 1,
-      });
-      await policy.preflight();
-      const batch = await runBatch(registry, request1x2(false), policy);
-      await policy.close();
+      const batch = await playAgainst(
+        {
+          baseURL: `${proxy.url}/v1`,
+          model: "mock",
+          concurrency: 4,
+          retryBudgetMs: 3_600_000,
+          backoffMs: 1,
+        },
+        request1x2(false),
+      );
       expect(batch.failed).toBe(2);
       for (const e of batch.episodes) expect(e.failure).toMatch(/the response has no choices .*twice/);
       expect(proxy.hits("/v1/chat/completions")).toBe(4);

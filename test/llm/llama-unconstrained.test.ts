@@ -6,16 +6,16 @@
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createRegistry } from "../../envs/catalog.ts";
-import { ChatPolicy } from "../../src/llm/openai-chat.ts";
 import { requestSeed } from "../../src/llm/policy.ts";
 import { loadQwen3Tokenizer, QWEN3_IM_END_ID } from "../../src/mock-engine/qwen3-tokenizer.ts";
 import type { MockTokenizer } from "../../src/mock-engine/tokenizer.ts";
-import { type BatchRequest, runBatch } from "../../src/rollout/batch.ts";
+import type { BatchRequest } from "../../src/rollout/batch.ts";
 import { systemPrompt } from "../../src/rollout/prompt.ts";
 import { defaultBatchRequest } from "../../src/rollout/request.ts";
 import { engineProxy } from "../helpers/engine-proxy.ts";
 import { FIXTURES } from "../helpers/fixtures.ts";
 import { type LlamaServer, startLlamaServer } from "../helpers/llama.ts";
+import { playAgainst } from "../helpers/play.ts";
 
 const registry = createRegistry();
 
@@ -43,10 +43,10 @@ describe("llama.cpp without a grammar (free multi-byte output)", () => {
   it("token mode: every turn's prompt, ids, reported logprobs and mask are the engine's, checked at the proxy", async () => {
     const proxy = await engineProxy(server.baseUrl);
     try {
-      const policy = new ChatPolicy({ baseURL: `${proxy.url}/v1`, model: server.model, concurrency: 2 });
-      await policy.preflight();
-      const result = await runBatch(registry, batch(true), policy);
-      await policy.close();
+      const result = await playAgainst(
+        { baseURL: `${proxy.url}/v1`, model: server.model, concurrency: 2 },
+        batch(true),
+      );
       expect(result.failed).toBe(0);
       const completions = proxy.log.filter((x) => x.path === "/completion");
       let turns = 0;
@@ -107,10 +107,10 @@ describe("llama.cpp without a grammar (free multi-byte output)", () => {
   }, 600_000);
 
   it("chat mode: every episode plays its three turns on free output", async () => {
-    const policy = new ChatPolicy({ baseURL: `${server.baseUrl}/v1`, model: server.model, concurrency: 2 });
-    await policy.preflight();
-    const result = await runBatch(registry, batch(false), policy);
-    await policy.close();
+    const result = await playAgainst(
+      { baseURL: `${server.baseUrl}/v1`, model: server.model, concurrency: 2 },
+      batch(false),
+    );
     expect(result.failed).toBe(0);
     for (const e of result.episodes) expect(e.turns).toHaveLength(3);
     expect(result.episodes.some((e) => e.turns.some((t) => /[^ -~\s]/.test(t.raw_response)))).toBe(true);
@@ -124,14 +124,10 @@ describe("llama.cpp without a grammar (free multi-byte output)", () => {
       extraArgs: ["--chat-template-file", join(FIXTURES, "templates", "moves-system-prompt.jinja")],
     });
     try {
-      const policy = new ChatPolicy({ baseURL: `${moving.baseUrl}/v1`, model: moving.model, concurrency: 2 });
-      await policy.preflight();
-      const result = await runBatch(
-        registry,
+      const result = await playAgainst(
+        { baseURL: `${moving.baseUrl}/v1`, model: moving.model, concurrency: 2 },
         { ...batch(true), groupSize: 2, tags: [{ tag: "CoordSokoban", groups: 1 }] },
-        policy,
       );
-      await policy.close();
       expect(result.failed).toBe(0);
       const system = systemPrompt(registry.tag("CoordSokoban"), { think: true });
       for (const e of result.episodes) {
@@ -162,14 +158,10 @@ describe("llama.cpp without a grammar (free multi-byte output)", () => {
       extraArgs: ["--chat-template", "chatml"],
     });
     try {
-      const policy = new ChatPolicy({ baseURL: `${chatml.baseUrl}/v1`, model: chatml.model, concurrency: 2 });
-      await policy.preflight();
-      const result = await runBatch(
-        registry,
+      const result = await playAgainst(
+        { baseURL: `${chatml.baseUrl}/v1`, model: chatml.model, concurrency: 2 },
         { ...batch(true), groupSize: 2, tags: [{ tag: "CoordSokoban", groups: 1 }] },
-        policy,
       );
-      await policy.close();
       expect(result.failed).toBe(0);
       for (const e of result.episodes) {
         const t = e.tokens!;

@@ -6,8 +6,6 @@ import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createRegistry } from "../../envs/catalog.ts";
-import { ChatPolicy } from "../../src/llm/openai-chat.ts";
 import { logprobsWarning } from "../../src/llm/token-engine.ts";
 import {
   loadQwen3Tokenizer,
@@ -15,12 +13,10 @@ import {
   QWEN3_IM_END_ID,
 } from "../../src/mock-engine/qwen3-tokenizer.ts";
 import { type MockEngine, startMockEngine } from "../../src/mock-engine/server.ts";
-import { runBatch } from "../../src/rollout/batch.ts";
 import { defaultBatchRequest } from "../../src/rollout/request.ts";
 import { rollgym } from "../helpers/cli.ts";
 import { engineProxy } from "../helpers/engine-proxy.ts";
-
-const registry = createRegistry();
+import { playAgainst } from "../helpers/play.ts";
 
 function twoByTwo(tokens: boolean) {
   const base = defaultBatchRequest("train", { tags: [{ tag: "SimpleSokoban", groups: 2 }], groupSize: 2 });
@@ -37,15 +33,15 @@ describe("stop strings and end tokens", () => {
   });
 
   it("chat mode: a stop string given in extra_body stays in the raw response", async () => {
-    const policy = new ChatPolicy({
-      baseURL: engine.url,
-      model: "mock",
-      concurrency: 4,
-      extraBody: { stop: ["</answer>"] },
-    });
-    await policy.preflight();
-    const batch = await runBatch(registry, twoByTwo(false), policy);
-    await policy.close();
+    const batch = await playAgainst(
+      {
+        baseURL: engine.url,
+        model: "mock",
+        concurrency: 4,
+        extraBody: { stop: ["</answer>"] },
+      },
+      twoByTwo(false),
+    );
     expect(batch.failed).toBe(0);
     const turns = batch.episodes.flatMap((e) => e.turns);
     expect(turns.filter((t) => t.raw_response.includes("<answer>")).length).toBeGreaterThan(0);
@@ -55,15 +51,15 @@ describe("stop strings and end tokens", () => {
 
   it("token mode: on a stop string the scored text is the sampled ids, and no drift is made up", async () => {
     const tokenizer = await loadQwen3Tokenizer();
-    const policy = new ChatPolicy({
-      baseURL: engine.url,
-      model: "mock",
-      concurrency: 4,
-      extraBody: { stop: ["</answer>"] },
-    });
-    await policy.preflight();
-    const batch = await runBatch(registry, twoByTwo(true), policy);
-    await policy.close();
+    const batch = await playAgainst(
+      {
+        baseURL: engine.url,
+        model: "mock",
+        concurrency: 4,
+        extraBody: { stop: ["</answer>"] },
+      },
+      twoByTwo(true),
+    );
     expect(batch.failed).toBe(0);
     let stoppedOnString = 0;
     for (const e of batch.episodes) {
@@ -87,10 +83,10 @@ describe("stop strings and end tokens", () => {
       if (ids.at(-1) === QWEN3_IM_END_ID) ids[ids.length - 1] = QWEN3_ENDOFTEXT_ID;
     });
     try {
-      const policy = new ChatPolicy({ baseURL: `${proxy.url}/v1`, model: "mock", concurrency: 4 });
-      await policy.preflight();
-      const batch = await runBatch(registry, twoByTwo(true), policy);
-      await policy.close();
+      const batch = await playAgainst(
+        { baseURL: `${proxy.url}/v1`, model: "mock", concurrency: 4 },
+        twoByTwo(true),
+      );
       expect(batch.failed).toBe(0);
       let checked = 0;
       for (const e of batch.episodes) {

@@ -1,0 +1,17 @@
+// One batch against a remote engine, the way the CLI plays it: a chat policy checked at
+// preflight, the batch, the policy closed.
+import { createRegistry } from "../../envs/catalog.ts";
+import { ChatPolicy, type ChatPolicyOptions } from "../../src/llm/openai-chat.ts";
+import { type BatchRequest, type BatchResult, runBatch } from "../../src/rollout/batch.ts";
+
+const registry = createRegistry();
+
+export async function playAgainst(options: ChatPolicyOptions, request: BatchRequest): Promise<BatchResult> {
+  const policy = new ChatPolicy(options);
+  try {
+    await policy.preflight();
+    return await runBatch(registry, request, policy);
+  } finally {
+    await policy.close();
+  }
+}

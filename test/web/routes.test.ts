@@ -255,7 +255,9 @@ describe("a symbolic link swapped into the shared directory", () => {
       if (flips++ % 2) symlinkSync(secret, next);
       else copyFileSync(real, next);
       renameSync(next, target);
-      setImmediate(flip);
+      // A flip about every millisecond: often enough to race the requests, seldom enough that
+      // some of them find a steady regular file on a loaded machine.
+      setTimeout(flip, 1);
     };
     flip();
     let served = 0;
@@ -270,7 +272,7 @@ describe("a symbolic link swapped into the shared directory", () => {
       flipping = false;
       await swapped.shutdown();
     }
-    expect(flips).toBeGreaterThan(300);
+    expect(flips).toBeGreaterThan(100);
     expect(served).toBeGreaterThan(0);
   });
 });

@@ -12,7 +12,7 @@ import type { EpisodeRecord } from "../rollout/episode.ts";
 import type { ChatMessage } from "../rollout/prompt.ts";
 import { CommandFailure, type FlagSpec, parseArgs, parseChoice, parseNumber, UsageError } from "./args.ts";
 import { isOverride, loadOrExplain, reportLoaded, setup } from "./context.ts";
-import { say } from "./io.ts";
+import { io, say } from "./io.ts";
 import { ProgressBar } from "./output.ts";
 import { checkedRequest, overridesFrom, ROLLOUT_FLAGS } from "./rollout.ts";
 
@@ -185,6 +185,15 @@ export async function sftCommand(argv: readonly string[]): Promise<number> {
     `${examples.length} examples written to ${out} (${format}); ${solved} successful` +
       (bandit ? `, ${high} pull the high-risk arm` : ""),
   );
+  // Like `export --out`: what was written, as one JSON line on stdout.
+  const written = {
+    out,
+    format,
+    examples: examples.length,
+    successful: solved,
+    ...(bandit ? { high_arm: high } : {}),
+  };
+  io().stdout.write(`${JSON.stringify(written)}\n`);
   return 0;
 }
 

@@ -44,6 +44,11 @@ const CASES: { command: string; argv: string[]; stdin?: string; kind: Kind }[] =
     kind: "one json object",
   },
   { command: "demo", argv: ["demo", "--tag", "Bandit"], kind: "text" },
+  {
+    command: "sft",
+    argv: ["sft", "--tag", "Bandit", "--groups", "1", "--out", join(dir, "sft.jsonl")],
+    kind: "one json object",
+  },
 ];
 
 function isJson(line: string): boolean {

@@ -413,7 +413,7 @@ def main(argv: Sequence[str]) -> int:
                 data = os.path.join(args.out, "sft.jsonl")
                 subprocess.run(rollgym_cmd("sft", "--tag", args.tag, "--groups", str(args.sft_episodes), "--arm-mix",
                                            str(args.arm_mix), "--max-turn", "1", "--seed", "100000", "--out", data),
-                               check=True, cwd=ROOT, stderr=subprocess.DEVNULL)
+                               check=True, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             model = TinyLM(ModelConfig())
             losses = sft(model, load_sft(data), args.sft_steps, args.sft_batch, args.sft_prompts, args.sft_lr, args.seed, progress)
             model.save(os.path.join(args.out, "sft.pt"), "step-0")

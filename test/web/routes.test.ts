@@ -15,22 +15,12 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createRegistry } from "../../envs/catalog.ts";
 import { buildServer, type RollgymServer } from "../../src/server/app.ts";
+import { EMPTY_FILE_LINES } from "./fixtures.ts";
 
 const TOKEN = "routes-token";
 const auth = { authorization: `Bearer ${TOKEN}` };
 
-const header = JSON.stringify({
-  type: "header",
-  format: "rollgym.episodes",
-  version: 1,
-  mode: "train",
-  seed: 1,
-  group_size: 1,
-  tags: [{ tag: "Bandit", groups: 1 }],
-  policy: "oracle",
-  settings: {},
-});
-const summary = JSON.stringify({ type: "summary", episodes: 0, failed: 0, kept_groups: [], metrics: {} });
+const { header, summary } = EMPTY_FILE_LINES;
 const group = { group_id: 0, tag: "Bandit", seed: 1, env_ids: [], score: null, kept: false, failed: false };
 const episodeFile = (padding = "") =>
   `${header}\n${JSON.stringify({ type: "group", ...group, padding })}\n${summary}\n`;

@@ -3,19 +3,9 @@
 // refused at that heap's cost.
 import { afterEach, describe, expect, it } from "vitest";
 import { DEFAULT_FILE_LIMITS, UploadStore } from "../../src/server/web/files.ts";
+import { EMPTY_FILE_LINES } from "./fixtures.ts";
 
-const header = JSON.stringify({
-  type: "header",
-  format: "rollgym.episodes",
-  version: 1,
-  mode: "train",
-  seed: 1,
-  group_size: 1,
-  tags: [{ tag: "Bandit", groups: 1 }],
-  policy: "oracle",
-  settings: {},
-});
-const summary = JSON.stringify({ type: "summary", episodes: 0, failed: 0, kept_groups: [], metrics: {} });
+const { header, summary } = EMPTY_FILE_LINES;
 
 const parse = JSON.parse;
 afterEach(() => {

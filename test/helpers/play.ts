@@ -3,6 +3,7 @@
 import { createRegistry } from "../../envs/catalog.ts";
 import { ChatPolicy, type ChatPolicyOptions } from "../../src/llm/openai-chat.ts";
 import { type BatchRequest, type BatchResult, runBatch } from "../../src/rollout/batch.ts";
+import { defaultBatchRequest } from "../../src/rollout/request.ts";
 
 const registry = createRegistry();
 
@@ -14,4 +15,15 @@ export async function playAgainst(options: ChatPolicyOptions, request: BatchRequ
   } finally {
     await policy.close();
   }
+}
+
+/** A SimpleSokoban train batch of `groups` × `groupSize` with short answers, in chat or token mode. */
+export function sokobanBatch(
+  groups: number,
+  groupSize: number,
+  maxTokens: number,
+  tokens: boolean,
+): BatchRequest {
+  const base = defaultBatchRequest("train", { tags: [{ tag: "SimpleSokoban", groups }], groupSize });
+  return { ...base, tokens, sampling: { ...base.sampling, max_tokens: maxTokens } };
 }

@@ -8,18 +8,14 @@ import { createRegistry } from "../../envs/catalog.ts";
 import { ChatPolicy } from "../../src/llm/openai-chat.ts";
 import { type MockEngine, startMockEngine } from "../../src/mock-engine/server.ts";
 import { runBatch } from "../../src/rollout/batch.ts";
-import { defaultBatchRequest } from "../../src/rollout/request.ts";
 import { buildServer } from "../../src/server/app.ts";
 import { rollgym } from "../helpers/cli.ts";
 import { engineProxy } from "../helpers/engine-proxy.ts";
-import { playAgainst } from "../helpers/play.ts";
+import { playAgainst, sokobanBatch } from "../helpers/play.ts";
 
 const registry = createRegistry();
 
-function request1x2(tokens: boolean) {
-  const base = defaultBatchRequest("train", { tags: [{ tag: "SimpleSokoban", groups: 1 }], groupSize: 2 });
-  return { ...base, tokens, sampling: { ...base.sampling, max_tokens: 32 } };
-}
+const request1x2 = (tokens: boolean) => sokobanBatch(1, 2, 32, tokens);
 
 describe("answers rollgym cannot use", () => {
   let engine: MockEngine;

@@ -16,12 +16,9 @@ import { type MockEngine, startMockEngine } from "../../src/mock-engine/server.t
 import { defaultBatchRequest } from "../../src/rollout/request.ts";
 import { rollgym } from "../helpers/cli.ts";
 import { engineProxy } from "../helpers/engine-proxy.ts";
-import { playAgainst } from "../helpers/play.ts";
+import { playAgainst, sokobanBatch } from "../helpers/play.ts";
 
-function twoByTwo(tokens: boolean) {
-  const base = defaultBatchRequest("train", { tags: [{ tag: "SimpleSokoban", groups: 2 }], groupSize: 2 });
-  return { ...base, tokens, sampling: { ...base.sampling, max_tokens: 96 } };
-}
+const twoByTwo = (tokens: boolean) => sokobanBatch(2, 2, 96, tokens);
 
 describe("stop strings and end tokens", () => {
   let engine: MockEngine;

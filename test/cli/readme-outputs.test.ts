@@ -1,10 +1,10 @@
 // The README's claims about what each command prints on stdout, checked by running each one:
 // JSON lines, one JSON object, text for people, the exported artefact, or a URL line.
 import { spawn } from "node:child_process";
-import { mkdtempSync, readFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ROOT } from "../helpers/cli.ts";
 import { writeEpisodes } from "../web/fixtures.ts";
 import { runInProcess } from "./in-process.ts";
@@ -82,6 +82,21 @@ beforeAll(async () => {
   await writeEpisodes(file, [{ tag: "SimpleSokoban", groups: 2 }], 2);
 });
 
+// What each command printed before the edge was restructured (issue #21: CLI outputs
+// identical). Re-record only for a change that is meant and listed:
+// RECORD_TRANSCRIPT=1 npx vitest run test/cli/readme-outputs.test.ts
+const OUTPUTS = new URL("../fixtures/transcript/readme-outputs.json", import.meta.url);
+const recording = process.env.RECORD_TRANSCRIPT === "1" || !existsSync(OUTPUTS);
+const recorded: Record<string, string> = recording ? {} : JSON.parse(readFileSync(OUTPUTS, "utf8"));
+afterAll(() => {
+  if (recording) writeFileSync(OUTPUTS, `${JSON.stringify(recorded, null, 1)}\n`);
+});
+
+/** Stdout without what changes from run to run: the temporary directory and the timing figures. */
+function steady(stdout: string): string {
+  return stdout.replaceAll(dir, "<dir>").replace(/"timing":\{[^}]*\}/g, '"timing":{}');
+}
+
 describe("the README's output formats", () => {
   it("every command in the README's table is checked here", () => {
     const readme = readFileSync(join(ROOT, "README.md"), "utf8");
@@ -102,6 +117,8 @@ describe("the README's output formats", () => {
     const r = await runInProcess(argv, stdin);
     expect(r.code, r.stderr).toBe(0);
     expectKind(r.stdout, kind, command);
+    if (recording) recorded[command] = steady(r.stdout);
+    else expect(steady(r.stdout), `${command} prints what it printed before`).toBe(recorded[command]);
   });
 
   it.concurrent.each([["serve"], ["mock-engine"]])(

@@ -5,10 +5,13 @@
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { decodeFrame } from "../../protocol/codec.ts";
+import { ChatPolicy } from "../../src/llm/openai-chat.ts";
+import { type MockEngine, startMockEngine } from "../../src/mock-engine/server.ts";
 import { buildServer, type RollgymServer } from "../../src/server/app.ts";
 import { type Frame, TestClient, until } from "../helpers/ws-client.ts";
 
 const FIXTURE = new URL("../fixtures/transcript/conversation.json", import.meta.url);
+const ENGINE_FIXTURE = new URL("../fixtures/transcript/engine-conversation.json", import.meta.url);
 
 interface Entry {
   /** Which client received it. */
@@ -21,14 +24,26 @@ interface Entry {
 
 let server: RollgymServer;
 let url: string;
+let engine: MockEngine;
+let policy: ChatPolicy;
+let engineServer: RollgymServer;
+let engineUrl: string;
 
 beforeAll(async () => {
   // One group at a time, so group frames come in one order on every run.
   server = await buildServer({ groupConcurrency: 1, maxGroupsPerRollout: 8 });
   url = await server.listen(0, "127.0.0.1");
+  engine = await startMockEngine({ model: "mock", seed: 9 });
+  policy = new ChatPolicy({ baseURL: engine.url, model: "mock" });
+  await policy.preflight();
+  engineServer = await buildServer({ policy, groupConcurrency: 1 });
+  engineUrl = await engineServer.listen(0, "127.0.0.1");
 });
 afterAll(async () => {
-  await server.shutdown();
+  await server?.shutdown();
+  await engineServer?.shutdown();
+  await policy?.close();
+  await engine?.close();
 });
 
 /** Session ids are random: each is replaced by a run of "S" of its length, bytes included. */
@@ -45,7 +60,7 @@ function withoutSessions(raw: Buffer, sessions: string[]): Buffer {
 }
 
 /** The conversation; returns every frame each client received except `progress` (paced by time). */
-async function converse(): Promise<{ entries: Entry[]; closes: Record<string, number | null> }> {
+async function converse(): Promise<{ entries: Entry[]; closes?: Record<string, number | null> }> {
   const trainer = await TestClient.connect(url, { hello: null });
   const watcher = await TestClient.connect(url);
   const sessions: string[] = [];
@@ -267,18 +282,89 @@ async function converse(): Promise<{ entries: Entry[]; closes: Record<string, nu
   return { entries, closes: { stranger: stranger.closeCode } };
 }
 
+/** Every frame a client received except `progress`, session ids replaced. */
+function entriesOf(clients: [string, TestClient][], sessions: string[]): Entry[] {
+  const entries: Entry[] = [];
+  for (const [name, client] of clients) {
+    client.raw.forEach((raw, i) => {
+      const frame = client.received[i] as Frame;
+      if (frame.type === "progress") return;
+      entries.push({
+        client: name,
+        type: frame.type,
+        bytes: withoutSessions(raw, sessions).toString("base64"),
+      });
+    });
+  }
+  return entries;
+}
+
+/** Against the mock engine: a chat-mode and a token-mode rollout, and a token env session. */
+async function converseWithEngine(): Promise<{ entries: Entry[] }> {
+  const trainer = await TestClient.connect(engineUrl);
+  const session = (trainer.of("welcome")[0] as Frame).session as string;
+  trainer.send({ type: "credit", groups: 100 });
+  for (const [id, tokens] of [
+    ["chat", false],
+    ["tokens", true],
+  ] as const) {
+    trainer.send({
+      type: "rollout",
+      id,
+      tags: [{ tag: "SimpleSokoban", groups: 2 }],
+      mode: "train",
+      group_size: 2,
+      seed: 10000,
+      max_turn: 2,
+      tokens,
+      sampling: { temperature: 1, max_tokens: 96 },
+      delivery: "batch",
+    });
+    const batch = await trainer.next((f) => f.type === "batch" && f.rollout === id);
+    trainer.send({ type: "ack", rollout: id, groups: [...(batch.kept as number[])], batch: true });
+  }
+  trainer.send({
+    type: "env_open",
+    id: "t1",
+    tag: "SimpleSokoban",
+    groups: 1,
+    group_size: 1,
+    seed: 5,
+    tokens: true,
+  });
+  const opened = await trainer.next((f) => f.type === "env_opened");
+  const prompt = ((opened.episodes as Frame[])[0] as Frame).prompt_ids as number[];
+  trainer.send({
+    type: "env_step",
+    id: "t1",
+    responses: [{ env_id: 0, text: "go</think><answer>Up</answer>", sampled_ids: prompt.slice(-3) }],
+  });
+  await trainer.next((f) => f.type === "env_stepped" || f.type === "error");
+  trainer.send({ type: "env_close", id: "t1" });
+  await trainer.next((f) => f.type === "env_closed");
+  trainer.ws.close(1000);
+  await trainer.closed();
+  return { entries: entriesOf([["trainer", trainer]], [session]) };
+}
+
+function compareWith(fixture: URL, now: { entries: Entry[] }): void {
+  if (process.env.RECORD_TRANSCRIPT === "1" || !existsSync(fixture)) {
+    writeFileSync(fixture, `${JSON.stringify(now, null, 1)}\n`);
+  }
+  const recorded = JSON.parse(readFileSync(fixture, "utf8")) as typeof now;
+  const readable = (entries: Entry[]) =>
+    entries.map((e) => ({ client: e.client, frame: decodeFrame(Buffer.from(e.bytes, "base64")) }));
+  // A readable difference first, then the bytes themselves.
+  expect(readable(now.entries)).toEqual(readable(recorded.entries));
+  expect(now).toEqual(recorded);
+}
+
 describe("the server's frames, byte for byte", () => {
   it("match the transcript recorded before the edge was restructured", async () => {
-    const now = await converse();
-    if (process.env.RECORD_TRANSCRIPT === "1" || !existsSync(FIXTURE)) {
-      writeFileSync(FIXTURE, `${JSON.stringify(now, null, 1)}\n`);
-    }
-    const recorded = JSON.parse(readFileSync(FIXTURE, "utf8")) as typeof now;
-    const readable = (entries: Entry[]) =>
-      entries.map((e) => ({ client: e.client, frame: decodeFrame(Buffer.from(e.bytes, "base64")) }));
-    // A readable difference first, then the bytes themselves.
-    expect(readable(now.entries)).toEqual(readable(recorded.entries));
-    expect(now.entries).toEqual(recorded.entries);
-    expect(now.closes).toEqual(recorded.closes);
+    compareWith(FIXTURE, await converse());
+  });
+
+  it("against an engine, in chat and token mode, match theirs too", async () => {
+    compareWith(ENGINE_FIXTURE, await converseWithEngine());
   });
 });

@@ -261,25 +261,14 @@ async function converse(): Promise<{ entries: Entry[]; closes?: Record<string, n
   watcher.ws.close(1000);
   await Promise.all([trainer.closed(), watcher.closed()]);
 
-  const entries: Entry[] = [];
-  for (const [name, client] of [
+  const clients: [string, TestClient][] = [
     ["trainer", trainer],
     ["watcher", watcher],
     ["leaver", leaver],
     ["returner", returner],
     ["stranger", stranger],
-  ] as const) {
-    client.raw.forEach((raw, i) => {
-      const frame = client.received[i] as Frame;
-      if (frame.type === "progress") return;
-      entries.push({
-        client: name,
-        type: frame.type,
-        bytes: withoutSessions(raw, sessions).toString("base64"),
-      });
-    });
-  }
-  return { entries, closes: { stranger: stranger.closeCode } };
+  ];
+  return { entries: entriesOf(clients, sessions), closes: { stranger: stranger.closeCode } };
 }
 
 /** Every frame a client received except `progress`, session ids replaced. */

@@ -4,6 +4,7 @@
 // for its own model turns, so a slow episode never holds up the others.
 import { setImmediate as nextTurn } from "node:timers/promises";
 import type { EnvRegistry } from "../../envs/registry.ts";
+import type { ChatMessage, SamplingParams } from "../llm/chat.ts";
 import {
   ContextLimitChanged,
   type EpisodeView,
@@ -11,15 +12,13 @@ import {
   type PolicyResponse,
   type PromptMeter,
   requestSeed,
-  type SamplingParams,
   TEMPLATE_TOKENS_PER_MESSAGE,
 } from "../llm/policy.ts";
+import { turnSlot } from "../llm/slices.ts";
 import { Episode, type EpisodeRecord, type EpisodeSettings } from "./episode.ts";
 import { type FilterConfig, runGroupFilter } from "./filter.ts";
-import type { ChatMessage } from "./prompt.ts";
 import { ragenTruncate } from "./ragen-truncation.ts";
 import { episodeScores, type NormalizationGrouping, type NormalizationMethod } from "./scores.ts";
-import { turnSlot } from "./slices.ts";
 import { playTokenEpisode } from "./token-episode.ts";
 import type { TokenLog } from "./token-log.ts";
 

@@ -4,14 +4,9 @@
 import { pyNumberRepr } from "../../envs/pyrepr.ts";
 import type { ResolvedTag } from "../../envs/registry.ts";
 import type { Env, StepInfo } from "../../envs/types.ts";
+import type { ChatMessage } from "../llm/chat.ts";
 import { mapActions, parseResponse } from "./parse.ts";
-import {
-  type ChatMessage,
-  formatInstruction,
-  INVALID_ACTION_WARNING,
-  systemPrompt,
-  turnBlock,
-} from "./prompt.ts";
+import { formatInstruction, INVALID_ACTION_WARNING, systemPrompt, turnBlock } from "./prompt.ts";
 import type { TokenRecord } from "./token-log.ts";
 
 export type ContextWindowMode = "full" | "limited_multi_turn" | "single_turn";

@@ -36,8 +36,8 @@ export {
   writeEpisodeFile,
 } from "./record/episode-file.ts";
 export { EpisodeFileError, type FileGroup, fileGroups, parseEpisodeText } from "./record/episode-reader.ts";
-export { type BatchRequest, type BatchResult, type GroupResult, runBatch } from "./rollout/batch.ts";
-export type { EpisodeRecord, TurnRecord } from "./rollout/episode.ts";
+export type { BatchResult, EpisodeRecord, GroupResult, TurnRecord } from "./record/episode-record.ts";
+export { type BatchRequest, runBatch } from "./rollout/batch.ts";
 export { type FilterConfig, runGroupFilter } from "./rollout/filter.ts";
 export { checkRolloutShape, DEFAULT_ROLLOUT_LIMITS, type RolloutLimits } from "./rollout/limits.ts";
 export { mapActions, parseResponse } from "./rollout/parse.ts";

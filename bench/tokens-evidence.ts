@@ -4,7 +4,7 @@
 // checked against what the engine reported: the ids it sampled and their logprobs, the prompt
 // length it evaluated, the prefix-cache reuse (timings.cache_n) and the slot that served it.
 // `/detokenize` on the log's sampled ids must give the text the engine returned.
-import type { EpisodeRecord } from "../src/rollout/episode.ts";
+import type { EpisodeRecord } from "../src/record/episode-record.ts";
 
 /** One /completion exchange as llama.cpp saw and answered it. */
 export interface CompletionCapture {

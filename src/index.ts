@@ -26,8 +26,9 @@ export {
   type RegistryOptions,
 } from "./config/registry.ts";
 export { oraclePolicy, randomPolicy } from "./llm/builtin.ts";
+export type { ChatMessage, SamplingParams } from "./llm/chat.ts";
 export { ChatPolicy, type ChatPolicyOptions } from "./llm/openai-chat.ts";
-export type { EpisodeView, Policy, PolicyRequest, PolicyResponse, SamplingParams } from "./llm/policy.ts";
+export type { EpisodeView, Policy, PolicyRequest, PolicyResponse } from "./llm/policy.ts";
 export {
   type EpisodeFile,
   type EpisodeFileHeader,
@@ -35,11 +36,11 @@ export {
   writeEpisodeFile,
 } from "./record/episode-file.ts";
 export { EpisodeFileError, type FileGroup, fileGroups, parseEpisodeText } from "./record/episode-reader.ts";
-export { type BatchRequest, type BatchResult, type GroupResult, runBatch } from "./rollout/batch.ts";
-export type { EpisodeRecord, TurnRecord } from "./rollout/episode.ts";
+export type { BatchResult, EpisodeRecord, GroupResult, TurnRecord } from "./record/episode-record.ts";
+export { type BatchRequest, runBatch } from "./rollout/batch.ts";
 export { type FilterConfig, runGroupFilter } from "./rollout/filter.ts";
 export { checkRolloutShape, DEFAULT_ROLLOUT_LIMITS, type RolloutLimits } from "./rollout/limits.ts";
 export { mapActions, parseResponse } from "./rollout/parse.ts";
-export { type ChatMessage, firstTurnMessages } from "./rollout/prompt.ts";
+export { firstTurnMessages } from "./rollout/prompt.ts";
 export { batchRequest } from "./rollout/request.ts";
 export { buildServer, type RollgymServer, type ServerOptions } from "./server/app.ts";

@@ -11,13 +11,8 @@ import { ChatPolicy, TOKENS_NEED_ENGINE_ROUTES } from "../llm/openai-chat.ts";
 import { describeEngineStatus, type Policy, PolicyError } from "../llm/policy.ts";
 import { logprobsSource, logprobsWarning } from "../llm/token-engine.ts";
 import { EpisodeFileWriter } from "../record/episode-file.ts";
-import {
-  type BatchRequest,
-  type BatchResult,
-  policyRefusal,
-  runBatch,
-  validateBatchRequest,
-} from "../rollout/batch.ts";
+import type { BatchResult } from "../record/episode-record.ts";
+import { type BatchRequest, policyRefusal, runBatch, validateBatchRequest } from "../rollout/batch.ts";
 import { filterNote } from "../rollout/filter.ts";
 import { checkRolloutShape, RolloutLimitError } from "../rollout/limits.ts";
 import { batchRequest } from "../rollout/request.ts";

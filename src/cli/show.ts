@@ -1,7 +1,7 @@
 // `rollgym show FILE`: an episode file (rollout --out) for people: every selected episode turn
 // by turn, with the board the model saw, its response, the actions taken and the reward.
 import { fileGroups } from "../record/episode-reader.ts";
-import type { EpisodeRecord } from "../rollout/episode.ts";
+import type { EpisodeRecord } from "../record/episode-record.ts";
 import { tokenSummary } from "../server/web/client/records.ts";
 import { expectPositionals, type FlagSpec, parseArgs, parseChoice } from "./args.ts";
 import { parseIdList, readEpisodeFileOrExplain } from "./episode-files.ts";

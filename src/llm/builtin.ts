@@ -3,8 +3,8 @@
 // Noise knobs turn some answers random or malformed, so filters and failure paths get exercised.
 import seedrandom from "seedrandom";
 import type { ResolvedTag } from "../../envs/registry.ts";
-import { turnSlot } from "../rollout/slices.ts";
 import type { Policy, PolicyRequest, PolicyResponse } from "./policy.ts";
+import { turnSlot } from "./slices.ts";
 
 export interface BuiltinPolicyOptions {
   /** Probability that an answer is random valid actions instead of the plan. */

@@ -1,7 +1,7 @@
 // What rollgym needs to know about an inference engine before the first turn: which dialect it
 // speaks (vLLM or llama.cpp, told apart by their routes), its context length, and how to count
 // a chat prompt's tokens exactly as its chat route will render them.
-import type { ChatMessage } from "../rollout/prompt.ts";
+import type { ChatMessage } from "./chat.ts";
 import { type EngineConnections, EngineError, requestJson, UnusableAnswer } from "./http.ts";
 
 export type Dialect = "vllm" | "llamacpp";

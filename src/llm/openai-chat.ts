@@ -6,7 +6,7 @@
 // budget that rides out an engine restart; when every replica is down, turns wait on the
 // pool's probe instead of hammering it.
 import { setTimeout as sleep } from "node:timers/promises";
-import type { ChatMessage } from "../rollout/prompt.ts";
+import type { ChatMessage, SamplingParams } from "./chat.ts";
 import { ContextLimit, isLengthRefusal } from "./context-limit.ts";
 import { type Deadline, deadline } from "./deadline.ts";
 import { type Dialect, describeEngine, type EngineInfo, EngineTokenCounter } from "./engine.ts";
@@ -21,7 +21,6 @@ import {
   type PolicyResponse,
   type PromptMeter,
   promptUpperBound,
-  type SamplingParams,
 } from "./policy.ts";
 import { ReplicaPool } from "./replicas.ts";
 import { TokenEngine } from "./token-engine.ts";

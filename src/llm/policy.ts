@@ -2,25 +2,9 @@
 // next assistant turn. Built-in policies also receive the episode's solver; remote ones
 // ignore it.
 import type { ResolvedTag } from "../../envs/registry.ts";
-import type { ChatMessage } from "../rollout/prompt.ts";
+import type { ChatMessage, SamplingParams } from "./chat.ts";
 import type { ReplicaSnapshot } from "./replicas.ts";
 import type { TokenEngine } from "./token-engine.ts";
-
-export interface SamplingParams {
-  temperature: number;
-  top_p: number;
-  /** -1 disables (vLLM). */
-  top_k: number;
-  min_p: number;
-  /** Sent explicitly, so a server's generation-config defaults never change the policy (RAGEN: 1, 0, 0). */
-  repetition_penalty: number;
-  presence_penalty: number;
-  frequency_penalty: number;
-  max_tokens: number;
-  /** Per-request seed derived from (batch seed, env id, turn), so deterministic engines reproduce. */
-  seed: number;
-  stop?: string[];
-}
 
 /** What a built-in policy may know about the episode; remote policies never see it. */
 export interface EpisodeView {

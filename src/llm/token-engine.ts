@@ -4,12 +4,11 @@
 // return_token_ids; llama.cpp: /completion with return_tokens. The ids inserted between turns
 // (closing the assistant turn, the next user message, the generation prompt and prefill) are a
 // chat-template delta rendered by the engine itself, so they follow the model's own template.
-import type { ChatMessage } from "../rollout/prompt.ts";
+import type { ChatMessage, SamplingParams } from "./chat.ts";
 import { onParentAbort } from "./deadline.ts";
 import { type Dialect, serverRoot } from "./engine.ts";
 import { EngineError, type RequestOptions, requestJson, UnusableAnswer } from "./http.ts";
 import { type ChatPolicy, checkFinishReason, samplingFields } from "./openai-chat.ts";
-import type { SamplingParams } from "./policy.ts";
 
 export interface TokenSample {
   /** Exactly the ids the engine sampled, the stop token included when it reports it. */

@@ -2,7 +2,8 @@
 // seeds, each turn answered by the mock's own policy and stepped in the real environment, so
 // the text is exactly what a RAGEN rollout sends (prompts from src/rollout/prompt.ts).
 import { createRegistry } from "../../envs/catalog.ts";
-import { type ChatMessage, firstTurnMessages, turnBlock } from "../rollout/prompt.ts";
+import type { ChatMessage } from "../llm/chat.ts";
+import { firstTurnMessages, turnBlock } from "../rollout/prompt.ts";
 import { answerPrompt } from "./answer.ts";
 import { renderChat } from "./chat-template.ts";
 import { Rng } from "./rng.ts";

@@ -6,7 +6,6 @@
 import { createReadStream } from "node:fs";
 import { type FileHandle, open } from "node:fs/promises";
 import { createInterface } from "node:readline";
-import type { BatchResult } from "../rollout/batch.ts";
 import {
   EPISODE_FILE_FORMAT,
   EPISODE_FILE_VERSION,
@@ -15,6 +14,7 @@ import {
   EpisodeFileReader,
   type EpisodeFileSummary,
 } from "./episode-reader.ts";
+import type { BatchResult } from "./episode-record.ts";
 
 export {
   EPISODE_FILE_FORMAT,

@@ -2,8 +2,7 @@
 // and every field the readers use is checked here, so `show`, `export`, uploads, shared files
 // and the web page see the same, well-typed file or the same error naming the line and field.
 // Pure (no Node or DOM imports): the page loads this module as it is.
-import type { GroupResult } from "../rollout/batch.ts";
-import type { EpisodeRecord } from "../rollout/episode.ts";
+import type { EpisodeRecord, GroupResult } from "./episode-record.ts";
 
 export const EPISODE_FILE_FORMAT = "rollgym.episodes";
 export const EPISODE_FILE_VERSION = 1;

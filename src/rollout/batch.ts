@@ -4,6 +4,7 @@
 // for its own model turns, so a slow episode never holds up the others.
 import { setImmediate as nextTurn } from "node:timers/promises";
 import type { EnvRegistry } from "../../envs/registry.ts";
+import type { ChatMessage, SamplingParams } from "../llm/chat.ts";
 import {
   ContextLimitChanged,
   type EpisodeView,
@@ -11,19 +12,16 @@ import {
   type PolicyResponse,
   type PromptMeter,
   requestSeed,
-  type SamplingParams,
   TEMPLATE_TOKENS_PER_MESSAGE,
 } from "../llm/policy.ts";
-import { Episode, type EpisodeRecord, type EpisodeSettings } from "./episode.ts";
+import { turnSlot } from "../llm/slices.ts";
+import type { BatchResult, EpisodeRecord, GroupResult, RolloutMode } from "../record/episode-record.ts";
+import { Episode, type EpisodeSettings } from "./episode.ts";
 import { type FilterConfig, runGroupFilter } from "./filter.ts";
-import type { ChatMessage } from "./prompt.ts";
 import { ragenTruncate } from "./ragen-truncation.ts";
 import { episodeScores, type NormalizationGrouping, type NormalizationMethod } from "./scores.ts";
-import { turnSlot } from "./slices.ts";
 import { playTokenEpisode } from "./token-episode.ts";
 import type { TokenLog } from "./token-log.ts";
-
-export type RolloutMode = "train" | "val";
 
 export interface BatchRequest {
   mode: RolloutMode;
@@ -43,29 +41,6 @@ export interface BatchRequest {
   minResponseTokens?: number;
   /** Token in, token out: every episode keeps its exact token log (see token-episode.ts). */
   tokens?: boolean;
-}
-
-export interface GroupResult {
-  group_id: number;
-  tag: string;
-  seed: number;
-  env_ids: number[];
-  /** The filter's score for the group (null when the group had a failed episode). */
-  score: number | null;
-  kept: boolean;
-  failed: boolean;
-}
-
-export interface BatchResult {
-  mode: RolloutMode;
-  seed: number;
-  episodes: EpisodeRecord[];
-  groups: GroupResult[];
-  /** RAGEN-named metrics: "<train|val-env>/<tag>/<name>" plus the filter's "rollout/…". */
-  metrics: Record<string, number>;
-  failed: number;
-  /** Groups a cancellation stopped before they started: no episode was built (they are in `groups` as failed). */
-  notStarted: number[];
 }
 
 export interface BatchHooks {

@@ -4,15 +4,10 @@
 import { pyNumberRepr } from "../../envs/pyrepr.ts";
 import type { ResolvedTag } from "../../envs/registry.ts";
 import type { Env, StepInfo } from "../../envs/types.ts";
+import type { ChatMessage } from "../llm/chat.ts";
+import type { EndReason, EpisodeRecord, TurnRecord } from "../record/episode-record.ts";
 import { mapActions, parseResponse } from "./parse.ts";
-import {
-  type ChatMessage,
-  formatInstruction,
-  INVALID_ACTION_WARNING,
-  systemPrompt,
-  turnBlock,
-} from "./prompt.ts";
-import type { TokenRecord } from "./token-log.ts";
+import { formatInstruction, INVALID_ACTION_WARNING, systemPrompt, turnBlock } from "./prompt.ts";
 
 export type ContextWindowMode = "full" | "limited_multi_turn" | "single_turn";
 
@@ -31,68 +26,6 @@ export interface EpisodeSettings {
    * complete turns; "ragen" applies RAGEN's _apply_max_length. Default "turns".
    */
   truncation?: "turns" | "ragen";
-}
-
-/** Why an episode stopped taking turns. */
-export type EndReason = "done" | "action_budget" | "max_turn" | "context_full" | "failed";
-
-/** One model turn, as recorded in episode files and sent to trainers. */
-export interface TurnRecord {
-  turn: number;
-  /** The observation the model saw this turn. */
-  state: string;
-  actions_left: number;
-  /** The prompt carried RAGEN's "No valid action provided previously…" warning. */
-  warned: boolean;
-  /** Prefill + generated text, exactly as the model produced it. */
-  raw_response: string;
-  /** RAGEN's rebuilt response, which later prompts show. */
-  response: string;
-  parsed: string[];
-  /** Names of the actions executed, in order. */
-  actions: string[];
-  reward: number;
-  /** The reward as Python prints it in the next prompt ("-0.1", "0", "10.8"). */
-  reward_text: string;
-  format_penalty: boolean;
-  info: Record<string, number | boolean>;
-  finish_reason: string;
-  prompt_tokens?: number;
-  completion_tokens?: number;
-  /** Prompt tokens the engine reused from its prefix cache, when it reports it (llama.cpp). */
-  cached_tokens?: number;
-  /** Earlier turns left out of this turn's prompt to fit the engine's context (only when > 0). */
-  context_dropped?: number;
-  /** The engine's reasoning/content split could not be undone exactly (see docs/rollouts.md). */
-  ambiguous_split?: true;
-}
-
-export interface EpisodeRecord {
-  env_id: number;
-  group_id: number;
-  tag: string;
-  seed: number;
-  turns: TurnRecord[];
-  /** The state after the last turn. */
-  final_state: string;
-  num_actions: number;
-  terminated: boolean;
-  truncated: boolean;
-  success: boolean;
-  /** Sum of turn rewards (as doubles). */
-  reward: number;
-  /** Sum of format penalties. */
-  penalty: number;
-  /** RAGEN's trajectory score: float32(reward) + float32(penalty). */
-  score: number;
-  /** RAGEN's per-episode metrics, keyed "<tag>/<name>". */
-  metrics: Record<string, number>;
-  /** Set when the episode could not be played to its end (e.g. inference failed for good). */
-  failure: string | null;
-  /** Why it stopped: the env ended it, the action budget, max_turn, the context window, or a failure. */
-  end_reason: EndReason;
-  /** The exact token log, in token mode. */
-  tokens?: TokenRecord;
 }
 
 export class Episode {

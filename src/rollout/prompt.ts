@@ -1,11 +1,7 @@
 // Prompt text as RAGEN's context manager writes it: the system message (instruction, symbol
 // meanings, action list) and the per-turn user block.
 import type { ResolvedTag } from "../../envs/registry.ts";
-
-export interface ChatMessage {
-  role: "system" | "user" | "assistant";
-  content: string;
-}
+import type { ChatMessage } from "../llm/chat.ts";
 
 export interface PromptOptions {
   /** RAGEN's enable_think: ask for <think>…</think><answer>…</answer>. */

@@ -1,7 +1,7 @@
 // RAGEN's hard truncation of an over-long chat (ContextManager._apply_max_length): keep the
 // first message, drop the oldest turns until the token count fits max_model_len. Reproduced
 // for `truncation=ragen`, defects included; docs/ragen-divergences.md explains them.
-import type { ChatMessage } from "./prompt.ts";
+import type { ChatMessage } from "../llm/chat.ts";
 
 export interface RagenTruncation {
   /** The first message followed by the kept tail of the rest (the input itself when it fits). */

@@ -1,7 +1,8 @@
 // From a loaded configuration (RAGEN's key names) to a batch request: which tags and groups,
 // the seed schedule, sampling for the mode, episode settings and the filter.
 import { defaultConfig, type RollgymConfig } from "../config/index.ts";
-import { type BatchRequest, type RolloutMode, trainBatchSeed } from "./batch.ts";
+import type { RolloutMode } from "../record/episode-record.ts";
+import { type BatchRequest, trainBatchSeed } from "./batch.ts";
 import type { FilterConfig } from "./filter.ts";
 
 /** The seed of group 0: explicit, or RAGEN's schedule (train: base + step × groups; val: base). */

@@ -3,12 +3,13 @@
 // delta of the next user message. Earlier tokens are never dropped or rewritten: when the next
 // turn does not fit the context, the episode ends as `context_full`. At the end the decoded
 // log is compared with the chat template's rendering of the same conversation.
+
+import type { ChatMessage } from "../llm/chat.ts";
 import { requestSeed } from "../llm/policy.ts";
+import { turnSlot } from "../llm/slices.ts";
 import type { TokenEngine } from "../llm/token-engine.ts";
 import { type BatchHooks, type BatchRequest, playTurns } from "./batch.ts";
 import type { Episode } from "./episode.ts";
-import type { ChatMessage } from "./prompt.ts";
-import { turnSlot } from "./slices.ts";
 import { TokenLog, textDrift } from "./token-log.ts";
 
 export async function playTokenEpisode(

@@ -2,37 +2,7 @@
 // turn the exact sampled ids and the ids inserted before the next turn) with a loss mask over
 // exactly the sampled ids, their logprobs at the same positions, turn boundaries, and each
 // turn's reward on its last sampled token. It only ever grows: nothing is re-tokenized.
-
-/** The log as episode files and group frames carry it. */
-export interface TokenRecord {
-  ids: number[];
-  /** 1 at sampled ids, 0 at prompt and inserted ids. */
-  loss_mask: number[];
-  /**
-   * The engine's logprob of each sampled id; 0 elsewhere. NaN (null in JSON files) at a sampled
-   * id whose logprob the engine did not report (llama.cpp leaves out tokens that end inside a
-   * UTF-8 character): never made up. `loss_mask` & finite(`logprobs`) is the mask of known ones.
-   */
-  logprobs: number[];
-  /** Each turn's reward on the turn's last sampled id; 0 elsewhere. */
-  rewards: number[];
-  /** [turn_starts[k], turn_ends[k]) holds turn k's sampled ids. */
-  turn_starts: number[];
-  turn_ends: number[];
-  /** Length of the first prompt. */
-  prompt_length: number;
-  /** Sampled ids whose logprob the engine did not report (NaN in `logprobs`). */
-  logprobs_missing: number;
-  /** Requests whose prompt, as the engine echoed it, was not the log so far (expected 0). */
-  prompt_drift: number;
-  /**
-   * Where the decoded log first differs from the chat template's rendering of the same
-   * conversation (a character offset), or null when the log is that rendering.
-   */
-  template_drift: number | null;
-  /** Present (false) when the engine could not render the conversation for the drift check. */
-  template_checked?: false;
-}
+import type { TokenRecord } from "../record/episode-record.ts";
 
 export class TokenLog {
   readonly ids: number[];

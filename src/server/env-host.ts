@@ -5,10 +5,11 @@
 // exactly as a token-mode rollout renders them, so the episode's token log travels too.
 import type { EnvRegistry } from "../../envs/registry.ts";
 import type { EnvStep } from "../../protocol/messages.ts";
+import type { ChatMessage } from "../llm/chat.ts";
 import type { TokenEngine } from "../llm/token-engine.ts";
+import type { EpisodeRecord } from "../record/episode-record.ts";
 import { type BatchRequest, groupEpisodes, groupTags, tagMetrics } from "../rollout/batch.ts";
-import type { Episode, EpisodeRecord } from "../rollout/episode.ts";
-import type { ChatMessage } from "../rollout/prompt.ts";
+import type { Episode } from "../rollout/episode.ts";
 import { TokenLog } from "../rollout/token-log.ts";
 
 export class EnvHostError extends Error {

@@ -13,8 +13,7 @@ import type {
   WatchGroup,
   Watching,
 } from "../../protocol/messages.ts";
-import type { GroupResult } from "../rollout/batch.ts";
-import type { EpisodeRecord } from "../rollout/episode.ts";
+import type { EpisodeRecord, GroupResult } from "../record/episode-record.ts";
 
 export interface WatchLimits {
   /** Watch subscriptions open at once over the whole server. */

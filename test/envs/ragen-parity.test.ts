@@ -4,7 +4,8 @@ import { describe, expect, it } from "vitest";
 import { createRegistry } from "../../envs/catalog.ts";
 import { pyNumberRepr } from "../../envs/pyrepr.ts";
 import type { SokobanEnv } from "../../envs/sokoban/index.ts";
-import { type ChatMessage, firstTurnMessages } from "../../src/rollout/prompt.ts";
+import type { ChatMessage } from "../../src/llm/chat.ts";
+import { firstTurnMessages } from "../../src/rollout/prompt.ts";
 import { readJsonLines } from "../helpers/fixtures.ts";
 
 interface PlayStep {

@@ -2,7 +2,8 @@
 // preflight, the batch, the policy closed.
 import { createRegistry } from "../../envs/catalog.ts";
 import { ChatPolicy, type ChatPolicyOptions } from "../../src/llm/openai-chat.ts";
-import { type BatchRequest, type BatchResult, runBatch } from "../../src/rollout/batch.ts";
+import type { BatchResult } from "../../src/record/episode-record.ts";
+import { type BatchRequest, runBatch } from "../../src/rollout/batch.ts";
 import { defaultBatchRequest } from "../../src/rollout/request.ts";
 
 const registry = createRegistry();

@@ -1,13 +1,8 @@
 // A policy wrapper that records every request a rollout sends and the engine's answer, so
 // tests can check what reached the engine (prompt shape, max_tokens, counted vs. reported tokens).
-import type {
-  Policy,
-  PolicyRequest,
-  PolicyResponse,
-  PromptMeter,
-  SamplingParams,
-} from "../../src/llm/policy.ts";
-import type { ChatMessage } from "../../src/rollout/prompt.ts";
+
+import type { ChatMessage, SamplingParams } from "../../src/llm/chat.ts";
+import type { Policy, PolicyRequest, PolicyResponse, PromptMeter } from "../../src/llm/policy.ts";
 import { defaultBatchRequest } from "../../src/rollout/request.ts";
 
 /** One request outside any episode: a user line, RAGEN's default sampling, `sampling` on top. */

@@ -5,9 +5,9 @@ import { afterEach, describe, expect, it } from "vitest";
 import { createRegistry } from "../../envs/catalog.ts";
 import { oraclePolicy, randomPolicy } from "../../src/llm/builtin.ts";
 import type { Policy } from "../../src/llm/policy.ts";
+import { SLICE } from "../../src/llm/slices.ts";
 import { runBatch } from "../../src/rollout/batch.ts";
 import { defaultBatchRequest } from "../../src/rollout/request.ts";
-import { SLICE } from "../../src/rollout/slices.ts";
 import { buildServer, type RollgymServer } from "../../src/server/app.ts";
 import { TestClient } from "../helpers/ws-client.ts";
 

@@ -7,7 +7,8 @@ import { defaultConfig } from "../../src/config/index.ts";
 import { ChatPolicy } from "../../src/llm/openai-chat.ts";
 import { PolicyError } from "../../src/llm/policy.ts";
 import { type MockEngine, startMockEngine } from "../../src/mock-engine/server.ts";
-import { type BatchRequest, type BatchResult, runBatch } from "../../src/rollout/batch.ts";
+import type { BatchResult } from "../../src/record/episode-record.ts";
+import { type BatchRequest, runBatch } from "../../src/rollout/batch.ts";
 import { batchRequest } from "../../src/rollout/request.ts";
 import { singleRequest } from "../helpers/recording-policy.ts";
 

@@ -3,6 +3,7 @@
 // (timers off, time moved by hand), never on wall time.
 import { describe, expect, it } from "vitest";
 import { createRegistry } from "../../envs/catalog.ts";
+import type { ChatMessage } from "../../src/llm/chat.ts";
 import { type AnswerMode, answerPrompt } from "../../src/mock-engine/answer.ts";
 import { renderChat } from "../../src/mock-engine/chat-template.ts";
 import { MockEngineUsageError, parseMockEngineArgs } from "../../src/mock-engine/cli.ts";
@@ -20,7 +21,7 @@ import { DecodeScheduler } from "../../src/mock-engine/scheduler.ts";
 import { type MockEngine, type MockEngineOptions, startMockEngine } from "../../src/mock-engine/server.ts";
 import { TOY_TOKENIZER } from "../../src/mock-engine/tokenizer.ts";
 import { mapActions, parseResponse } from "../../src/rollout/parse.ts";
-import { type ChatMessage, firstTurnMessages } from "../../src/rollout/prompt.ts";
+import { firstTurnMessages } from "../../src/rollout/prompt.ts";
 
 const BENCH: LognormalLengths = { kind: "lognormal", median: 60, p99: 400 };
 

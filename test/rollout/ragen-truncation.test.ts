@@ -27,7 +27,7 @@
 //    tail, which the harness asserted), the assistant messages it dropped, and its last count.
 import { readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
-import type { ChatMessage } from "../../src/rollout/prompt.ts";
+import type { ChatMessage } from "../../src/llm/chat.ts";
 import { ragenTruncate } from "../../src/rollout/ragen-truncation.ts";
 
 interface Fixture {

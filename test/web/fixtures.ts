@@ -3,7 +3,8 @@ import { createRegistry } from "../../envs/catalog.ts";
 import { randomPolicy } from "../../src/llm/builtin.ts";
 import type { Policy } from "../../src/llm/policy.ts";
 import { writeEpisodeFile } from "../../src/record/episode-file.ts";
-import { type BatchRequest, type BatchResult, runBatch } from "../../src/rollout/batch.ts";
+import type { BatchResult } from "../../src/record/episode-record.ts";
+import { type BatchRequest, runBatch } from "../../src/rollout/batch.ts";
 import { defaultBatchRequest } from "../../src/rollout/request.ts";
 
 async function played(

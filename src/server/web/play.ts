@@ -2,7 +2,7 @@
 // (undo, reset and shared URLs are just shorter or other action lists), so the server keeps
 // nothing per player and the only limit needed is the tag's own action budget.
 import { type EnvRegistry, type ResolvedTag, unknownTagMessage } from "../../../envs/registry.ts";
-import type { ChatMessage } from "../../rollout/prompt.ts";
+import type { ChatMessage } from "../../llm/chat.ts";
 import { systemPrompt, turnBlock } from "../../rollout/prompt.ts";
 import { Refusal } from "./refusal.ts";
 

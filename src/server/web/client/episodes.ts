@@ -1,7 +1,7 @@
 /// <reference lib="dom" />
 // What Watch and Replay show alike: group cards (reward spread and the filter's verdict),
 // the charts, and an episode's turn-by-turn timeline with a slider and play/pause.
-import type { EpisodeRecord } from "../../../rollout/episode.ts";
+import type { EpisodeRecord } from "../../../record/episode-record.ts";
 import { h, markup, num, type TagInfo } from "./api.ts";
 import type { ExportBatch } from "./export.ts";
 import { escapeHtml, stateSvg } from "./picture.ts";

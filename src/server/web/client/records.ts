@@ -2,8 +2,7 @@
 // verdicts, reward spread, response parts and invalid-turn marks. Pure functions (no DOM), so
 // the CLI's export uses them too.
 import { type EpisodeFile, fileGroups } from "../../../record/episode-reader.ts";
-import type { EpisodeRecord, TurnRecord } from "../../../rollout/episode.ts";
-import type { TokenRecord } from "../../../rollout/token-log.ts";
+import type { EpisodeRecord, TokenRecord, TurnRecord } from "../../../record/episode-record.ts";
 
 export { parseEpisodeText } from "../../../record/episode-reader.ts";
 

@@ -3,7 +3,7 @@
 // by group as they finish, with each group's reward spread and the filter's verdict; a small
 // rollout can be started from here with the server's own policy. Episodes open to their
 // turn-by-turn timeline.
-import type { EpisodeRecord } from "../../../rollout/episode.ts";
+import type { EpisodeRecord } from "../../../record/episode-record.ts";
 import { envs, h, markup, route, setParams, type TagInfo } from "./api.ts";
 import {
   episodeView,

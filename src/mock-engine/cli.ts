@@ -9,6 +9,7 @@ import {
   type LatencyPresetName,
   parseResponseTokens,
 } from "./latency.ts";
+import { MissingTokenizerPackageError } from "./qwen3-tokenizer.ts";
 import { REASONING_PARSERS, type ReasoningParserName } from "./reasoning.ts";
 import { DEFAULT_MODEL, type MockEngineOptions, startMockEngine } from "./server.ts";
 import { TOKENIZER_NAMES, type TokenizerName } from "./tokenizer.ts";
@@ -259,6 +260,9 @@ export async function mockEngineCommand(argv: readonly string[]): Promise<void> 
       throw new MockEngineUsageError(
         `mock-engine: --port ${options.port}: ${code === "EADDRINUSE" ? "already in use" : "not allowed"}`,
       );
+    // An install without optional packages: the flag asks for what this install lacks.
+    if (error instanceof MissingTokenizerPackageError)
+      throw new MockEngineUsageError(`mock-engine: --tokenizer qwen3: ${error.message}`);
     throw error;
   }
   const models = Array.isArray(options.model) ? options.model.join(", ") : DEFAULT_MODEL;

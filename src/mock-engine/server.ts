@@ -7,17 +7,11 @@ import { once } from "node:events";
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { setTimeout as delay } from "node:timers/promises";
-import { pyFloatRepr } from "../../envs/pyrepr.ts";
 import type { PolicyOptions } from "./answer.ts";
 import { CHAT_TEMPLATES, type ChatTemplateName, renderChat } from "./chat-template.ts";
 import { ApiError, type ErrorShape, httpError, modelNotFound, validationError } from "./errors.ts";
 import { type Generation, generate, truncateGeneration } from "./generate.ts";
-import {
-  checkGenerationConfig,
-  DEFAULTED_FIELDS,
-  type DefaultedField,
-  type GenerationConfig,
-} from "./generation-config.ts";
+import { checkGenerationConfig, type GenerationConfig } from "./generation-config.ts";
 import {
   checkLognormalLengths,
   drawResponseTokens,
@@ -27,6 +21,7 @@ import {
   type LatencyPresetName,
   type LognormalLengths,
 } from "./latency.ts";
+import { EngineMetrics } from "./metrics.ts";
 import { loadQwen3Tokenizer } from "./qwen3-tokenizer.ts";
 import { REASONING_PARSERS, type ReasoningParserName, splitReasoning } from "./reasoning.ts";
 import {
@@ -43,6 +38,7 @@ import {
 } from "./responses.ts";
 import { mixSeed, Rng } from "./rng.ts";
 import { type DecodeJob, DecodeScheduler } from "./scheduler.ts";
+import { emptyStats, type MockEngineStats } from "./stats.ts";
 import { type MockTokenizer, TOKENIZER_NAMES, TOY_TOKENIZER, type TokenizerName } from "./tokenizer.ts";
 import {
   checkLimits,
@@ -54,6 +50,8 @@ import {
   parseJsonBody,
   parseTokenizeRequest,
 } from "./validate.ts";
+
+export type { MockEngineStats } from "./stats.ts";
 
 /** vLLM's /pause modes (facts §4.3). */
 export type PauseMode = "abort" | "wait" | "keep";
@@ -143,63 +141,6 @@ export interface MockEngineOptions {
    * template, which drops <think> blocks from assistant turns before the last user message.
    */
   chatTemplate?: ChatTemplateName;
-}
-
-export interface MockEngineStats {
-  /** Every HTTP request, on any route. */
-  requests: number;
-  /** Valid chat/completions requests: the ones faults are drawn for. */
-  generations: number;
-  /** Generations answered in full: a 200 body, or a stream that reached `data: [DONE]`. */
-  completed: number;
-  /** Of the completed, how many were streamed. */
-  streamed: number;
-  /** Refused by validation (400, 404, 405, 413, 501). */
-  rejected: number;
-  /** Injected 500s (a JSON error, or an error event mid-stream). */
-  internalErrors: number;
-  /** Injected 503s. */
-  unavailable: number;
-  /** Injected 429s. */
-  rateLimited: number;
-  /** Connections destroyed on purpose. */
-  dropped: number;
-  /** Requests given the slow tail. */
-  slow: number;
-  /** The client went away first (vLLM aborts such requests). */
-  aborted: number;
-  /** Malformed answers among the completed (per choice). */
-  formatErrors: number;
-  /** Answered 200 with finish_reason "abort" by the abortRate draw. */
-  injectedAborts: number;
-  /** Requests ended with finish_reason "abort" by /pause?mode=abort. */
-  pauseAborts: number;
-  /** Generation requests in which at least one field took a generation-config default. */
-  defaultsApplied: number;
-  /** Per request field: how many generation requests took its generation-config default. */
-  defaultsAppliedByField: Record<DefaultedField, number>;
-  /** Connections reset by setOutage("reset"). */
-  outageResets: number;
-  /** Requests answered 503 by setOutage("503"). */
-  outageUnavailable: number;
-  promptTokens: number;
-  generationTokens: number;
-  /** Per choice. */
-  finishReasons: { stop: number; length: number; abort: number };
-  running: number;
-  waiting: number;
-  peakRunning: number;
-  /**
-   * Tokens the engine has decoded, including the fractional progress of running requests and
-   * what aborted ones made (a float). Its growth over a window ÷ the window's length is the
-   * engine's delivered tokens/s. At the end of a request it has added exactly the tokens that
-   * request generated.
-   */
-  decodedTokens: number;
-  /** The per-token time now, ms: the latency model at the current number of running requests. */
-  perTokenMs: number;
-  /** CPU seconds (user + system) of the process the engine runs in (process.cpuUsage()). */
-  cpuSeconds: number;
 }
 
 export interface MockEngine {
@@ -390,41 +331,6 @@ class Slots {
     if (next) next();
     else this.#free++;
   }
-}
-
-function emptyStats(): MockEngineStats {
-  return {
-    requests: 0,
-    generations: 0,
-    completed: 0,
-    streamed: 0,
-    rejected: 0,
-    internalErrors: 0,
-    unavailable: 0,
-    rateLimited: 0,
-    dropped: 0,
-    slow: 0,
-    aborted: 0,
-    formatErrors: 0,
-    injectedAborts: 0,
-    pauseAborts: 0,
-    defaultsApplied: 0,
-    defaultsAppliedByField: Object.fromEntries(DEFAULTED_FIELDS.map((f) => [f, 0])) as Record<
-      DefaultedField,
-      number
-    >,
-    outageResets: 0,
-    outageUnavailable: 0,
-    promptTokens: 0,
-    generationTokens: 0,
-    finishReasons: { stop: 0, length: 0, abort: 0 },
-    running: 0,
-    waiting: 0,
-    peakRunning: 0,
-    decodedTokens: 0,
-    perTokenMs: 0,
-    cpuSeconds: 0,
-  };
 }
 
 function readBody(req: IncomingMessage): Promise<string> {
@@ -645,6 +551,12 @@ export async function startMockEngine(options: MockEngineOptions = {}): Promise<
     };
   }
 
+  const metrics = new EngineMetrics(config.models[0], () => ({
+    stats: statsNow(),
+    paused: pauseMode !== null,
+    maxConcurrency: config.maxConcurrency,
+  }));
+
   /** stats() as of now: the decode progress, per-token time and CPU are read at the call. */
   function statsNow(): MockEngineStats {
     const cpu = process.cpuUsage();
@@ -654,85 +566,6 @@ export async function startMockEngine(options: MockEngineOptions = {}): Promise<
       perTokenMs: scheduler.perTokenMs,
       cpuSeconds: (cpu.user + cpu.system) / 1e6,
     };
-  }
-
-  function metricsText(): string {
-    const now = statsNow();
-    const labels = `engine="0",model_name="${config.models[0].replaceAll("\\", "\\\\").replaceAll('"', '\\"')}"`;
-    const lines: string[] = [];
-    const metric = (name: string, type: string, help: string, samples: [string, number][]): void => {
-      lines.push(`# HELP ${name} ${help}`, `# TYPE ${name} ${type}`);
-      for (const [extra, value] of samples) lines.push(`${name}{${extra}${labels}} ${pyFloatRepr(value)}`);
-    };
-    metric("vllm:num_requests_running", "gauge", "Number of requests in model execution batches.", [
-      ["", stats.running],
-    ]);
-    metric("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.", [
-      ["", stats.waiting],
-    ]);
-    const usage = Number.isFinite(config.maxConcurrency) ? stats.running / config.maxConcurrency : 0;
-    metric("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.", [["", usage]]);
-    metric("vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.", [
-      ["", stats.promptTokens],
-    ]);
-    metric("vllm:generation_tokens_total", "counter", "Number of generation tokens processed.", [
-      ["", stats.generationTokens],
-    ]);
-    metric(
-      "vllm:request_success_total",
-      "counter",
-      "Count of successfully processed requests.",
-      (["stop", "length", "abort"] as const).map((r) => [`finished_reason="${r}",`, stats.finishReasons[r]]),
-    );
-    metric("vllm:num_preemptions_total", "counter", "Cumulative number of preemption from the engine.", [
-      ["", 0],
-    ]);
-    // Not vLLM's: what the mock did on purpose, for load-test dashboards.
-    metric("mock_engine:injected_faults_total", "counter", "Faults injected by the mock engine.", [
-      ['kind="internal_error",', stats.internalErrors],
-      ['kind="unavailable",', stats.unavailable],
-      ['kind="rate_limit",', stats.rateLimited],
-      ['kind="drop",', stats.dropped],
-      ['kind="slow",', stats.slow],
-      ['kind="abort",', stats.injectedAborts],
-    ]);
-    metric("mock_engine:format_errors_total", "counter", "Malformed answers served on purpose.", [
-      ["", stats.formatErrors],
-    ]);
-    metric(
-      "mock_engine:generation_config_defaults_requests_total",
-      "counter",
-      "Generation requests in which a field took the server's generation-config default.",
-      [["", stats.defaultsApplied]],
-    );
-    metric(
-      "mock_engine:generation_config_defaults_total",
-      "counter",
-      "Generation requests in which this field took the server's generation-config default.",
-      DEFAULTED_FIELDS.map((f) => [`field="${f}",`, stats.defaultsAppliedByField[f]]),
-    );
-    metric("mock_engine:paused", "gauge", "1 while the engine is paused (/pause).", [
-      ["", pauseMode === null ? 0 : 1],
-    ]);
-    metric(
-      "mock_engine:decoded_tokens_total",
-      "counter",
-      "Tokens decoded so far, including the fractional progress of running requests.",
-      [["", now.decodedTokens]],
-    );
-    metric(
-      "mock_engine:per_token_seconds",
-      "gauge",
-      "The latency model's per-token time at the current number of running requests.",
-      [["", now.perTokenMs / 1000]],
-    );
-    metric(
-      "mock_engine:cpu_seconds_total",
-      "counter",
-      "CPU time (user + system) of the process the mock engine runs in.",
-      [["", now.cpuSeconds]],
-    );
-    return `${lines.join("\n")}\n`;
   }
 
   function renderPrompt(parsed: GenerationRequest): { text: string; ids: number[] } {
@@ -1218,8 +1051,8 @@ export async function startMockEngine(options: MockEngineOptions = {}): Promise<
           case "/mock/stats":
             return sendJson(res, 200, statsNow(), headers);
           case "/metrics": {
-            const text = metricsText();
-            res.writeHead(200, { "content-type": "text/plain; version=0.0.4; charset=utf-8", ...headers });
+            const text = await metrics.text();
+            res.writeHead(200, { "content-type": metrics.contentType, ...headers });
             res.end(text);
             return;
           }

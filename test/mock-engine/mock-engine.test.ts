@@ -9,6 +9,7 @@ import OpenAI, { APIConnectionError, BadRequestError, NotFoundError } from "open
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createRegistry } from "../../envs/catalog.ts";
 import type { ResolvedTag } from "../../envs/registry.ts";
+import { scrapeEngines } from "../../src/bench/prometheus.ts";
 import { answerMode, answerPrompt, readActionSpace } from "../../src/mock-engine/answer.ts";
 import { renderChat } from "../../src/mock-engine/chat-template.ts";
 import { MockEngineUsageError, parseMockEngineArgs } from "../../src/mock-engine/cli.ts";
@@ -659,10 +660,19 @@ describe("mock engine over HTTP", () => {
     expect(value("vllm:prompt_tokens_total")).toBe(stats.promptTokens);
     expect(value("vllm:generation_tokens_total")).toBe(stats.generationTokens);
     expect(value("vllm:num_requests_running")).toBe(0);
+    // prom-client writes whole numbers without vLLM's (Python's) ".0"; Prometheus reads both.
     expect(text).toMatch(
-      /vllm:request_success_total\{finished_reason="stop",engine="0",model_name="[^"]+"\} \d+\.0/,
+      /^vllm:request_success_total\{finished_reason="stop",engine="0",model_name="[^"]+"\} \d+$/m,
     );
     expect(stats.promptTokens).toBeGreaterThan(0);
+    // What `rollgym bench` reads from an engine's /metrics.
+    const { stop, length, abort } = stats.finishReasons;
+    expect(await scrapeEngines([engine.url])).toEqual({
+      requests: stop + length + abort,
+      generatedTokens: stats.generationTokens,
+      promptTokens: stats.promptTokens,
+      running: 0,
+    });
   });
 });
 

@@ -7,8 +7,14 @@
 import type { ChatMessage, SamplingParams } from "./chat.ts";
 import { onParentAbort } from "./deadline.ts";
 import { type Dialect, serverRoot } from "./engine.ts";
-import { EngineError, type RequestOptions, requestJson, UnusableAnswer } from "./http.ts";
-import { type ChatPolicy, checkFinishReason, samplingFields } from "./openai-chat.ts";
+import { checkFinishReason, samplingFields } from "./generation.ts";
+import {
+  type EngineConnections,
+  EngineError,
+  type RequestOptions,
+  requestJson,
+  UnusableAnswer,
+} from "./http.ts";
 
 export interface TokenSample {
   /** Exactly the ids the engine sampled, the stop token included when it reports it. */
@@ -88,8 +94,32 @@ export function logprobsWarning(dialect: Dialect, sampling: Omit<SamplingParams,
   );
 }
 
+/** Settings the token engine needs to speak to the same replicas the same way as the chat policy. */
+export interface EngineTransport {
+  model: string;
+  headers: Record<string, string>;
+  connections: EngineConnections;
+  timeoutMs: number;
+  grammar: string | null;
+  extraBody: Record<string, unknown>;
+  rendering: Record<string, unknown>;
+}
+
+/** What the token engine uses of the chat policy it runs beside (ChatPolicy): transport, routing, context length. */
+export interface TokenEngineHost {
+  readonly engineDialect: Dialect;
+  readonly meter: { readonly limit: number } | null;
+  readonly transport: EngineTransport;
+  routed<T>(
+    affinity: string | null,
+    signal: AbortSignal | undefined,
+    send: (url: string, attempt: number) => Promise<T>,
+    kind?: "turn" | "aux",
+  ): Promise<T>;
+}
+
 export class TokenEngine {
-  private readonly policy: ChatPolicy;
+  private readonly policy: TokenEngineHost;
   private readonly dialect: Dialect;
   /**
    * Per-engine constants (what closes an assistant turn, the anchor's render, prefill ids),
@@ -102,7 +132,7 @@ export class TokenEngine {
   /** Requests whose answer echoed the prompt ids at all (vLLM's prompt_token_ids), for evidence. */
   promptEchoes = 0;
 
-  constructor(policy: ChatPolicy) {
+  constructor(policy: TokenEngineHost) {
     this.policy = policy;
     this.dialect = policy.engineDialect;
   }

@@ -24,8 +24,7 @@ import { FILTER_FLAGS, filterCommand } from "./filter.ts";
 import { type CliStreams, io, say, withStreams } from "./io.ts";
 import { PARSE_FLAGS, parseCommand } from "./parse.ts";
 import { ROLLOUT_FLAGS, rolloutCommand } from "./rollout.ts";
-import { ensureServeRuntime } from "./runtime.ts";
-import { SERVE_FLAGS, serveCommand } from "./serve.ts";
+import { SERVE_FLAGS, serveCommand, tuneServeProcess } from "./serve.ts";
 import { SFT_FLAGS, sftCommand } from "./sft.ts";
 import { SHOW_FLAGS, showCommand } from "./show.ts";
 
@@ -271,8 +270,9 @@ export async function runMain(): Promise<void> {
     throw error;
   });
   const argv = process.argv.slice(2);
-  // A server runs with its measured memory settings (runtime.ts); this may re-execute in place.
-  if (argv[0] === "serve" && !wantsHelp(argv)) ensureServeRuntime();
+  // A server runs as started, or, asked for, with its measured memory settings (runtime.ts),
+  // which may re-execute in place: before anything else has run.
+  if (argv[0] === "serve" && !wantsHelp(argv)) tuneServeProcess(argv.slice(1));
   process.exitCode = await run(argv);
 }
 

@@ -11,6 +11,7 @@ import { type FlagSpec, parseArgs, parseInteger, UsageError } from "./args.ts";
 import { CONFIG_FLAGS, isOverride, reportLoaded, setup } from "./context.ts";
 import { io, say } from "./io.ts";
 import { checkPolicyKeys, readyPolicy } from "./rollout.ts";
+import { applyTunedRuntime, RUNTIME_VARIABLE, runtimeLines, tunedRuntimeAsked } from "./runtime.ts";
 
 export const SERVE_FLAGS: Record<string, FlagSpec> = {
   host: { kind: "value", arg: "HOST", help: "interface to listen on (default 127.0.0.1)" },
@@ -63,11 +64,40 @@ export const SERVE_FLAGS: Record<string, FlagSpec> = {
     arg: "DIR",
     help: "a directory whose episode files the web page may list and replay",
   },
+  "tuned-runtime": {
+    kind: "switch",
+    help: `re-execute in place with the measured memory settings (jemalloc, V8 flags), unless under IPC, cluster or an inspector; also $${RUNTIME_VARIABLE}=tuned`,
+  },
+  "print-runtime": {
+    kind: "switch",
+    help: "print those settings as Dockerfile, systemd and shell lines for these serve options, and exit",
+  },
   ...CONFIG_FLAGS,
 };
 
+/**
+ * Before `serve` runs in this process (main.ts): the tuned runtime, when asked for, which may
+ * re-execute the process in place. Bad arguments are left for serveCommand to report.
+ */
+export function tuneServeProcess(argv: readonly string[]): void {
+  let asked: boolean;
+  try {
+    const args = parseArgs("serve", argv, SERVE_FLAGS);
+    asked = !args.switches.has("print-runtime") && tunedRuntimeAsked(args.switches.has("tuned-runtime"));
+  } catch {
+    return;
+  }
+  if (asked) applyTunedRuntime();
+}
+
 export async function serveCommand(argv: readonly string[]): Promise<void> {
   const args = parseArgs("serve", argv, SERVE_FLAGS);
+  // Checked here too, so a bad value is a usage error (main.ts's look before running ignores it).
+  tunedRuntimeAsked(args.switches.has("tuned-runtime"));
+  if (args.switches.has("print-runtime")) {
+    io().stdout.write(runtimeLines(argv.filter((arg) => arg !== "--print-runtime")));
+    return;
+  }
   for (const p of args.positionals) {
     if (!isOverride(p))
       throw new UsageError(
@@ -152,6 +182,8 @@ export async function serveCommand(argv: readonly string[]): Promise<void> {
   io().stdout.write(
     `rollgym serving on ${url} (the web page; ${ws}/v1/rollouts) with the ${using}${token ? ", token required" : ""}\n`,
   );
+  // Readiness for a parent on an IPC channel, the way PM2's wait_ready expects it.
+  process.send?.("ready");
   await untilStopped(server);
 }
 

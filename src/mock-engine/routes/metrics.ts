@@ -1,11 +1,14 @@
-// The mock engine's Prometheus metrics (GET /metrics), through prom-client: vLLM's names, help
-// texts, types and labels (`engine`, `model_name`; facts §4.5), so dashboards and `rollgym
-// bench`'s scraping (src/bench/prometheus.ts) read the mock as they read vLLM, plus the mock's
-// own under `mock_engine:`. Every value is read from the engine's stats() when scraped, so the
-// metrics cannot drift from stats() and /mock/stats: stats() stays the one count.
+// What the engine reports: GET /mock/stats (stats() as JSON, the mock's own) and GET /metrics
+// through prom-client, with vLLM's names, help texts, types and labels (`engine`, `model_name`;
+// facts §4.5), so dashboards and `rollgym bench`'s scraping (src/bench/prometheus.ts) read the
+// mock as they read vLLM, plus the mock's own under `mock_engine:`. Every value is read from
+// stats() when scraped, so the metrics cannot drift from it: stats() stays the one count.
 import { Counter, Gauge, Registry } from "prom-client";
-import { DEFAULTED_FIELDS } from "./generation-config.ts";
-import type { MockEngineStats } from "./stats.ts";
+import type { EngineCore } from "../core.ts";
+import { DEFAULTED_FIELDS } from "../generation-config.ts";
+import { sendJson } from "../http.ts";
+import type { MockEngineStats } from "../stats.ts";
+import type { Routes } from "./route.ts";
 
 /** What a scrape reads. */
 export interface MetricsView {
@@ -165,4 +168,23 @@ export class EngineMetrics {
     this.#scrape = null;
     return text;
   }
+}
+
+export function metricsRoutes(core: EngineCore): Routes {
+  const metrics = new EngineMetrics(core.config.models[0], () => ({
+    stats: core.statsNow(),
+    paused: core.pause.mode !== null,
+    maxConcurrency: core.config.maxConcurrency,
+  }));
+  return {
+    "/metrics": {
+      methods: ["GET"],
+      async handle({ res, echo }) {
+        const text = await metrics.text();
+        res.writeHead(200, { "content-type": metrics.contentType, ...echo });
+        res.end(text);
+      },
+    },
+    "/mock/stats": { methods: ["GET"], handle: ({ res, echo }) => sendJson(res, 200, core.statsNow(), echo) },
+  };
 }

@@ -3,9 +3,9 @@
 // command in process (tests call it with their own streams); importing this file runs nothing.
 import { readFileSync } from "node:fs";
 import { EnvConfigError } from "../../envs/types.ts";
-import { BENCH_DETAILS, BENCH_FLAGS, benchCommand } from "../bench/command.ts";
 import { MockEngineUsageError, mockEngineCommand, mockEngineUsage } from "../mock-engine/cli.ts";
 import { CommandFailure, type FlagSpec, formatHelp, UsageError, wantsHelp } from "./args.ts";
+import { BENCH_DETAILS, BENCH_FLAGS, benchCommand } from "./bench.ts";
 import { DEMO_FLAGS, demoCommand } from "./demo.ts";
 import {
   CHECK_FLAGS,

@@ -10,8 +10,6 @@
 // there and are never filled; they are accepted here for later vLLM, where those fields
 // default to null and take the server default (facts §1.1), so a test can cover both.
 
-import type { SamplingFields } from "./validate.ts";
-
 export interface GenerationConfig {
   temperature?: number;
   top_p?: number;
@@ -65,18 +63,21 @@ export function checkGenerationConfig(value: unknown): GenerationConfig {
   return out;
 }
 
-/** The sampling fields as the request sent them: null means omitted or JSON null. */
-export type RequestedSampling = { kind: "chat" | "completion" } & Pick<
-  SamplingFields,
-  | "temperature"
-  | "topP"
-  | "topK"
-  | "minP"
-  | "repetitionPenalty"
-  | "presencePenalty"
-  | "frequencyPenalty"
-  | "maxTokens"
->;
+/** The sampling fields a generation config can fill, as the request sent them (validate.ts). */
+export interface DefaultableSampling {
+  /** As requested; null when the client left it out (chat) or sent null. */
+  maxTokens: number | null;
+  // Null: left out or JSON null, so the server default (generation config) applies.
+  temperature: number | null;
+  topP: number | null;
+  topK: number | null;
+  minP: number | null;
+  repetitionPenalty: number | null;
+  presencePenalty: number | null;
+  frequencyPenalty: number | null;
+}
+
+export type RequestedSampling = { kind: "chat" | "completion" } & DefaultableSampling;
 
 export interface EffectiveSampling {
   temperature: number;

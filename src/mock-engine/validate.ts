@@ -17,7 +17,12 @@ import {
   validatorIssue,
   vllmValidation,
 } from "./errors.ts";
-import { applyGenerationConfig, type EffectiveSampling, type GenerationConfig } from "./generation-config.ts";
+import {
+  applyGenerationConfig,
+  type DefaultableSampling,
+  type EffectiveSampling,
+  type GenerationConfig,
+} from "./generation-config.ts";
 
 export type JsonObject = Record<string, unknown>;
 
@@ -349,13 +354,11 @@ class Fields {
   }
 }
 
-export interface SamplingFields {
+export interface SamplingFields extends DefaultableSampling {
   model: string | null;
   /** Body `request_id` (the X-Request-Id header, applied by the server, overrides it). */
   requestId: string | null;
   n: number;
-  /** As requested; null when the client left it out (chat) or sent null. */
-  maxTokens: number | null;
   /** The field named in max-token errors (chat: max_completion_tokens when that was sent). */
   maxTokensParam: "max_tokens" | "max_completion_tokens";
   /** Completions with `max_tokens: null`: vLLM generates, then fails an assert (500). */
@@ -363,14 +366,6 @@ export interface SamplingFields {
   minTokens: number;
   /** Null when absent, null or -1 (SamplingParams maps -1 to None). */
   seed: number | null;
-  // Null: left out or JSON null, so the server default (generation config) applies.
-  temperature: number | null;
-  topP: number | null;
-  topK: number | null;
-  minP: number | null;
-  repetitionPenalty: number | null;
-  presencePenalty: number | null;
-  frequencyPenalty: number | null;
   stop: string[];
   stopTokenIds: number[];
   badWords: string[];

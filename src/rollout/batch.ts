@@ -22,6 +22,7 @@ import { ragenTruncate } from "./ragen-truncation.ts";
 import { episodeScores, type NormalizationGrouping, type NormalizationMethod } from "./scores.ts";
 import { playTokenEpisode } from "./token-episode.ts";
 import type { TokenLog } from "./token-log.ts";
+import { playTurns, type TurnHooks } from "./turns.ts";
 
 export interface BatchRequest {
   mode: RolloutMode;
@@ -43,8 +44,7 @@ export interface BatchRequest {
   tokens?: boolean;
 }
 
-export interface BatchHooks {
-  onTurn?: () => void;
+export interface BatchHooks extends TurnHooks {
   onEpisode?: (record: EpisodeRecord) => void;
   /** A group finished: its episodes in env-id order, scored when the score is group-local. */
   onGroup?: (group: number, episodes: EpisodeRecord[]) => void;
@@ -54,7 +54,6 @@ export interface BatchHooks {
   maxConcurrentGroups?: number;
   /** Keep every episode's turns in the result (default true); false keeps memory flat. */
   retainEpisodes?: boolean;
-  signal?: AbortSignal;
 }
 
 /** RAGEN's train seed schedule: base + step × env_groups (val always uses its base). */
@@ -96,30 +95,6 @@ export function episodeView(episode: Episode, request: BatchRequest, turn: numbe
     think: request.episode.think,
     solve: () => episode.solve(),
   };
-}
-
-/** Plays one model turn; throws when it cannot (the episode then fails with the reason). */
-export type TurnPlayer = (turn: number) => Promise<void>;
-
-/** Drives an episode turn by turn until it ends, fails or is cancelled. */
-export async function playTurns(episode: Episode, hooks: BatchHooks, play: TurnPlayer): Promise<void> {
-  while (episode.active) {
-    if (hooks.signal?.aborted) {
-      episode.fail("cancelled");
-      return;
-    }
-    const turn = episode.turnIndex;
-    try {
-      await play(turn);
-    } catch (error) {
-      episode.fail(
-        hooks.signal?.aborted
-          ? "cancelled"
-          : `turn ${turn + 1}: ${error instanceof Error ? error.message : String(error)}`,
-      );
-    }
-    hooks.onTurn?.();
-  }
 }
 
 /** Chat mode: each turn sends the history as chat messages, fitted to the context window. */

@@ -3,20 +3,26 @@
 // delta of the next user message. Earlier tokens are never dropped or rewritten: when the next
 // turn does not fit the context, the episode ends as `context_full`. At the end the decoded
 // log is compared with the chat template's rendering of the same conversation.
-
-import type { ChatMessage } from "../llm/chat.ts";
+import type { ChatMessage, SamplingParams } from "../llm/chat.ts";
 import { requestSeed } from "../llm/policy.ts";
 import { turnSlot } from "../llm/slices.ts";
 import type { TokenEngine } from "../llm/token-engine.ts";
-import { type BatchHooks, type BatchRequest, playTurns } from "./batch.ts";
 import type { Episode } from "./episode.ts";
 import { TokenLog, textDrift } from "./token-log.ts";
+import { playTurns, type TurnHooks } from "./turns.ts";
+
+/** What a token episode reads of its batch request (a BatchRequest). */
+export interface TokenEpisodeRequest {
+  sampling: Omit<SamplingParams, "seed">;
+  seed: number;
+  minResponseTokens?: number;
+}
 
 export async function playTokenEpisode(
   episode: Episode,
-  request: BatchRequest,
+  request: TokenEpisodeRequest,
   engine: TokenEngine,
-  hooks: BatchHooks,
+  hooks: TurnHooks,
   affinity: string,
 ): Promise<TokenLog | null> {
   const { signal } = hooks;

@@ -3,6 +3,10 @@
 // SVG charts) over episodes in flight × engine replicas × latency models.
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+import { Progress } from "../bench/progress.ts";
+import { markdownTable, svgCharts, textTable } from "../bench/report.ts";
+import { type BenchCase, type BenchSettings, type CaseResult, runCase } from "../bench/run.ts";
+import { LATENCY_PRESET_NAMES, type LatencyPresetName } from "../mock-engine/latency.ts";
 import {
   CommandFailure,
   expectPositionals,
@@ -11,12 +15,8 @@ import {
   parseChoice,
   parseInteger,
   UsageError,
-} from "../cli/args.ts";
-import { io } from "../cli/io.ts";
-import { LATENCY_PRESET_NAMES, type LatencyPresetName } from "../mock-engine/latency.ts";
-import { Progress } from "./progress.ts";
-import { markdownTable, svgCharts, textTable } from "./report.ts";
-import { type BenchCase, type BenchSettings, type CaseResult, runCase } from "./run.ts";
+} from "./args.ts";
+import { io } from "./io.ts";
 
 export const BENCH_FLAGS: Record<string, FlagSpec> = {
   episodes: {

@@ -6,6 +6,7 @@ import { codeOf } from "../../src/errors/boundary.ts";
 import { admitRollout } from "../../src/server/admission.ts";
 import { buildServer, type RollgymServer } from "../../src/server/app.ts";
 import { Session } from "../../src/server/session.ts";
+import { TestClient } from "../helpers/ws-client.ts";
 
 const frame = (extra: Partial<RolloutRequest> = {}): RolloutRequest => ({
   type: "rollout",
@@ -65,5 +66,18 @@ describe("rollout admission", () => {
     } finally {
       server.state.closing = false;
     }
+  });
+
+  it("names the rollout or env session in every refusal, env_open's unknown tag too", async () => {
+    const url = await server.listen(0);
+    const client = await TestClient.connect(url);
+    client.send({ ...frame({ id: "bad", tags: [{ tag: "Nope", groups: 1 }] }) });
+    const rollout = await client.next((f) => f.type === "error");
+    expect(rollout).toMatchObject({ code: "unknown_tag", rollout: "bad", field: "tags" });
+    client.send({ type: "env_open", id: "e", tag: "Nope", groups: 1, group_size: 1 });
+    const env = await client.next((f) => f.type === "error" && f !== rollout);
+    // PROTOCOL.md: errors carry the env session's id whenever the frame named one.
+    expect(env).toMatchObject({ code: "unknown_tag", id: "e", field: "tag" });
+    client.ws.close();
   });
 });

@@ -28,7 +28,7 @@ import { ChatPolicy } from "../src/llm/openai-chat.ts";
 import type { BatchResult } from "../src/record/episode-record.ts";
 import { type BatchRequest, runBatch } from "../src/rollout/batch.ts";
 import { defaultBatchRequest } from "../src/rollout/request.ts";
-import { groupFrame } from "../src/server/rollouts.ts";
+import { groupFrame } from "../src/server/group-frame.ts";
 import { ragenGrammar, startLlamaServer } from "../test/helpers/llama.ts";
 import { CHECK_MEANINGS, EngineCapture, Evidence } from "./tokens-evidence.ts";
 

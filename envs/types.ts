@@ -71,6 +71,8 @@ export interface EnvType<Config> {
 }
 
 export class EnvConfigError extends Error {
+  /** rollgym's error catalogue code (src/errors/catalogue.ts): a mistake in the input. */
+  readonly code = "env_config";
   readonly field: string;
   constructor(field: string, message: string) {
     super(`${field}: ${message}`);

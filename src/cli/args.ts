@@ -1,18 +1,20 @@
 // A small, strict argument parser: every command declares its flags, and anything else is a
 // UsageError that names the flag and what is allowed. main.ts prints it as one line, exit 2.
 import { closestName } from "../../envs/registry.ts";
+import { RollgymError } from "../errors/catalogue.ts";
 
-export class UsageError extends Error {
+/** A mistake in the input: one line on stderr, exit status 2 (errors/catalogue.ts `usage`). */
+export class UsageError extends RollgymError<"usage"> {
   constructor(message: string) {
-    super(message);
+    super("usage", { message });
     this.name = "UsageError";
   }
 }
 
 /** The command ran (or could not start) and failed: one line on stderr, exit status 1. */
-export class CommandFailure extends Error {
+export class CommandFailure extends RollgymError<"command_failed"> {
   constructor(message: string) {
-    super(message);
+    super("command_failed", { message });
     this.name = "CommandFailure";
   }
 }

@@ -2,9 +2,9 @@
 // nothing is written to stdout before the inputs have been validated. `run` is the whole
 // command in process (tests call it with their own streams); importing this file runs nothing.
 import { readFileSync } from "node:fs";
-import { EnvConfigError } from "../../envs/types.ts";
-import { MockEngineUsageError, mockEngineCommand, mockEngineUsage } from "../mock-engine/cli.ts";
-import { CommandFailure, type FlagSpec, formatHelp, UsageError, wantsHelp } from "./args.ts";
+import { exitStatus } from "../errors/boundary.ts";
+import { mockEngineCommand, mockEngineUsage } from "../mock-engine/cli.ts";
+import { type FlagSpec, formatHelp, UsageError, wantsHelp } from "./args.ts";
 import { BENCH_DETAILS, BENCH_FLAGS, benchCommand } from "./bench.ts";
 import { DEMO_FLAGS, demoCommand } from "./demo.ts";
 import {
@@ -236,14 +236,6 @@ async function runCommand(name: string, argv: readonly string[]): Promise<number
   return typeof status === "number" ? status : 0;
 }
 
-/** A mistake in the input (exit 2) or a failure to do the work (exit 1): one line, no trace. */
-function exitCodeOf(error: unknown): number | null {
-  if (error instanceof UsageError || error instanceof EnvConfigError || error instanceof MockEngineUsageError)
-    return 2;
-  if (error instanceof CommandFailure) return 1;
-  return null;
-}
-
 /**
  * Runs `rollgym ARGV` and resolves to its exit status. Errors that are not the input's fault
  * (bugs) are thrown, with their stack.
@@ -253,7 +245,7 @@ export async function run(argv: readonly string[], streams?: CliStreams): Promis
     try {
       return await dispatch(argv);
     } catch (error) {
-      const code = exitCodeOf(error);
+      const code = exitStatus(error);
       if (code === null) throw error;
       say((error as Error).message);
       return code;

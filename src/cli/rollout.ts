@@ -14,7 +14,7 @@ import { EpisodeFileWriter } from "../record/episode-file.ts";
 import type { BatchResult } from "../record/episode-record.ts";
 import { type BatchRequest, policyRefusal, runBatch, validateBatchRequest } from "../rollout/batch.ts";
 import { filterNote } from "../rollout/filter.ts";
-import { checkRolloutShape, RolloutLimitError } from "../rollout/limits.ts";
+import { checkRolloutShape, isShapeRefusal } from "../rollout/limits.ts";
 import { batchRequest } from "../rollout/request.ts";
 import { CommandFailure, type FlagSpec, type ParsedArgs, parseArgs, UsageError } from "./args.ts";
 import { CONFIG_FLAGS, isOverride, loadOrExplain, reportLoaded, setup } from "./context.ts";
@@ -513,7 +513,7 @@ export function checkedRequest(loaded: LoadedConfig, registry: EnvRegistry): Bat
       maxEpisodesInFlight: limits.max_episodes_in_flight,
     });
   } catch (error) {
-    if (!(error instanceof RolloutLimitError)) throw error;
+    if (!isShapeRefusal(error)) throw error;
     const mode = request.mode;
     const groups = request.tags.reduce((n, t) => n + t.groups, 0);
     const [field, key] =

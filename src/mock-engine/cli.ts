@@ -1,5 +1,6 @@
 // `rollgym mock-engine`: run the mock vLLM server until SIGINT/SIGTERM.
 // Also runnable on its own: node src/mock-engine/cli.ts --port 8000 --ttft-ms 50
+import { RollgymError } from "../errors/catalogue.ts";
 import { CHAT_TEMPLATES, type ChatTemplateName } from "./chat-template.ts";
 import { checkGenerationConfig } from "./generation-config.ts";
 import {
@@ -15,11 +16,9 @@ import { DEFAULT_MODEL, type MockEngineOptions, startMockEngine } from "./server
 import { TOKENIZER_NAMES, type TokenizerName } from "./tokenizer.ts";
 
 /** A bad command line: the message names the flag and what it accepts. */
-export class MockEngineUsageError extends Error {
-  readonly usage = true;
-
+export class MockEngineUsageError extends RollgymError<"usage"> {
   constructor(message: string) {
-    super(message);
+    super("usage", { message });
     this.name = "MockEngineUsageError";
   }
 }

@@ -15,6 +15,7 @@ import {
   TEMPLATE_TOKENS_PER_MESSAGE,
 } from "../llm/policy.ts";
 import { turnSlot } from "../llm/slices.ts";
+import type { TokenEngine } from "../llm/token-engine.ts";
 import type { BatchResult, EpisodeRecord, GroupResult, RolloutMode } from "../record/episode-record.ts";
 import { Episode, type EpisodeSettings } from "./episode.ts";
 import { type FilterConfig, runGroupFilter } from "./filter.ts";
@@ -245,6 +246,7 @@ async function fitContext(
   }
 }
 
+/** Checks the request, then plays it. */
 export async function runBatch(
   registry: EnvRegistry,
   request: BatchRequest,
@@ -254,14 +256,28 @@ export async function runBatch(
   validateBatchRequest(request);
   const refusal = policyRefusal(registry, request, policy);
   if (refusal) throw new RangeError(refusal);
-  const tags = groupTags(request);
-  const retain = hooks.retainEpisodes ?? true;
   const tokenEngine = request.tokens ? policy.tokenEngine?.() : null;
   if (request.tokens && !tokenEngine) {
     throw new RangeError(
       `token mode needs a remote engine (vLLM or llama.cpp, after preflight); the ${policy.name} policy has no tokens`,
     );
   }
+  return playBatch(registry, request, policy, tokenEngine ?? null, hooks);
+}
+
+/**
+ * Plays a request its caller has checked as runBatch does (the server's admission, which words
+ * its refusals for the wire); `tokenEngine` renders and samples a token-mode batch.
+ */
+export async function playBatch(
+  registry: EnvRegistry,
+  request: BatchRequest,
+  policy: Policy,
+  tokenEngine: TokenEngine | null,
+  hooks: BatchHooks = {},
+): Promise<BatchResult> {
+  const tags = groupTags(request);
+  const retain = hooks.retainEpisodes ?? true;
   const batchId = ++batchCounter;
   const context = emptyTally();
   const byGroup: EpisodeRecord[][] = [];

@@ -3,7 +3,7 @@
 // upgrade after the token check).
 // Tests call buildServer directly and listen on 127.0.0.1:0.
 import { readFileSync } from "node:fs";
-import type { IncomingMessage } from "node:http";
+import { type IncomingMessage, STATUS_CODES } from "node:http";
 import type { Duplex } from "node:stream";
 import Fastify, { type FastifyInstance } from "fastify";
 import { type WebSocket, WebSocketServer } from "ws";
@@ -11,6 +11,8 @@ import { createRegistry } from "../../envs/catalog.ts";
 import type { EnvRegistry } from "../../envs/registry.ts";
 import { CLOSE_CODES, encodeMessage } from "../../protocol/codec.ts";
 import { defaultConfig, type RollgymConfig } from "../config/index.ts";
+import { httpRefusal } from "../errors/boundary.ts";
+import { RollgymError } from "../errors/catalogue.ts";
 import { oraclePolicy } from "../llm/builtin.ts";
 import type { Policy } from "../llm/policy.ts";
 import { authorized } from "./auth.ts";
@@ -97,7 +99,8 @@ export async function buildServer(options: ServerOptions = {}): Promise<RollgymS
     const why = origins.refusal(request.raw, state.options.token !== null);
     if (why === null) return;
     if (request.method === "POST") reply.header("connection", "close");
-    return reply.code(403).send({ error: { code: 403, message: why } });
+    const { status, body } = httpRefusal(new RollgymError("foreign_origin", { message: why }))!;
+    return reply.code(status).send(body);
   });
   securityHeaders(app, origins);
   const limits: ServerLimits = { ...DEFAULT_LIMITS, ...pickLimits(options) };
@@ -172,19 +175,13 @@ export async function buildServer(options: ServerOptions = {}): Promise<RollgymS
   );
   app.server.on("upgrade", (request: IncomingMessage, socket: Duplex, head: Buffer) => {
     const path = new URL(request.url ?? "/", "http://localhost").pathname;
-    if (path !== "/v1/rollouts")
-      return refuse(socket, 404, "Not Found", "no WebSocket route here; use /v1/rollouts");
-    if (state.closing) return refuse(socket, 503, "Service Unavailable", "the server is shutting down");
+    if (path !== "/v1/rollouts") return refuseUpgrade(socket, new RollgymError("no_ws_route", {}));
+    if (state.closing) return refuseUpgrade(socket, new RollgymError("closing", {}));
     const foreign = origins.refusal(request, state.options.token !== null);
-    if (foreign !== null) return refuse(socket, 403, "Forbidden", foreign);
-    if (!authorized(request, state.options.token)) {
-      return refuse(
-        socket,
-        401,
-        "Unauthorized",
-        "a valid bearer token is required (Authorization: Bearer TOKEN)",
-      );
-    }
+    if (foreign !== null)
+      return refuseUpgrade(socket, new RollgymError("foreign_origin", { message: foreign }));
+    if (!authorized(request, state.options.token))
+      return refuseUpgrade(socket, new RollgymError("unauthorized", { query: false }));
     const over: Refusal | null = guard.refusal(request);
     if (over) return refuse(socket, over.status, over.text, over.message);
     wss.handleUpgrade(request, socket, head, (ws) => wss.emit("connection", ws, request));
@@ -216,10 +213,7 @@ export async function buildServer(options: ServerOptions = {}): Promise<RollgymS
       await Promise.race([allFinished, sleep(deadline), hurried]);
       const cancelled = finished ? 0 : rollouts.filter((r) => r.batch === null).length;
       for (const session of state.sessions.values()) {
-        for (const rollout of session.rollouts.values()) {
-          rollout.abort.abort();
-          for (const wake of rollout.waiters.splice(0)) wake();
-        }
+        for (const rollout of session.rollouts.values()) rollout.cancel();
       }
       // Cancelled rollouts still send their batch frames before the sockets close; one stuck
       // behind a client that does not read gets the grace period and no more.
@@ -256,6 +250,12 @@ export async function buildServer(options: ServerOptions = {}): Promise<RollgymS
 
 function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms).unref());
+}
+
+/** Answers an upgrade refused with `error` (its HTTP status from errors/catalogue.ts) and closes. */
+function refuseUpgrade(socket: Duplex, error: RollgymError): void {
+  const { status, body } = httpRefusal(error)!;
+  refuse(socket, status, STATUS_CODES[status] ?? "Error", body.error.message);
 }
 
 function refuse(socket: Duplex, status: number, text: string, message: string): void {

@@ -5,21 +5,13 @@
 // exactly as a token-mode rollout renders them, so the episode's token log travels too.
 import type { EnvRegistry } from "../../envs/registry.ts";
 import type { EnvStep } from "../../protocol/messages.ts";
+import { RollgymError } from "../errors/catalogue.ts";
 import type { ChatMessage } from "../llm/chat.ts";
 import type { TokenEngine } from "../llm/token-engine.ts";
 import type { EpisodeRecord } from "../record/episode-record.ts";
 import { type BatchRequest, groupEpisodes, groupTags, tagMetrics } from "../rollout/batch.ts";
 import type { Episode } from "../rollout/episode.ts";
 import { TokenLog } from "../rollout/token-log.ts";
-
-export class EnvHostError extends Error {
-  readonly code: "unknown_env" | "episode_done" | "bad_frame";
-  constructor(code: "unknown_env" | "episode_done" | "bad_frame", message: string) {
-    super(message);
-    this.name = "EnvHostError";
-    this.code = code;
-  }
-}
 
 type Responses = EnvStep["responses"];
 
@@ -174,26 +166,21 @@ export class HostedEnvs {
     const seen = new Set<number>();
     for (const { env_id, sampled_ids, logprobs } of responses) {
       const episode = this.episodes[env_id];
-      if (!episode)
-        throw new EnvHostError(
-          "unknown_env",
-          `env_id ${env_id} is not open here (0..${this.episodes.length - 1})`,
-        );
-      if (!episode.active)
-        throw new EnvHostError("episode_done", `env_id ${env_id} is done; it takes no more responses`);
+      if (!episode) throw new RollgymError("unknown_env_id", { envId: env_id, open: this.episodes.length });
+      if (!episode.active) throw new RollgymError("episode_done", { envId: env_id });
       if (seen.has(env_id))
-        throw new EnvHostError("bad_frame", `env_id ${env_id} appears twice in one env_step`);
+        throw new RollgymError("bad_responses", {
+          message: `env_id ${env_id} appears twice in one env_step`,
+        });
       seen.add(env_id);
       if (this.tokens && sampled_ids === undefined)
-        throw new EnvHostError(
-          "bad_frame",
-          `env_id ${env_id}: a token session needs sampled_ids with each response`,
-        );
+        throw new RollgymError("bad_responses", {
+          message: `env_id ${env_id}: a token session needs sampled_ids with each response`,
+        });
       if (logprobs !== undefined && logprobs.length !== (sampled_ids?.length ?? -1))
-        throw new EnvHostError(
-          "bad_frame",
-          `env_id ${env_id}: logprobs has ${logprobs.length} entries for ${sampled_ids?.length ?? 0} sampled_ids`,
-        );
+        throw new RollgymError("bad_responses", {
+          message: `env_id ${env_id}: logprobs has ${logprobs.length} entries for ${sampled_ids?.length ?? 0} sampled_ids`,
+        });
     }
   }
 

@@ -24,19 +24,16 @@ interface GroupEntry {
   bytes: Uint8Array;
 }
 
-/** What a session knows about one rollout's delivery. */
-export interface RolloutDelivery {
-  id: string;
-  /** Groups started or finished and not yet acknowledged (stream), or kept and unacknowledged (batch). */
-  buffered: number;
-  /** Episodes reserved for groups not yet queued; what is left is released when the rollout ends. */
-  reserved: number;
+/** What a session needs of one of its rollouts (rollouts.ts owns the rest). */
+export interface SessionRollout {
+  readonly id: string;
   /** The rollout's final `batch` frame once it is complete. */
-  batch: Frame | null;
-  /** Wakes producers waiting for buffer room. */
-  waiters: (() => void)[];
-  abort: AbortController;
-  done: Promise<void> | null;
+  readonly batch: Frame | null;
+  /** Settles when the batch frame is queued (or the rollout failed). */
+  readonly done: Promise<void>;
+  cancel(): void;
+  /** One of its groups was acknowledged. */
+  acknowledged(): void;
 }
 
 export class Session {
@@ -55,7 +52,7 @@ export class Session {
   /** Episodes this session holds against the budget (rollouts, unacknowledged groups, env sessions). */
   private held = 0;
   private ended = false;
-  readonly rollouts = new Map<string, RolloutDelivery>();
+  readonly rollouts = new Map<string, SessionRollout>();
   private graceTimer: NodeJS.Timeout | null = null;
   /** Called when the session ends for good (grace expired or server shutdown). */
   onEnd: () => void = () => {};
@@ -152,10 +149,7 @@ export class Session {
   end(): void {
     if (this.graceTimer) clearTimeout(this.graceTimer);
     this.graceTimer = null;
-    for (const rollout of this.rollouts.values()) {
-      rollout.abort.abort();
-      for (const wake of rollout.waiters.splice(0)) wake();
-    }
+    for (const rollout of this.rollouts.values()) rollout.cancel();
     // Everything the session held goes at once; later releases (rollouts ending) change nothing.
     this.onHeld(-this.held);
     this.held = 0;
@@ -211,24 +205,10 @@ export class Session {
       if (left > 0) this.unacked.set(rolloutId, left);
       else this.unacked.delete(rolloutId);
       this.unackedTotal--;
-      if (rollout) {
-        rollout.buffered--;
-        rollout.waiters.shift()?.();
-      }
+      rollout?.acknowledged();
     }
     if (batch && rollout?.batch) this.rollouts.delete(rolloutId);
     return unknown;
-  }
-
-  /**
-   * Resolves once the rollout has fewer than `limit` groups running or waiting on the client,
-   * and reserves a place for the group about to start (released by its acknowledgement).
-   */
-  async room(rollout: RolloutDelivery, limit: number): Promise<void> {
-    while (rollout.buffered >= limit && !rollout.abort.signal.aborted) {
-      await new Promise<void>((resolve) => rollout.waiters.push(resolve));
-    }
-    rollout.buffered++;
   }
 
   /** Shutdown: send the queued non-group frames (the verdicts) even where groups wait for credit. */

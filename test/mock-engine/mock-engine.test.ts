@@ -1,5 +1,6 @@
 // The mock vLLM engine: its tokenizer and policy on their own, then the HTTP server through the
 // real `openai` client (chat) and plain fetch (everything else). No assertion depends on time.
+
 import { spawn } from "node:child_process";
 import { once } from "node:events";
 import { join } from "node:path";
@@ -10,6 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createRegistry } from "../../envs/catalog.ts";
 import type { ResolvedTag } from "../../envs/registry.ts";
 import { scrapeEngines } from "../../src/bench/prometheus.ts";
+import { exitStatus } from "../../src/errors/boundary.ts";
 import { answerMode, answerPrompt, readActionSpace } from "../../src/mock-engine/answer.ts";
 import { renderChat } from "../../src/mock-engine/chat-template.ts";
 import { MockEngineUsageError, parseMockEngineArgs } from "../../src/mock-engine/cli.ts";
@@ -814,7 +816,8 @@ describe("mock-engine command", () => {
         caught = e;
       }
       expect(caught).toBeInstanceOf(MockEngineUsageError);
-      expect((caught as MockEngineUsageError).usage).toBe(true);
+      // A mistake in the input: exit status 2 (errors/catalogue.ts).
+      expect(exitStatus(caught)).toBe(2);
       expect((caught as Error).message).toMatch(message);
     }
   });

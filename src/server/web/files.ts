@@ -7,8 +7,9 @@ import { constants, type Dirent, type ReadStream, type Stats } from "node:fs";
 import { type FileHandle, lstat, open, readdir } from "node:fs/promises";
 import { join } from "node:path";
 import { isMainThread, parentPort, Worker, workerData } from "node:worker_threads";
+import { codeOf } from "../../errors/boundary.ts";
+import { RollgymError } from "../../errors/catalogue.ts";
 import { checkEpisodeText, EpisodeFileError } from "../../record/episode-reader.ts";
-import { Refusal } from "./refusal.ts";
 
 export interface FileLimits {
   /** Largest upload accepted (bytes). */
@@ -71,7 +72,8 @@ async function sharedEntry(dir: string, entry: Dirent): Promise<Stats | null> {
  */
 export async function openShared(dir: string, name: string, limits: FileLimits): Promise<ReadStream> {
   const entry = (await readdir(dir, { withFileTypes: true })).find((e) => e.name === name);
-  const missing = () => new Refusal(404, `no episode file ${JSON.stringify(name)} is shared`);
+  const missing = () =>
+    new RollgymError("not_found", { message: `no episode file ${JSON.stringify(name)} is shared` });
   if (!entry || !(await sharedEntry(dir, entry))) throw missing();
   let handle: FileHandle;
   try {
@@ -89,7 +91,9 @@ export async function openShared(dir: string, name: string, limits: FileLimits):
   }
   if (info.size > limits.maxSharedBytes) {
     await handle.close();
-    throw new Refusal(413, `${name} has ${info.size} bytes; at most ${limits.maxSharedBytes} are served`);
+    throw new RollgymError("too_large", {
+      message: `${name} has ${info.size} bytes; at most ${limits.maxSharedBytes} are served`,
+    });
   }
   return handle.createReadStream({ end: Math.max(0, info.size - 1) });
 }
@@ -124,11 +128,15 @@ function lineNestedDeeperThan(text: string, max: number): number {
 function checkUpload(text: string): { episodes: number } {
   // Episode lines nest a few levels; JSON.parse of millions of nested brackets takes seconds.
   const deep = lineNestedDeeperThan(text, MAX_LINE_DEPTH);
-  if (deep > 0) throw new Refusal(400, `line ${deep}: nested deeper than ${MAX_LINE_DEPTH} levels`);
+  if (deep > 0)
+    throw new RollgymError("bad_request", {
+      message: `line ${deep}: nested deeper than ${MAX_LINE_DEPTH} levels`,
+    });
   try {
     return checkEpisodeText(text);
   } catch (error) {
-    if (error instanceof EpisodeFileError) throw new Refusal(400, error.message, error.field);
+    if (error instanceof EpisodeFileError)
+      throw new RollgymError("bad_request", { message: error.message }, error.field);
     throw error;
   }
 }
@@ -166,24 +174,29 @@ export async function checkOffLoop(body: Buffer): Promise<{ episodes: number; by
         resourceLimits: { maxOldGenerationSizeMb: CHECK_HEAP_MIB, maxYoungGenerationSizeMb: 16 },
       });
       const timer = setTimeout(() => {
-        reject(new Refusal(413, `the upload could not be checked within ${CHECK_TIMEOUT_MS / 1000} s`));
+        reject(
+          new RollgymError("too_large", {
+            message: `the upload could not be checked within ${CHECK_TIMEOUT_MS / 1000} s`,
+          }),
+        );
         void worker.terminate();
       }, CHECK_TIMEOUT_MS);
       worker.once("exit", () => clearTimeout(timer));
       worker.once("message", (m: CheckAnswer) => {
         if (m.ok) resolve({ episodes: m.episodes, bytes: Buffer.from(m.bytes) });
-        else reject(new Refusal(m.status, m.message));
+        else reject(new RollgymError(m.code, { message: m.message }));
         void worker.terminate();
       });
       worker.once("error", (error) =>
         reject(
-          new Refusal(
-            413,
-            `the upload could not be checked within ${CHECK_HEAP_MIB} MiB (${error.message}); split it or use the shared directory`,
-          ),
+          new RollgymError("too_large", {
+            message: `the upload could not be checked within ${CHECK_HEAP_MIB} MiB (${error.message}); split it or use the shared directory`,
+          }),
         ),
       );
-      worker.once("exit", () => reject(new Refusal(500, "the upload's check ended without an answer")));
+      worker.once("exit", () =>
+        reject(new RollgymError("check_failed", { message: "the upload's check ended without an answer" })),
+      );
     });
   } finally {
     checking--;
@@ -193,7 +206,7 @@ export async function checkOffLoop(body: Buffer): Promise<{ episodes: number; by
 
 type CheckAnswer =
   | { ok: true; episodes: number; bytes: ArrayBuffer }
-  | { ok: false; status: number; message: string };
+  | { ok: false; code: "bad_request" | "too_large"; message: string };
 
 // This module is also checkOffLoop's worker: it answers the check it was started with, and
 // hands the bytes back.
@@ -203,10 +216,11 @@ if (!isMainThread && (workerData as { uploadCheck?: unknown } | null)?.uploadChe
   try {
     answer = { ok: true, ...checkUpload(Buffer.from(bytes).toString("utf8")), bytes };
   } catch (error) {
+    const code = codeOf(error);
     answer =
-      error instanceof Refusal
-        ? { ok: false, status: error.status, message: error.message }
-        : { ok: false, status: 400, message: String(error) };
+      code === "too_large" || code === "bad_request"
+        ? { ok: false, code, message: (error as Error).message }
+        : { ok: false, code: "bad_request", message: String(error) };
   }
   parentPort?.postMessage(answer, answer.ok ? [bytes] : []);
 }
@@ -230,10 +244,9 @@ export class UploadStore {
     let bytes = typeof body === "string" ? Buffer.from(body) : body;
     const size = bytes.byteLength;
     if (size > this.limits.maxUploadBytes)
-      throw new Refusal(
-        413,
-        `the upload has ${size} bytes; at most ${this.limits.maxUploadBytes} are accepted`,
-      );
+      throw new RollgymError("too_large", {
+        message: `the upload has ${size} bytes; at most ${this.limits.maxUploadBytes} are accepted`,
+      });
     let episodes: number;
     if (size <= OFF_LOOP_BYTES) ({ episodes } = checkUpload(bytes.toString("utf8")));
     else ({ episodes, bytes } = await checkOffLoop(bytes));

@@ -2,9 +2,9 @@
 // (undo, reset and shared URLs are just shorter or other action lists), so the server keeps
 // nothing per player and the only limit needed is the tag's own action budget.
 import { type EnvRegistry, type ResolvedTag, unknownTagMessage } from "../../../envs/registry.ts";
+import { RollgymError } from "../../errors/catalogue.ts";
 import type { ChatMessage } from "../../llm/chat.ts";
 import { systemPrompt, turnBlock } from "../../rollout/prompt.ts";
-import { Refusal } from "./refusal.ts";
 
 export interface PlayRequest {
   tag: string;
@@ -48,13 +48,17 @@ export function play(
   prompt: { think: boolean; actionSep: string },
 ): PlayResult {
   if (!registry.hasTag(request.tag))
-    throw new Refusal(404, unknownTagMessage(request.tag, registry.tagNames()), "tag");
+    throw new RollgymError(
+      "unknown_tag",
+      { message: unknownTagMessage(request.tag, registry.tagNames()) },
+      "tag",
+    );
   const tag: ResolvedTag = registry.tag(request.tag);
   const budget = tag.spec.max_actions_per_traj;
   if (request.actions.length > budget)
-    throw new Refusal(
-      400,
-      `${request.actions.length} actions exceed ${request.tag}'s budget of ${budget}`,
+    throw new RollgymError(
+      "bad_request",
+      { message: `${request.actions.length} actions exceed ${request.tag}'s budget of ${budget}` },
       "actions",
     );
   const env = tag.make();
@@ -64,12 +68,16 @@ export function play(
   let envDone = false;
   for (const [i, name] of request.actions.entries()) {
     if (envDone)
-      throw new Refusal(400, `the episode ended after action ${i}; ${name} cannot follow`, "actions");
+      throw new RollgymError(
+        "bad_request",
+        { message: `the episode ended after action ${i}; ${name} cannot follow` },
+        "actions",
+      );
     const id = env.actionNames.indexOf(name) + 1;
     if (id === 0)
-      throw new Refusal(
-        400,
-        `unknown action ${JSON.stringify(name)}; allowed: ${env.actionNames.join(", ")}`,
+      throw new RollgymError(
+        "bad_request",
+        { message: `unknown action ${JSON.stringify(name)}; allowed: ${env.actionNames.join(", ")}` },
         "actions",
       );
     const result = env.step(id);

@@ -2,12 +2,13 @@
 // uses besides the WebSocket protocol: Play (`/v1/envs/:tag/play`), episode files for Replay
 // (shared directory listing, uploads) and a little server info. The JSON routes sit behind the
 // same token as the WebSocket (header, or `?token=` as browsers use).
-import type { FastifyInstance, FastifyReply } from "fastify";
+import type { FastifyInstance } from "fastify";
+import { httpRefusal } from "../../errors/boundary.ts";
+import { RollgymError } from "../../errors/catalogue.ts";
 import { authorized } from "../auth.ts";
 import type { ServerState } from "../state.ts";
 import { DEFAULT_FILE_LIMITS, type FileLimits, listShared, openShared, UploadStore } from "./files.ts";
 import { play } from "./play.ts";
-import { Refusal } from "./refusal.ts";
 import { loadStaticFiles } from "./static.ts";
 
 export interface WebOptions {
@@ -33,18 +34,18 @@ export function registerWeb(app: FastifyInstance, state: ServerState, options: W
     });
   }
 
-  // The JSON routes: each throws a Refusal for what it turns down.
+  // The JSON routes: each throws a RollgymError with an HTTP status for what it turns down.
   app.register(async (api) => {
     api.setErrorHandler((error, request, reply) => {
       // A refused upload's body is not read: the connection closes instead.
       if (request.method === "POST") reply.header("connection", "close");
-      if (error instanceof Refusal) return refuse(reply, error.status, error.message, error.field);
-      return reply.send(error);
+      const refused = httpRefusal(error);
+      return refused ? reply.code(refused.status).send(refused.body) : reply.send(error);
     });
     // Before the body is read: a request without the token costs no memory.
     api.addHook("onRequest", async (request) => {
       if (!authorized(request.raw, state.options.token))
-        throw new Refusal(401, "a valid bearer token is required (Authorization: Bearer TOKEN or ?token=)");
+        throw new RollgymError("unauthorized", { query: true });
     });
 
     api.get("/v1/web", async () => ({
@@ -60,9 +61,9 @@ export function registerWeb(app: FastifyInstance, state: ServerState, options: W
         const q = request.query;
         const seed = Number(q.seed ?? "0");
         if (!/^\d+$/.test(q.seed ?? "0") || seed > MAX_SEED)
-          throw new Refusal(
-            400,
-            `seed: got ${JSON.stringify(q.seed)}, expected an integer in [0, ${MAX_SEED}]`,
+          throw new RollgymError(
+            "bad_request",
+            { message: `seed: got ${JSON.stringify(q.seed)}, expected an integer in [0, ${MAX_SEED}]` },
             "seed",
           );
         const actions = q.actions ? q.actions.split(",") : [];
@@ -82,7 +83,9 @@ export function registerWeb(app: FastifyInstance, state: ServerState, options: W
 
     api.get<{ Params: { name: string } }>("/v1/episode-files/shared/:name", async (request, reply) => {
       if (options.share === null)
-        throw new Refusal(404, "this server shares no directory (rollgym serve --share DIR)");
+        throw new RollgymError("not_found", {
+          message: "this server shares no directory (rollgym serve --share DIR)",
+        });
       const stream = await openShared(options.share, request.params.name, options.files);
       return reply.header("content-type", NDJSON).send(stream);
     });
@@ -90,7 +93,9 @@ export function registerWeb(app: FastifyInstance, state: ServerState, options: W
     api.get<{ Params: { id: string } }>("/v1/episode-files/uploads/:id", async (request, reply) => {
       const text = uploads.get(request.params.id);
       if (!text)
-        throw new Refusal(404, "no such upload (uploads are kept in memory and the oldest are evicted)");
+        throw new RollgymError("not_found", {
+          message: "no such upload (uploads are kept in memory and the oldest are evicted)",
+        });
       return reply.header("content-type", NDJSON).send(text);
     });
 
@@ -100,10 +105,9 @@ export function registerWeb(app: FastifyInstance, state: ServerState, options: W
       let reading = 0;
       scope.addHook("onRequest", async (_request, reply) => {
         if (reading >= options.files.maxConcurrentUploads)
-          throw new Refusal(
-            503,
-            `max_concurrent_uploads is ${options.files.maxConcurrentUploads}; try again when an upload has finished`,
-          );
+          throw new RollgymError("unavailable", {
+            message: `max_concurrent_uploads is ${options.files.maxConcurrentUploads}; try again when an upload has finished`,
+          });
         reading++;
         reply.raw.once("close", () => reading--);
       });
@@ -115,7 +119,7 @@ export function registerWeb(app: FastifyInstance, state: ServerState, options: W
       );
       scope.post("/v1/episode-files", async (request) => {
         if (!Buffer.isBuffer(request.body))
-          throw new Refusal(400, "send the episode file as the request body");
+          throw new RollgymError("bad_request", { message: "send the episode file as the request body" });
         return uploads.add(request.body);
       });
     });
@@ -123,7 +127,3 @@ export function registerWeb(app: FastifyInstance, state: ServerState, options: W
 }
 
 const NDJSON = "application/x-ndjson; charset=utf-8";
-
-function refuse(reply: FastifyReply, status: number, message: string, field?: string): FastifyReply {
-  return reply.code(status).send({ error: { code: status, message, ...(field ? { field } : {}) } });
-}

@@ -26,7 +26,8 @@ export function setToken(value: string): void {
   sessionStorage.setItem(TOKEN_KEY, value);
 }
 
-export class ApiError extends Error {
+/** A JSON route the server refused: its HTTP status and message (errors/catalogue.ts on the server). */
+export class RouteError extends Error {
   readonly status: number;
   constructor(status: number, message: string) {
     super(message);
@@ -46,7 +47,7 @@ export async function api<T>(path: string, init: RequestInit = {}): Promise<T> {
     try {
       message = JSON.parse(text).error?.message ?? JSON.parse(text).message ?? message;
     } catch {}
-    throw new ApiError(response.status, message);
+    throw new RouteError(response.status, message);
   }
   return (
     response.headers.get("content-type")?.startsWith("application/json") ? JSON.parse(text) : text

@@ -1,7 +1,7 @@
 /// <reference lib="dom" />
 // The page's entry: the header, the token form when the server wants one, and the view the
 // URL names, each view loaded only when first opened.
-import { ApiError, api, h, route, setToken, token } from "./api.ts";
+import { RouteError, api, h, route, setToken, token } from "./api.ts";
 import { PICTURE_CSS } from "./picture.ts";
 
 interface View {
@@ -63,7 +63,7 @@ async function start(): Promise<void> {
     const info = await api<{ version: string; policy: string }>("/v1/web");
     document.getElementById("server")!.textContent = `v${info.version} · policy: ${info.policy}`;
   } catch (error) {
-    if (error instanceof ApiError && error.status === 401) return askToken("This server needs a token.");
+    if (error instanceof RouteError && error.status === 401) return askToken("This server needs a token.");
     throw error;
   }
   window.addEventListener("hashchange", () => void render());

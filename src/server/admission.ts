@@ -1,0 +1,89 @@
+// Rollout admission: every check a `rollout` frame passes before any episode starts, each run
+// once and in this order (the first that fails is the refusal the client gets). A refusal is a
+// RollgymError whose code says which check (errors/catalogue.ts).
+import { unknownTagMessage } from "../../envs/registry.ts";
+import type { RolloutRequest } from "../../protocol/messages.ts";
+import { messageOf } from "../errors/boundary.ts";
+import { RollgymError } from "../errors/catalogue.ts";
+import type { TokenEngine } from "../llm/token-engine.ts";
+import {
+  type BatchRequest,
+  groupLocalScores,
+  policyRefusal,
+  validateBatchRequest,
+} from "../rollout/batch.ts";
+import { checkRolloutShape, type RolloutLimits } from "../rollout/limits.ts";
+import { budgetRefusal } from "./budget.ts";
+import { rolloutBatchRequest } from "./requests.ts";
+import type { Session } from "./session.ts";
+import type { ServerState } from "./state.ts";
+
+/** A rollout that passed every check: the request to play and the engine that plays it in token mode. */
+export interface Admitted {
+  request: BatchRequest;
+  tokenEngine: TokenEngine | null;
+}
+
+/** Admits `frame` for `session`, or throws the RollgymError of the first check it fails. */
+export function admitRollout(state: ServerState, session: Session, frame: RolloutRequest): Admitted {
+  const { options, registry } = state;
+  const { policy } = state.rolloutContext;
+  if (state.closing) throw new RollgymError("shutting_down", {});
+  // An id stays taken while its rollout runs, its batch frame is unconfirmed or any of its
+  // groups is unacknowledged, so acknowledgements and resends can never mix two rollouts.
+  if (session.holdsRollout(frame.id)) throw new RollgymError("rollout_id_taken", { id: frame.id });
+  if (session.unacknowledgedGroups >= options.maxUnackedGroups)
+    throw new RollgymError("max_unacked_groups", {
+      max: options.maxUnackedGroups,
+      held: session.unacknowledgedGroups,
+    });
+  const live = [...session.rollouts.values()].filter((r) => r.batch === null).length;
+  if (live >= options.maxRolloutsPerConnection)
+    throw new RollgymError("max_rollouts_per_connection", { max: options.maxRolloutsPerConnection });
+  checkTags(state, frame.tags, "tags");
+
+  const request = rolloutBatchRequest(state.config, frame);
+  // The same limits and seed range the CLI checks (src/rollout/limits.ts).
+  checkRolloutShape(request, shapeOnly(options));
+  // Batch delivery holds the whole batch from the start; a stream rollout holds each group
+  // from just before it starts until it is acknowledged, so it needs room for one now.
+  const stream = frame.delivery === "stream";
+  const episodes = request.tags.reduce((n, t) => n + t.groups, 0) * request.groupSize;
+  const over = stream
+    ? budgetRefusal(state, session, request.groupSize, "a stream rollout's next group")
+    : budgetRefusal(state, session, episodes, "this batch-delivery rollout");
+  if (over) throw new RollgymError("episode_budget", { message: over.message });
+
+  playable(() => validateBatchRequest(request));
+  if (stream && !groupLocalScores(request)) throw new RollgymError("stream_scores", {});
+  const tokenEngine = request.tokens ? playable(() => policy.tokenEngine?.() ?? null) : null;
+  if (request.tokens && !tokenEngine) throw new RollgymError("tokens_need_engine", { policy: policy.name });
+  const why = playable(() => policyRefusal(registry, request, policy));
+  if (why) throw new RollgymError("policy_cannot_play", { policy: policy.name, why });
+  return { request, tokenEngine };
+}
+
+/** Refuses the first of `tags` the server does not have; `field` names it in the refusal. */
+export function checkTags(state: ServerState, tags: readonly { tag: string }[], field: string): void {
+  const unknown = tags.find((t) => !state.registry.hasTag(t.tag));
+  if (unknown)
+    throw new RollgymError(
+      "unknown_tag",
+      { message: unknownTagMessage(unknown.tag, state.registry.tagNames()) },
+      field,
+    );
+}
+
+/** checkRolloutShape's group and seed checks only: episodes are the budget's (budget.ts). */
+export function shapeOnly(options: ServerState["options"]): RolloutLimits {
+  return { maxGroupsPerRollout: options.maxGroupsPerRollout, maxEpisodesInFlight: Number.POSITIVE_INFINITY };
+}
+
+/** What `check` returns, or its error as `unplayable` (a request the engine cannot run as asked). */
+function playable<T>(check: () => T): T {
+  try {
+    return check();
+  } catch (error) {
+    throw new RollgymError("unplayable", { message: messageOf(error) });
+  }
+}

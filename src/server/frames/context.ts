@@ -1,0 +1,21 @@
+// What a frame handler works with: the server, the connection's session and env sessions, and
+// how to answer. One per connection, made at its hello (connection.ts).
+import type { WebSocket } from "ws";
+import type { About } from "../../errors/boundary.ts";
+import type { HostedEnvs } from "../env-host.ts";
+import type { Outbound } from "../outbound.ts";
+import type { Session } from "../session.ts";
+import type { ServerState } from "../state.ts";
+
+export interface Connection {
+  state: ServerState;
+  session: Session;
+  socket: WebSocket;
+  out: Outbound;
+  /** This connection's env sessions by id (not resumed: they end with the connection). */
+  hosted: Map<string, HostedEnvs>;
+  /** Sends a frame now, outside the session's outbox (env replies, errors). */
+  reply(frame: object): void;
+  /** Answers with the `error` frame of `error` (errors/boundary.ts), about a rollout or env session. */
+  refuse(error: unknown, about?: About): void;
+}

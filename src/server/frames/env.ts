@@ -1,0 +1,166 @@
+// Env hosting's frames (the trainer owns inference): `env_open`, `env_step`, `env_close`. An env
+// session lives on its connection; its episodes count against the session's budget until it
+// closes, the connection ends, or it takes no step for env_idle_s.
+import type { EnvClose, EnvOpen, EnvStep } from "../../../protocol/messages.ts";
+import { codeOf, messageOf } from "../../errors/boundary.ts";
+import { RollgymError } from "../../errors/catalogue.ts";
+import type { TokenEngine } from "../../llm/token-engine.ts";
+import { checkRolloutShape, isShapeRefusal } from "../../rollout/limits.ts";
+import { checkTags, shapeOnly } from "../admission.ts";
+import { budgetRefusal } from "../budget.ts";
+import { HostedEnvs } from "../env-host.ts";
+import { envOpenRequest } from "../requests.ts";
+import type { Session } from "../session.ts";
+import type { Connection } from "./context.ts";
+
+export function onEnvOpen(c: Connection, frame: EnvOpen): void {
+  const { state, session, hosted } = c;
+  const { options } = state;
+  const { policy } = state.rolloutContext;
+  const about = { id: frame.id };
+  if (hosted.has(frame.id)) throw new RollgymError("env_id_taken", { id: frame.id });
+  if (hosted.size >= options.maxEnvSessionsPerConnection)
+    throw new RollgymError("max_env_sessions_per_connection", { max: options.maxEnvSessionsPerConnection });
+  checkTags(state, [frame], "tag");
+  const request = envOpenRequest(state.config, frame);
+  try {
+    // An env session is bounded like a rollout, and its seeds never wrap either.
+    checkRolloutShape(request, shapeOnly(options));
+  } catch (error) {
+    // Its groups are `groups`, not `tags`.
+    if (isShapeRefusal(error) && error.field === "tags") error.field = "groups";
+    throw error;
+  }
+  const over = budgetRefusal(state, session, frame.groups * frame.group_size, "this env session");
+  if (over) throw new RollgymError("episode_budget", { message: over.message });
+  let tokens: TokenEngine | null = null;
+  try {
+    tokens = frame.tokens ? (policy.tokenEngine?.() ?? null) : null;
+  } catch (error) {
+    // The engine cannot do token mode as configured (rollgym.llm.count_tokens=usage).
+    throw new RollgymError("tokens_unusable", {
+      message: messageOf(error),
+    });
+  }
+  if (frame.tokens && !tokens)
+    throw new RollgymError("tokens_need_engine", { policy: policy.name }, "tokens");
+  const envs = new HostedEnvs(
+    state.registry,
+    request,
+    tokens,
+    `env:${session.id}:${frame.id}`,
+    (key) => policy.forget?.(key),
+    frame.messages ?? "new",
+    state.envBytes,
+  );
+  // Its episodes count from now until env_close, the connection's end, or env_idle_s without a step.
+  hosted.set(frame.id, envs);
+  session.hold(envs.size);
+  envs.idleTimer = setTimeout(() => {
+    if (!dropHosted(hosted, session, frame.id, envs)) return;
+    c.refuse(new RollgymError("env_idle", { idleS: options.envIdleMs / 1000, id: frame.id }), about);
+  }, options.envIdleMs);
+  envs.idleTimer.unref();
+  // Built in slices (the event loop keeps serving); steps and close queue behind the build.
+  void c.out.track(
+    envs
+      .serial(async () => {
+        await envs.build();
+        await envs.renderPrompts();
+        // A token session's prompt ids are known only now.
+        if (state.envBytes.held > options.maxEnvBytes)
+          throw new RollgymError("max_env_bytes_prompts", {
+            max: options.maxEnvBytes,
+            bytes: envs.heldBytes,
+          });
+      })
+      .then(
+        () => c.reply({ type: "env_opened", id: frame.id, episodes: envs.opened() }),
+        (error: unknown) => {
+          if (!dropHosted(hosted, session, frame.id, envs)) return; // closed meanwhile
+          if (codeOf(error) === "max_env_bytes_prompts") {
+            c.refuse(error, about);
+            return;
+          }
+          const message = messageOf(error);
+          c.refuse(new RollgymError("env_open_failed", { message, engine: envs.tokenSession }), about);
+        },
+      ),
+  );
+}
+
+export function onEnvStep(c: Connection, frame: EnvStep): void {
+  const { state, session, hosted } = c;
+  const { options } = state;
+  const about = { id: frame.id };
+  const envs = openEnvs(hosted, frame.id);
+  const adds = HostedEnvs.bytesOf(frame.responses);
+  const held = [...hosted.values()].reduce((n, e) => n + e.heldBytes, 0);
+  if (held + adds > options.maxEnvBytesPerConnection)
+    throw new RollgymError("max_env_bytes_per_connection", {
+      max: options.maxEnvBytesPerConnection,
+      held,
+      adds,
+    });
+  if (state.envBytes.held + adds > options.maxEnvBytes)
+    throw new RollgymError("max_env_bytes", { max: options.maxEnvBytes, held: state.envBytes.held, adds });
+  // Counted now, so steps queued behind this one are checked against it too.
+  envs.charge(adds);
+  envs.idleTimer?.refresh();
+  const refuse = (error: unknown): void => {
+    const message = messageOf(error);
+    if (codeOf(error) !== null) {
+      envs.charge(-adds); // refused (env-host.ts) before anything was applied
+      c.refuse(error, about);
+    } else if (envs.tokenSession) {
+      // Its responses are applied but its next ids are not known: the session cannot go on.
+      dropHosted(hosted, session, frame.id, envs);
+      c.refuse(new RollgymError("env_step_engine", { message, id: frame.id }), about);
+    } else {
+      state.log.error({ err: error }, "env step failed");
+      c.refuse(new RollgymError("internal", { message }), about);
+    }
+  };
+  void c.out.track(
+    envs
+      .serial(async () => (envs.tokenSession ? envs.stepTokens(frame.responses) : envs.step(frame.responses)))
+      .then((results) => c.reply({ type: "env_stepped", id: frame.id, results }), refuse),
+  );
+}
+
+export function onEnvClose(c: Connection, frame: EnvClose): void {
+  const { session, hosted } = c;
+  const envs = openEnvs(hosted, frame.id);
+  hosted.delete(frame.id);
+  // A session closes after the steps it has queued (and, when still opening, after its build).
+  void c.out.track(
+    envs.serial(async () => {
+      c.reply({ type: "env_closed", id: frame.id, ...envs.close() });
+      envs.dispose();
+      session.release(envs.size);
+    }),
+  );
+}
+
+function openEnvs(hosted: Map<string, HostedEnvs>, id: string): HostedEnvs {
+  const envs = hosted.get(id);
+  if (!envs) throw new RollgymError("unknown_env_session", { id });
+  return envs;
+}
+
+/**
+ * Ends env session `id` if `envs` is still hosted under it (a session closed meanwhile is its
+ * env_close's to release). Returns whether it did.
+ */
+export function dropHosted(
+  hosted: Map<string, HostedEnvs>,
+  session: Session,
+  id: string,
+  envs: HostedEnvs,
+): boolean {
+  if (hosted.get(id) !== envs) return false;
+  hosted.delete(id);
+  envs.dispose();
+  session.release(envs.size);
+  return true;
+}

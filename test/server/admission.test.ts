@@ -3,7 +3,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { RolloutRequest } from "../../protocol/messages.ts";
 import { codeOf } from "../../src/errors/boundary.ts";
-import { admitRollout } from "../../src/server/admission.ts";
+import { admitEnvSession, admitRollout } from "../../src/server/admission.ts";
 import { buildServer, type RollgymServer } from "../../src/server/app.ts";
 import { Session } from "../../src/server/session.ts";
 import { TestClient } from "../helpers/ws-client.ts";
@@ -57,6 +57,25 @@ describe("rollout admission", () => {
     expect(refusal(session, frame({ tags: [{ tag: "Nope", groups: 1 }] }))).toBe("rollout_id_taken");
     // Unacknowledged groups at max_unacked_groups: no new rollout, whatever its id.
     expect(refusal(session, frame({ id: "other" }))).toBe("max_unacked_groups");
+  });
+
+  it("admits an env session the same way, naming its own fields", () => {
+    const session = new Session();
+    const open = { type: "env_open" as const, id: "e", tag: "Bandit", groups: 1, group_size: 2 };
+    const refused = (hosted: Map<string, unknown>, extra: object) => {
+      try {
+        admitEnvSession(server.state, session, hosted, { ...open, ...extra });
+        return null;
+      } catch (error) {
+        return { code: codeOf(error), field: (error as { field?: string }).field };
+      }
+    };
+    expect(refused(new Map([["e", null]]), {})).toEqual({ code: "env_id_taken", field: undefined });
+    expect(refused(new Map(), { tag: "Nope" })).toEqual({ code: "unknown_tag", field: "tag" });
+    // The rollout's `tags` is an env session's `groups`.
+    expect(refused(new Map(), { groups: 9 })).toEqual({ code: "max_groups_per_rollout", field: "groups" });
+    expect(refused(new Map(), { tokens: true })).toEqual({ code: "tokens_need_engine", field: "tokens" });
+    expect(refused(new Map(), {})).toBeNull();
   });
 
   it("refuses every rollout while the server shuts down", () => {

@@ -4,12 +4,8 @@
 import type { EnvClose, EnvOpen, EnvStep } from "../../../protocol/messages.ts";
 import { codeOf, messageOf } from "../../errors/boundary.ts";
 import { RollgymError } from "../../errors/catalogue.ts";
-import type { TokenEngine } from "../../llm/token-engine.ts";
-import { checkRolloutShape, isShapeRefusal } from "../../rollout/limits.ts";
-import { checkTags, shapeOnly } from "../admission.ts";
-import { budgetRefusal } from "../budget.ts";
+import { admitEnvSession } from "../admission.ts";
 import { HostedEnvs } from "../env-host.ts";
-import { envOpenRequest } from "../requests.ts";
 import type { Session } from "../session.ts";
 import type { Connection } from "./context.ts";
 
@@ -18,32 +14,7 @@ export function onEnvOpen(c: Connection, frame: EnvOpen): void {
   const { options } = state;
   const { policy } = state.rolloutContext;
   const about = { id: frame.id };
-  if (hosted.has(frame.id)) throw new RollgymError("env_id_taken", { id: frame.id });
-  if (hosted.size >= options.maxEnvSessionsPerConnection)
-    throw new RollgymError("max_env_sessions_per_connection", { max: options.maxEnvSessionsPerConnection });
-  checkTags(state, [frame], "tag");
-  const request = envOpenRequest(state.config, frame);
-  try {
-    // An env session is bounded like a rollout, and its seeds never wrap either.
-    checkRolloutShape(request, shapeOnly(options));
-  } catch (error) {
-    // Its groups are `groups`, not `tags`.
-    if (isShapeRefusal(error) && error.field === "tags") error.field = "groups";
-    throw error;
-  }
-  const over = budgetRefusal(state, session, frame.groups * frame.group_size, "this env session");
-  if (over) throw new RollgymError("episode_budget", { message: over.message });
-  let tokens: TokenEngine | null = null;
-  try {
-    tokens = frame.tokens ? (policy.tokenEngine?.() ?? null) : null;
-  } catch (error) {
-    // The engine cannot do token mode as configured (rollgym.llm.count_tokens=usage).
-    throw new RollgymError("tokens_unusable", {
-      message: messageOf(error),
-    });
-  }
-  if (frame.tokens && !tokens)
-    throw new RollgymError("tokens_need_engine", { policy: policy.name }, "tokens");
+  const { request, tokens } = admitEnvSession(state, session, hosted, frame);
   const envs = new HostedEnvs(
     state.registry,
     request,

@@ -1,7 +1,7 @@
 /// <reference lib="dom" />
 // The page's entry: the header, the token form when the server wants one, and the view the
 // URL names, each view loaded only when first opened.
-import { RouteError, api, h, route, setToken, token } from "./api.ts";
+import { api, h, RouteError, route, setToken, token } from "./api.ts";
 import { PICTURE_CSS } from "./picture.ts";
 
 interface View {

@@ -23,7 +23,6 @@ import {
   closeWithin,
   heartbeat,
   httpServerOptions,
-  type Refusal,
 } from "./connections.ts";
 import { createMetrics, instrumentPolicy } from "./metrics.ts";
 import { type OriginOptions, OriginPolicy } from "./origin.ts";
@@ -182,8 +181,8 @@ export async function buildServer(options: ServerOptions = {}): Promise<RollgymS
       return refuseUpgrade(socket, new RollgymError("foreign_origin", { message: foreign }));
     if (!authorized(request, state.options.token))
       return refuseUpgrade(socket, new RollgymError("unauthorized", { query: false }));
-    const over: Refusal | null = guard.refusal(request);
-    if (over) return refuse(socket, over.status, over.text, over.message);
+    const over = guard.refusal(request);
+    if (over) return refuseUpgrade(socket, over);
     wss.handleUpgrade(request, socket, head, (ws) => wss.emit("connection", ws, request));
   });
 
@@ -255,13 +254,9 @@ function sleep(ms: number): Promise<void> {
 /** Answers an upgrade refused with `error` (its HTTP status from errors/catalogue.ts) and closes. */
 function refuseUpgrade(socket: Duplex, error: RollgymError): void {
   const { status, body } = httpRefusal(error)!;
-  refuse(socket, status, STATUS_CODES[status] ?? "Error", body.error.message);
-}
-
-function refuse(socket: Duplex, status: number, text: string, message: string): void {
-  const body = JSON.stringify({ error: { code: status, message } });
+  const json = JSON.stringify(body);
   socket.end(
-    `HTTP/1.1 ${status} ${text}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+    `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(json)}\r\nConnection: close\r\n\r\n${json}`,
   );
 }
 

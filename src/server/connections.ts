@@ -7,6 +7,7 @@ import type { IncomingMessage, Server } from "node:http";
 import type { Socket } from "node:net";
 import type { WebSocket } from "ws";
 import { CLOSE_CODES } from "../../protocol/codec.ts";
+import { RollgymError } from "../errors/catalogue.ts";
 
 export interface ConnectionLimits {
   /** WebSocket connections open at once, server-wide. */
@@ -73,12 +74,6 @@ export function httpServerOptions(limits: ConnectionLimits) {
   };
 }
 
-export interface Refusal {
-  status: number;
-  text: string;
-  message: string;
-}
-
 export class ConnectionGuard {
   readonly limits: ConnectionLimits;
   /** Connections not past their handshake, oldest first, with how to drop each. */
@@ -109,20 +104,12 @@ export class ConnectionGuard {
   }
 
   /** Why an upgrade to a WebSocket is refused, or null when it may go ahead. */
-  refusal(request: IncomingMessage): Refusal | null {
+  refusal(request: IncomingMessage): RollgymError | null {
     const { maxConnections, maxConnectionsPerAddress } = this.limits;
     if (this.open >= maxConnections && !this.dropIdle())
-      return {
-        status: 503,
-        text: "Service Unavailable",
-        message: `max_connections is ${maxConnections}; every WebSocket connection is taken, try again later`,
-      };
+      return new RollgymError("max_connections", { max: maxConnections });
     if ((this.perAddress.get(addressOf(request)) ?? 0) >= maxConnectionsPerAddress)
-      return {
-        status: 503,
-        text: "Service Unavailable",
-        message: `max_connections_per_address is ${maxConnectionsPerAddress}; close a connection from this address first`,
-      };
+      return new RollgymError("max_connections_per_address", { max: maxConnectionsPerAddress });
     return null;
   }
 

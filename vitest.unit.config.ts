@@ -1,8 +1,8 @@
 // `npm run test:unit`: the fast subset a contributor runs with only Node and npm (no llama.cpp,
 // torch, Chromium or Debian's Python): environments, protocol, configuration, rollouts, episode
-// files and the server over real sockets with the built-in policy or the mock engine. Left to
-// `npm test` (the full gate): tests that need those tools, that start CLI processes, and the
-// server's long abuse runs.
+// files, the error catalogue and the server over real sockets with the built-in policy or the
+// mock engine. Left to `npm test` (the full gate): tests that need those tools, that start CLI
+// processes, and the server's long abuse runs.
 import { configDefaults, defineConfig } from "vitest/config";
 import base from "./vitest.config.ts";
 
@@ -18,6 +18,9 @@ export default defineConfig({
       "test/rollout/**/*.test.ts",
       "test/record/**/*.test.ts",
       "test/server/**/*.test.ts",
+      // The error catalogue, and checks over the whole tree kept at the top (the layering test).
+      "test/errors/**/*.test.ts",
+      "test/*.test.ts",
     ],
     exclude: [
       ...configDefaults.exclude,

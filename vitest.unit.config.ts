@@ -11,7 +11,6 @@ export default defineConfig({
   test: {
     ...base.test,
     include: [
-      "test/layering.test.ts",
       "test/envs/**/*.test.ts",
       "test/protocol/**/*.test.ts",
       "test/config/**/*.test.ts",

@@ -224,7 +224,10 @@ export const CATALOGUE = {
   }),
 
   // HTTP: the WebSocket upgrade and the page's routes.
-  no_ws_route: entry({ http: 404, message: () => "no WebSocket route here; use /v1/rollouts" }),
+  no_ws_route: entry({
+    http: 404,
+    message: () => "no WebSocket route here; use /v1/rollouts or /openenv/TAG/ws",
+  }),
   closing: entry({ http: 503, message: () => "the server is shutting down" }),
   foreign_origin: entry<Said>({ http: 403, message: said }),
   unauthorized: entry<{ query: boolean }>({

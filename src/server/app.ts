@@ -25,6 +25,7 @@ import {
   httpServerOptions,
 } from "./connections.ts";
 import { createMetrics, instrumentPolicy } from "./metrics.ts";
+import { type OpenEnvLimits, OpenEnvServer } from "./openenv.ts";
 import { type OriginOptions, OriginPolicy } from "./origin.ts";
 import { securityHeaders } from "./security-headers.ts";
 import type { Session } from "./session.ts";
@@ -55,6 +56,8 @@ export interface ServerOptions extends Partial<ServerLimits> {
   browsers?: Partial<OriginOptions>;
   /** Connection caps and timeouts (docs/server.md "Connections"). */
   connections?: Partial<ConnectionLimits>;
+  /** Sessions of rollgym's tags served as OpenEnv environments (docs/openenv.md). */
+  openenv?: Partial<OpenEnvLimits>;
   /**
    * At shutdown, how long cancelled rollouts get to send their verdicts, and then how long
    * clients get to answer the close before their connections are dropped.
@@ -167,6 +170,7 @@ export async function buildServer(options: ServerOptions = {}): Promise<RollgymS
     }),
   }));
   registerWeb(app, state, webOptions(options.share, options.files));
+  const openenv = new OpenEnvServer(app, state, guard, options.openenv);
 
   const stopHeartbeat = heartbeat(() => wss.clients, guard.limits.heartbeatMs);
   wss.on("connection", (socket: WebSocket, request: IncomingMessage) =>
@@ -174,7 +178,8 @@ export async function buildServer(options: ServerOptions = {}): Promise<RollgymS
   );
   app.server.on("upgrade", (request: IncomingMessage, socket: Duplex, head: Buffer) => {
     const path = new URL(request.url ?? "/", "http://localhost").pathname;
-    if (path !== "/v1/rollouts") return refuseUpgrade(socket, new RollgymError("no_ws_route", {}));
+    const target = path === "/v1/rollouts" ? wss : openenv.socketServer(path);
+    if (target instanceof RollgymError) return refuseUpgrade(socket, target);
     if (state.closing) return refuseUpgrade(socket, new RollgymError("closing", {}));
     const foreign = origins.refusal(request, state.options.token !== null);
     if (foreign !== null)
@@ -183,7 +188,7 @@ export async function buildServer(options: ServerOptions = {}): Promise<RollgymS
       return refuseUpgrade(socket, new RollgymError("unauthorized", { query: false }));
     const over = guard.refusal(request);
     if (over) return refuseUpgrade(socket, over);
-    wss.handleUpgrade(request, socket, head, (ws) => wss.emit("connection", ws, request));
+    target.handleUpgrade(request, socket, head, (ws) => target.emit("connection", ws, request));
   });
 
   const closeGraceMs = options.closeGraceMs ?? 2_000;
@@ -219,9 +224,10 @@ export async function buildServer(options: ServerOptions = {}): Promise<RollgymS
       await Promise.race([allFinished, sleep(closeGraceMs)]);
       for (const session of state.sessions.values()) session.flushVerdicts();
       // A client that does not read never answers the close: its connection is dropped.
-      const dropped = await Promise.all(
-        [...wss.clients].map((ws) => closeWithin(ws, CLOSE_CODES.goingAway, reason, closeGraceMs)),
-      );
+      const dropped = await Promise.all([
+        ...[...wss.clients].map((ws) => closeWithin(ws, CLOSE_CODES.goingAway, reason, closeGraceMs)),
+        ...openenv.close(reason, closeGraceMs),
+      ]);
       for (const session of [...state.sessions.values()]) session.end();
       // Half-sent requests and idle keep-alive connections would hold the close until they time out.
       guard.dropPending();

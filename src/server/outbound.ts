@@ -89,12 +89,13 @@ export class Outbound {
     return this.open && this.sendEncoded(encodeMessage(frame));
   }
 
-  /** Sends an already encoded frame, like `send`. */
-  sendEncoded(bytes: Uint8Array): boolean {
+  /** Sends an already encoded frame, like `send`; a string goes as a text frame (OpenEnv's JSON). */
+  sendEncoded(bytes: Uint8Array | string): boolean {
     if (!this.open) return false;
     const buffered = this.socket.bufferedAmount;
-    if (buffered > 0 && buffered + bytes.byteLength > this.limits.maxSendBufferBytes) {
-      this.closeSlow(`${buffered + bytes.byteLength} bytes unread > max_send_buffer_bytes`);
+    const size = typeof bytes === "string" ? Buffer.byteLength(bytes) : bytes.byteLength;
+    if (buffered > 0 && buffered + size > this.limits.maxSendBufferBytes) {
+      this.closeSlow(`${buffered + size} bytes unread > max_send_buffer_bytes`);
       return false;
     }
     this.socket.send(bytes);

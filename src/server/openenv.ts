@@ -1,0 +1,427 @@
+// rollgym's tags as OpenEnv environments (docs/openenv.md): each registered tag answers at
+// /openenv/TAG the way an OpenEnv server answers at its root — WebSocket sessions on
+// /openenv/TAG/ws and the HTTP routes health, schema, metadata, state, reset, step — so an
+// OpenEnv client given the base URL http://HOST:PORT/openenv/TAG plays it. One process serves
+// many sessions of every tag at once, each with its own env. The upgrade goes through app.ts's
+// checks (closing, Origin/Host, token, connection caps); frames are capped at max_frame_bytes
+// and replies go out through Outbound's backpressure like every other socket's.
+import { randomInt, randomUUID } from "node:crypto";
+import type { IncomingMessage } from "node:http";
+import type { FastifyInstance, FastifyReply } from "fastify";
+import { type RawData, type WebSocket, WebSocketServer } from "ws";
+import type { ResolvedTag } from "../../envs/registry.ts";
+import { unknownTagMessage } from "../../envs/registry.ts";
+import type { Env, StepResult } from "../../envs/types.ts";
+import { CLOSE_CODES } from "../../protocol/codec.ts";
+import { RollgymError } from "../errors/catalogue.ts";
+import { mapActions } from "../rollout/parse.ts";
+import { type ConnectionGuard, type ConnectionTicket, closeWithin, heartbeat } from "./connections.ts";
+import {
+  type ClientMessage,
+  checkAction,
+  checkMessage,
+  checkResetRequest,
+  describe,
+  errorFrame,
+  type FieldError,
+  MAX_SEED,
+  MESSAGE_TYPES,
+} from "./openenv-messages.ts";
+import { Outbound } from "./outbound.ts";
+import type { ServerState } from "./state.ts";
+
+export interface OpenEnvLimits {
+  /** OpenEnv sessions (sockets on /openenv/TAG/ws) open at once over all tags; past it, CAPACITY_REACHED. */
+  maxSessions: number;
+}
+
+export const DEFAULT_OPENENV_LIMITS: OpenEnvLimits = { maxSessions: 1024 };
+
+const PREFIX = "/openenv";
+
+/** What reset and step answer: OpenEnv's `{observation, reward, done}`. */
+interface ObservationData {
+  observation: { text: string; actions: string[]; truncated: boolean; info: Record<string, unknown> };
+  reward: number | null;
+  done: boolean;
+}
+
+/** One episode of one tag: the env, its seed and counters. */
+class Episode {
+  readonly tag: ResolvedTag;
+  readonly env: Env;
+  readonly seed: number;
+  readonly id: string;
+  steps = 0;
+  done = false;
+
+  constructor(tag: ResolvedTag, seed: number | null, id: string | null) {
+    this.tag = tag;
+    this.env = tag.make();
+    // OpenEnv envs draw a seed when given none; rollgym reports the one it drew in `state`.
+    this.seed = seed ?? randomInt(0, MAX_SEED + 1);
+    this.id = id ?? randomUUID();
+  }
+
+  reset(): ObservationData {
+    const text = this.env.reset(this.seed);
+    return {
+      observation: { text, actions: [...this.env.actionNames], truncated: false, info: {} },
+      reward: null,
+      done: false,
+    };
+  }
+
+  /** The action's id, or why the name is not one (naming the allowed ones). */
+  actionId(name: string): number | FieldError[] {
+    const { ids } = mapActions([name], this.env.actionNames);
+    if (ids.length === 1) return ids[0];
+    return [
+      {
+        type: "enum",
+        loc: ["data", "action"],
+        msg: `${JSON.stringify(name)} is not an action of ${this.tag.spec.tag}; allowed: ${this.env.actionNames.join(", ")}`,
+        input: name,
+      },
+    ];
+  }
+
+  step(id: number): ObservationData {
+    const result: StepResult = this.env.step(id);
+    this.steps++;
+    this.done = result.terminated || result.truncated;
+    return {
+      observation: {
+        text: result.observation,
+        actions: [...this.env.actionNames],
+        truncated: result.truncated,
+        info: { ...result.info },
+      },
+      reward: result.reward,
+      done: this.done,
+    };
+  }
+
+  state(): Record<string, unknown> {
+    return {
+      episode_id: this.id,
+      step_count: this.steps,
+      tag: this.tag.spec.tag,
+      seed: this.seed,
+      done: this.done,
+      max_actions_per_traj: this.tag.spec.max_actions_per_traj,
+    };
+  }
+}
+
+/** OpenEnv's State before any reset. */
+function freshState(tag: ResolvedTag): Record<string, unknown> {
+  return {
+    episode_id: null,
+    step_count: 0,
+    tag: tag.spec.tag,
+    seed: null,
+    done: false,
+    max_actions_per_traj: tag.spec.max_actions_per_traj,
+  };
+}
+
+export class OpenEnvServer {
+  readonly limits: OpenEnvLimits;
+  private readonly state: ServerState;
+  private readonly wss: WebSocketServer;
+  private readonly stopHeartbeat: () => void;
+  /** Sessions open (sockets past the capacity check). */
+  private active = 0;
+
+  constructor(
+    app: FastifyInstance,
+    state: ServerState,
+    guard: ConnectionGuard,
+    limits: Partial<OpenEnvLimits> = {},
+  ) {
+    this.limits = { ...DEFAULT_OPENENV_LIMITS, ...limits };
+    this.state = state;
+    this.wss = new WebSocketServer({
+      noServer: true,
+      maxPayload: state.options.maxFrameBytes,
+      perMessageDeflate: false,
+    });
+    this.wss.on("connection", (ws: WebSocket, request: IncomingMessage) =>
+      this.session(ws, request, guard.opened(ws, request)),
+    );
+    this.stopHeartbeat = heartbeat(() => this.wss.clients, guard.limits.heartbeatMs);
+    this.routes(app);
+  }
+
+  /**
+   * The socket server for an upgrade to `path` when it is an OpenEnv session's, or why the path
+   * has no WebSocket route (app.ts refuses the upgrade with it: 404).
+   */
+  socketServer(path: string): WebSocketServer | RollgymError {
+    const tag = tagInPath(path);
+    if (tag === null) return new RollgymError("no_ws_route", {});
+    if (!this.state.registry.hasTag(tag))
+      return new RollgymError("unknown_tag", {
+        message: unknownTagMessage(tag, this.state.registry.tagNames()),
+      });
+    return this.wss;
+  }
+
+  /** Closes every session (at shutdown); each promise says whether its client had to be dropped. */
+  close(reason: string, graceMs: number): Promise<boolean>[] {
+    this.stopHeartbeat();
+    return [...this.wss.clients].map((ws) => closeWithin(ws, CLOSE_CODES.goingAway, reason, graceMs));
+  }
+
+  /** One socket: a session of the tag its path names, its messages answered in order. */
+  private session(ws: WebSocket, request: IncomingMessage, ticket: ConnectionTicket): void {
+    const path = new URL(request.url ?? "/", "http://localhost").pathname;
+    // socketServer let the upgrade through only for a registered tag's path.
+    const tag = this.state.registry.tag(tagInPath(path)!);
+    // ws reports an oversized or malformed frame here as it closes the socket (1009, 1002);
+    // without a listener it would be an uncaught exception.
+    ws.on("error", (error) => this.state.log.warn({ err: error }, "openenv socket error"));
+    const out = new Outbound(ws, this.state.options);
+    // Like OpenEnv, the socket is accepted first and a full server says so on it.
+    const active = this.active;
+    if (active >= this.limits.maxSessions) {
+      out.sendEncoded(
+        errorFrame(
+          "CAPACITY_REACHED",
+          `Server at capacity: ${active}/${this.limits.maxSessions} sessions active. Cannot accept new connections.`,
+          { active_sessions: active, max_sessions: this.limits.maxSessions },
+        ),
+      );
+      ws.close(CLOSE_CODES.normal, "at capacity");
+      return;
+    }
+    this.active++;
+    let episode: Episode | null = null;
+    ticket.holding = () => episode !== null && !episode.done;
+    const idleMs = this.state.options.envIdleMs;
+    let idle: NodeJS.Timeout | null = null;
+    const touched = () => {
+      if (idle) clearTimeout(idle);
+      idle = setTimeout(() => {
+        out.sendEncoded(
+          errorFrame("SESSION_ERROR", `no message for ${idleMs / 1000} s (env_idle_s); session closed`),
+        );
+        ws.close(CLOSE_CODES.normal, "idle");
+      }, idleMs);
+      idle.unref();
+    };
+    touched();
+    ws.once("close", () => {
+      this.active--;
+      if (idle) clearTimeout(idle);
+    });
+
+    const answer = (message: ClientMessage): string | null => {
+      switch (message.type) {
+        case "reset":
+          episode = new Episode(tag, message.seed, message.episodeId);
+          return observationFrame(episode.reset());
+        case "step": {
+          if (episode === null) return errorFrame("EXECUTION_ERROR", "no episode yet: send reset first");
+          if (episode.done)
+            return errorFrame("EXECUTION_ERROR", "the episode is over (done); send reset for a new one");
+          const id = episode.actionId(message.action);
+          if (typeof id !== "number") return validationFrame(id);
+          return observationFrame(episode.step(id));
+        }
+        case "state":
+          return JSON.stringify({ type: "state", data: episode?.state() ?? freshState(tag) });
+        case "close":
+          ws.close(CLOSE_CODES.normal, "closed by the client");
+          return null;
+      }
+    };
+
+    ws.on("message", (data: RawData, isBinary: boolean) => {
+      ticket.touch();
+      touched();
+      out.whenFlowing(() => {
+        const reply = this.reply(data, isBinary, ticket, answer);
+        if (reply !== null) out.sendEncoded(reply);
+      });
+    });
+  }
+
+  /** The answer to one frame; env failures become EXECUTION_ERROR, bad input the error that names it. */
+  private reply(
+    data: RawData,
+    isBinary: boolean,
+    ticket: ConnectionTicket,
+    answer: (message: ClientMessage) => string | null,
+  ): string | null {
+    if (isBinary)
+      return errorFrame("INVALID_JSON", "Invalid JSON: binary frame; OpenEnv messages are JSON text frames");
+    let value: unknown;
+    try {
+      value = JSON.parse(rawText(data));
+    } catch (error) {
+      return errorFrame("INVALID_JSON", `Invalid JSON: ${error instanceof Error ? error.message : error}`);
+    }
+    const checked = checkMessage(value);
+    if (!checked.ok)
+      return "unknownType" in checked
+        ? errorFrame(
+            "UNKNOWN_TYPE",
+            `Unknown message type: ${checked.unknownType}; allowed: ${MESSAGE_TYPES.join(", ")}`,
+          )
+        : validationFrame(checked.errors);
+    // A well-formed message is this protocol's hello: the socket is no longer a silent one.
+    ticket.hello();
+    try {
+      return answer(checked.value);
+    } catch (error) {
+      return errorFrame("EXECUTION_ERROR", error instanceof Error ? error.message : String(error));
+    }
+  }
+
+  private routes(app: FastifyInstance): void {
+    const tagOf = (name: string, reply: FastifyReply): ResolvedTag | null => {
+      if (this.state.registry.hasTag(name)) return this.state.registry.tag(name);
+      void reply.code(404).send({ detail: unknownTagMessage(name, this.state.registry.tagNames()) });
+      return null;
+    };
+    type TagRequest = { Params: { tag: string } };
+
+    app.get(PREFIX, async () => ({
+      envs: this.state.registry
+        .tagNames()
+        .map((tag) => ({ tag, base_path: `${PREFIX}/${encodeURIComponent(tag)}` })),
+      active_sessions: this.active,
+      max_sessions: this.limits.maxSessions,
+    }));
+    app.get<TagRequest>(`${PREFIX}/:tag/health`, async (request, reply) => {
+      if (!tagOf(request.params.tag, reply)) return reply;
+      return { status: this.state.closing ? "unhealthy" : "healthy" };
+    });
+    app.get<TagRequest>(`${PREFIX}/:tag/metadata`, async (request, reply) => {
+      const tag = tagOf(request.params.tag, reply);
+      if (!tag) return reply;
+      return {
+        name: tag.spec.tag,
+        description: `${tag.type.description} rollgym tag ${tag.spec.tag} (env_type ${tag.spec.env_type}).`,
+        version: this.state.version,
+      };
+    });
+    app.get<TagRequest>(`${PREFIX}/:tag/schema`, async (request, reply) => {
+      if (!tagOf(request.params.tag, reply)) return reply;
+      return SCHEMAS;
+    });
+    app.get<TagRequest>(`${PREFIX}/:tag/state`, async (request, reply) => {
+      const tag = tagOf(request.params.tag, reply);
+      return tag ? freshState(tag) : reply;
+    });
+    // OpenEnv's HTTP reset builds a fresh env for the call: the first observation of a seed.
+    app.post<TagRequest & { Body: unknown }>(`${PREFIX}/:tag/reset`, async (request, reply) => {
+      const tag = tagOf(request.params.tag, reply);
+      if (!tag) return reply;
+      const body = request.body ?? {};
+      const checked =
+        typeof body === "object" && !Array.isArray(body)
+          ? checkResetRequest(body as Record<string, unknown>, ["body"])
+          : {
+              ok: false as const,
+              errors: [{ type: "dict_type", loc: ["body"], msg: "must be an object", input: body }],
+            };
+      if (!checked.ok) return reply.code(422).send({ detail: checked.errors });
+      return new Episode(tag, checked.value.seed, checked.value.episodeId).reset();
+    });
+    // OpenEnv's HTTP step steps a fresh env; a rollgym env has no episode before a seeded reset.
+    app.post<TagRequest & { Body: unknown }>(`${PREFIX}/:tag/step`, async (request, reply) => {
+      if (!tagOf(request.params.tag, reply)) return reply;
+      const body = request.body;
+      const action =
+        typeof body === "object" && body !== null && "action" in body
+          ? checkAction((body as { action: unknown }).action, ["body", "action"])
+          : {
+              ok: false as const,
+              errors: [
+                { type: "missing", loc: ["body", "action"], msg: "Field required", input: body ?? null },
+              ],
+            };
+      if (!action.ok) return reply.code(422).send({ detail: action.errors });
+      return reply.code(409).send({
+        detail: `POST ${PREFIX}/${request.params.tag}/step would step a fresh, never reset env: rollgym episodes need a seeded reset, so they live on ${PREFIX}/${request.params.tag}/ws (send reset, then step)`,
+      });
+    });
+  }
+}
+
+/** The tag a /openenv/TAG/ws path names (percent-decoded), or null for any other path. */
+function tagInPath(path: string): string | null {
+  const match = /^\/openenv\/([^/]+)\/ws$/.exec(path);
+  if (match === null) return null;
+  try {
+    return decodeURIComponent(match[1]);
+  } catch {
+    return null; // a malformed escape (%E0) names no tag
+  }
+}
+
+function observationFrame(data: ObservationData): string {
+  return JSON.stringify({ type: "observation", data });
+}
+
+function validationFrame(errors: FieldError[]): string {
+  return errorFrame("VALIDATION_ERROR", `Invalid message: ${describe(errors)}`, { errors });
+}
+
+function rawText(data: RawData): string {
+  if (Array.isArray(data)) return Buffer.concat(data).toString("utf8");
+  return Buffer.from(data as ArrayBuffer).toString("utf8");
+}
+
+/** GET /schema: JSON schemas of rollgym's action, observation and state (the same for every tag). */
+const SCHEMAS = {
+  action: {
+    title: "RollgymAction",
+    type: "object",
+    properties: {
+      action: {
+        type: "string",
+        description: "An action name, case-insensitive; the current ones are each observation's `actions`.",
+      },
+      metadata: { type: "object", description: "Ignored (OpenEnv's Action base field)." },
+    },
+    required: ["action"],
+    additionalProperties: false,
+  },
+  observation: {
+    title: "RollgymObservation",
+    type: "object",
+    properties: {
+      text: { type: "string", description: "The env's text observation (what `rollgym envs play` prints)." },
+      actions: { type: "array", items: { type: "string" }, description: "Action names of this episode." },
+      truncated: { type: "boolean", description: "The env's own step limit ran out (done is true too)." },
+      info: {
+        type: "object",
+        description:
+          "success, action_is_effective, action_is_valid and the env's other facts; {} after reset.",
+      },
+      reward: { type: ["number", "null"] },
+      done: { type: "boolean" },
+    },
+    required: ["text", "actions", "truncated", "info"],
+  },
+  state: {
+    title: "RollgymState",
+    type: "object",
+    properties: {
+      episode_id: { type: ["string", "null"] },
+      step_count: { type: "integer", minimum: 0 },
+      tag: { type: "string" },
+      seed: { type: ["integer", "null"], minimum: 0, maximum: MAX_SEED },
+      done: { type: "boolean" },
+      max_actions_per_traj: {
+        type: "integer",
+        description: "The tag's action budget; rollgym's rollouts enforce it, this session does not.",
+      },
+    },
+    additionalProperties: true,
+  },
+};

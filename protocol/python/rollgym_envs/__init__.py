@@ -1,0 +1,17 @@
+"""Environments written in Python, served to rollgym and to any OpenEnv client.
+
+    from rollgym_envs import TextEnv, serve_openenv
+
+    class Guess(TextEnv):
+        def reset(self, seed): ...
+        def step(self, action): ...
+
+    serve_openenv({"Guess": Guess}, port=8010, workers=4)
+
+An OpenEnv client then plays it at http://127.0.0.1:8010/Guess (docs/openenv.md).
+"""
+
+from .env import StepOutcome, TextEnv
+from .openenv_server import OpenEnvProvider, serve_openenv
+
+__all__ = ["OpenEnvProvider", "StepOutcome", "TextEnv", "serve_openenv"]

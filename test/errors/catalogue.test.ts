@@ -36,7 +36,9 @@ describe("error catalogue", () => {
   });
 
   it("answers a WebSocket with a valid error frame, a close, or both", () => {
-    const limit = errorFrame(new RollgymError("max_groups_per_rollout", { max: 4, groups: 5 }), { rollout: "r" });
+    const limit = errorFrame(new RollgymError("max_groups_per_rollout", { max: 4, groups: 5 }), {
+      rollout: "r",
+    });
     expect(limit).toEqual({
       type: "error",
       code: "limit",

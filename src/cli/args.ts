@@ -1,7 +1,10 @@
 // A small, strict argument parser: every command declares its flags, and anything else is a
 // UsageError that names the flag and what is allowed. main.ts prints it as one line, exit 2.
 import { closestName } from "../../envs/registry.ts";
+import { MAX_SEED as SEED_MAX } from "../../protocol/settings.ts";
 import { RollgymError } from "../errors/catalogue.ts";
+
+export { SEED_MAX };
 
 /** A mistake in the input: one line on stderr, exit status 2 (errors/catalogue.ts `usage`). */
 export class UsageError extends RollgymError<"usage"> {
@@ -112,8 +115,6 @@ export function parseArgs(
   }
   return parsed;
 }
-
-export const SEED_MAX = 2 ** 32 - 1;
 
 /** A seed: a decimal integer in [0, 2^32). */
 export function parseSeed(flag: string, text: string): number {

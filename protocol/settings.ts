@@ -115,8 +115,19 @@ export const SAMPLING = {
   ),
 } as const;
 export type SamplingField = keyof typeof SAMPLING;
-/** Every sampling field, resolved (the server's configured values fill what a request omits). */
-export type SamplingValues = { -readonly [F in SamplingField]: Static<(typeof SAMPLING)[F]> };
+/** The fields whose value may be null: null means "none", and such a field is left out of requests. */
+type NullableField<Table extends Record<string, TSchema>> = {
+  [F in keyof Table]: null extends Static<Table[F]> ? F : never;
+}[keyof Table];
+/**
+ * Every sampling field, resolved (the server's configured values fill what a request omits); a
+ * field whose setting is null is absent.
+ */
+export type SamplingValues = {
+  -readonly [F in Exclude<SamplingField, NullableField<typeof SAMPLING>>]: Static<(typeof SAMPLING)[F]>;
+} & {
+  -readonly [F in NullableField<typeof SAMPLING>]?: NonNullable<Static<(typeof SAMPLING)[F]>>;
+};
 
 /** RAGEN's group filter (`actor_rollout_ref.rollout.rollout_filter_*`), by wire name. */
 export const FILTER = {

@@ -199,6 +199,11 @@ export function checkField(key: string, schema: Leaf, value: unknown): unknown {
   return typeof candidate === "object" && candidate !== null ? structuredClone(candidate) : candidate;
 }
 
+/** The value at a dotted key of a config (undefined when there is none). */
+export function configValue(config: RollgymConfig, key: string): unknown {
+  return getPath(config, key);
+}
+
 function getPath(root: unknown, key: string): unknown {
   let node = root;
   for (const part of key.split(".")) node = isPlainObject(node) ? node[part] : undefined;

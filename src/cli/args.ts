@@ -2,6 +2,7 @@
 // UsageError that names the flag and what is allowed. main.ts prints it as one line, exit 2.
 import { closestName } from "../../envs/registry.ts";
 import { MAX_SEED as SEED_MAX } from "../../protocol/settings.ts";
+import { CONFIG_KEYS } from "../config/keys.ts";
 import { RollgymError } from "../errors/catalogue.ts";
 
 export { SEED_MAX };
@@ -30,6 +31,24 @@ export interface FlagSpec {
   arg?: string;
   /** May be given more than once; every value is kept, in order. */
   repeat?: boolean;
+}
+
+/** A flag that sets configuration keys (which may depend on the mode played). */
+export type KeyFlagSpec = FlagSpec & { keys: (mode: string) => string[] };
+
+/**
+ * A value flag that sets config keys, its help made from the key's schema: the key's
+ * description, the key itself (and its val-mode key when that differs), and for a choice the
+ * allowed values as the argument's name.
+ */
+export function keyFlag(keys: (mode: string) => string[], options: { arg?: string } = {}): KeyFlagSpec {
+  const [key] = keys("train");
+  const [valKey] = keys("val");
+  const schema = (CONFIG_KEYS as Record<string, { description: string; enum?: unknown }>)[key];
+  if (!schema) throw new RangeError(`keyFlag: no config key ${key}`);
+  const choices = Array.isArray(schema.enum) ? { arg: schema.enum.join("|") } : {};
+  const where = valKey === key ? key : `${key}; val mode: ${valKey}`;
+  return { kind: "value", ...choices, ...options, help: `${schema.description} (${where})`, keys };
 }
 
 export interface ParsedArgs {

@@ -306,7 +306,7 @@ export const CONFIG_KEYS = {
   "rollgym.llm.prefill": choice(
     ["continue", "none"],
     "continue",
-    "continue: the generation prompt's <think> goes as an assistant prefill the engine continues (vLLM's continue_final_message); none: no prefill",
+    "continue: the generation prompt's `<think>` goes as an assistant prefill the engine continues (vLLM's continue_final_message); none: no prefill",
   ),
   "rollgym.llm.count_tokens": choice(
     ["engine", "usage"],

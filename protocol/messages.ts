@@ -634,8 +634,16 @@ function explain(validator: Validator, value: unknown): ValidationFailure<"bad_f
   }
   if (unknownPath !== undefined) {
     const node = resolve(root, objectSchemaPath);
-    const allowed = Object.keys((node?.["properties"] as object | undefined) ?? {});
     const field = formatPath(unknownPath);
+    const patterns = Object.keys((node?.["patternProperties"] as object | undefined) ?? {});
+    if (patterns.length > 0) {
+      return fail(
+        "bad_frame",
+        field,
+        `${field}: key not allowed; allowed keys match ${patterns.join(" or ")}`,
+      );
+    }
+    const allowed = Object.keys((node?.["properties"] as object | undefined) ?? {});
     return fail("bad_frame", field, `${field}: unknown field; allowed here: ${allowed.join(", ")}`);
   }
 

@@ -135,9 +135,13 @@ class LeafStore {
   }
 
   hasBelow(path: readonly string[]): boolean {
+    return this.firstBelow(path) !== undefined;
+  }
+
+  firstBelow(path: readonly string[]): Leaf | undefined {
     const prefix = idOf(path) + SEP;
-    for (const id of this.leaves.keys()) if (id.startsWith(prefix)) return true;
-    return false;
+    for (const [id, leaf] of this.leaves) if (id.startsWith(prefix)) return leaf;
+    return undefined;
   }
 
   delete(path: readonly string[]): void {
@@ -752,7 +756,8 @@ export function loadConfig(input: LoadConfigInput): LoadedConfig {
     validated = validateConfig(config as unknown as RollgymConfig);
   } catch (error) {
     if (!(error instanceof ConfigError) || error.key === null) throw error;
-    const leaf = store.get(error.key.split("."));
+    // A mapping-valued key (extra_body, a sampling map) is stored as its entries: the first set one locates it.
+    const leaf = store.get(error.key.split(".")) ?? store.firstBelow(error.key.split("."));
     if (error.key.endsWith(".env_configs.n_groups")) {
       // A layout error: say where each of the three related keys came from.
       const mode = error.key.split(".").slice(0, 2);

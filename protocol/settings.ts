@@ -2,10 +2,10 @@
 // settings, each field with its range, default, description and the configuration key (RAGEN's
 // name) that sets it on a server. From these tables come the wire schemas (messages.ts), the
 // configuration keys and their defaults (src/config/schema.ts), the request bodies sent to the
-// engines (src/llm/openai-chat.ts) and the key table of docs/configuration.md.
+// engines (src/llm/generation.ts) and the key table of docs/configuration.md.
 //
 // Adding a sampling field is one entry in SAMPLING (plus the engine's spelling in
-// openai-chat.ts when it differs); `node src/config/docs.ts --write` and
+// src/llm/generation.ts when it differs); `node src/config/docs.ts --write` and
 // `node protocol/schema-json.ts > protocol/schema.json` regenerate the docs.
 import { type Static, type TOptional, type TSchema, Type } from "typebox";
 
@@ -112,6 +112,29 @@ export const SAMPLING = {
     0,
     "frequency penalty, sent with every request",
     { key: "rollgym.llm.frequency_penalty" },
+  ),
+  logit_bias: setting(
+    Type.Union(
+      [
+        // A msgpack map (not a bin, whose bytes would read as ids 0…n), keys token ids in decimal.
+        Type.Refine(
+          Type.Record(
+            Type.String({ pattern: "^(0|[1-9][0-9]{0,9})$" }),
+            Type.Number({ minimum: -MAX_LOGIT_BIAS, maximum: MAX_LOGIT_BIAS }),
+            { additionalProperties: false },
+          ),
+          (value) => Object.getPrototypeOf(value) === Object.prototype,
+          () => "must be a map",
+        ),
+        Type.Null(),
+      ],
+      {
+        "x-allowed": `a mapping of token ids to biases from -${MAX_LOGIT_BIAS} to ${MAX_LOGIT_BIAS}, or null`,
+      },
+    ),
+    null,
+    "added to the logits of the given token ids before sampling (token id → bias; -100 bans, 100 forces); null: none",
+    { key: "rollgym.llm.logit_bias" },
   ),
 } as const;
 export type SamplingField = keyof typeof SAMPLING;

@@ -1,7 +1,27 @@
 import { type Static, type TProperties, type TSchema, Type } from "typebox";
 import { Compile, type Validator } from "typebox/compile";
 import { ERROR_CODES } from "./codec.ts";
+import {
+  EPISODE,
+  FILTER,
+  MAX_GROUPS,
+  MAX_SEED,
+  MAX_TOKENS,
+  MODES,
+  optionalFields,
+  SAMPLING,
+} from "./settings.ts";
 import { PROTOCOL_VERSION } from "./version.ts";
+
+export {
+  MAX_ACTIONS_PER_TURN,
+  MAX_GROUPS,
+  MAX_SEED,
+  MAX_TEMPERATURE,
+  MAX_TOKENS,
+  MAX_TOP_K,
+  MAX_TURNS,
+} from "./settings.ts";
 
 // ---------------------------------------------------------------------------------------------
 // Limits baked into the schemas. Server-configured limits (welcome.limits) are checked by the
@@ -9,21 +29,12 @@ import { PROTOCOL_VERSION } from "./version.ts";
 // ---------------------------------------------------------------------------------------------
 
 export const MAX_ID_LENGTH = 200;
-/** Per-tag `groups` (rollout) and `groups` (env_open). */
-export const MAX_GROUPS = 100_000;
 export const MAX_GROUP_SIZE = 4096;
 export const MAX_TAGS = 1000;
-/** Seeds are uint32 (RAGEN seeds numpy's RNG with them). */
-export const MAX_SEED = 2 ** 32 - 1;
 export const MAX_INT32 = 2 ** 31 - 1;
-export const MAX_TURNS = 1000;
-export const MAX_ACTIONS_PER_TURN = 1000;
 export const MAX_CREDIT = 1_000_000;
 /** Items per `ack.groups` and per `env_step.responses`. */
 export const MAX_ITEMS = 100_000;
-export const MAX_TEMPERATURE = 100;
-export const MAX_TOP_K = 1_000_000;
-export const MAX_TOKENS = 1_000_000;
 
 /**
  * A closed map: unknown fields are rejected so typos surface. The refinement matters because
@@ -43,10 +54,10 @@ const GroupSize = Type.Integer({ minimum: 1, maximum: MAX_GROUP_SIZE });
 const GroupId = Type.Integer({ minimum: 0, maximum: MAX_INT32 });
 const EnvId = Type.Integer({ minimum: 0, maximum: MAX_INT32 });
 const Count = Type.Integer({ minimum: 0 });
-const MaxTurn = Type.Integer({ minimum: 1, maximum: MAX_TURNS });
-const MaxActions = Type.Integer({ minimum: 1, maximum: MAX_ACTIONS_PER_TURN });
+const MaxTurn = EPISODE.max_turn;
+const MaxActions = EPISODE.max_actions_per_turn;
 
-export const ModeSchema = Type.Enum(["train", "val"]);
+export const ModeSchema = Type.Enum([...MODES]);
 export type Mode = Static<typeof ModeSchema>;
 export const DeliverySchema = Type.Enum(["batch", "stream"]);
 export type Delivery = Static<typeof DeliverySchema>;
@@ -71,28 +82,14 @@ export const HelloSchema = map({
 });
 export type Hello = Static<typeof HelloSchema>;
 
-export const SamplingSchema = map({
-  temperature: Type.Optional(Type.Number({ minimum: 0, maximum: MAX_TEMPERATURE })),
-  top_p: Type.Optional(Type.Number({ exclusiveMinimum: 0, maximum: 1 })),
-  top_k: Type.Optional(Type.Integer({ minimum: -1, maximum: MAX_TOP_K })),
-  min_p: Type.Optional(Type.Number({ minimum: 0, maximum: 1 })),
-  max_tokens: Type.Optional(Type.Integer({ minimum: 1, maximum: MAX_TOKENS })),
-  // vLLM's ranges (SamplingParams._verify_args).
-  repetition_penalty: Type.Optional(Type.Number({ exclusiveMinimum: 0, maximum: 100 })),
-  presence_penalty: Type.Optional(Type.Number({ minimum: -2, maximum: 2 })),
-  frequency_penalty: Type.Optional(Type.Number({ minimum: -2, maximum: 2 })),
-});
+/** Sampling (settings.ts); an omitted field takes the server's configured value. */
+export const SamplingSchema = map(optionalFields(SAMPLING));
 export type Sampling = Static<typeof SamplingSchema>;
 
-/** RAGEN's group filter (`actor_rollout_ref.rollout.rollout_filter_*`). */
-export const FilterSchema = map({
-  strategy: Type.Optional(Type.Enum(["top_p", "top_k", "top_k_abs", "min_p"])),
-  value: Type.Optional(Type.Number({ minimum: 0, maximum: MAX_GROUPS })),
-  top_p_mode: Type.Optional(Type.Enum(["linear", "softmax"])),
-  type: Type.Optional(Type.Enum(["largest", "smallest"])),
-  include_zero: Type.Optional(Type.Boolean()),
-  metric: Type.Optional(Type.Enum(["reward_variance", "reward", "reward_sum"])),
-});
+// selection_eps is configuration only.
+const { selection_eps: _selectionEps, ...WIRE_FILTER } = FILTER;
+/** RAGEN's group filter (settings.ts); an omitted field takes the server's configured value. */
+export const FilterSchema = map(optionalFields(WIRE_FILTER));
 export type Filter = Static<typeof FilterSchema>;
 
 export const TagRequestSchema = map({ tag: Id, groups: GroupCount });
@@ -108,7 +105,7 @@ export const RolloutRequestSchema = map({
   seed: Type.Optional(Seed),
   max_turn: Type.Optional(MaxTurn),
   max_actions_per_turn: Type.Optional(MaxActions),
-  think: Type.Optional(Type.Boolean()),
+  think: Type.Optional(EPISODE.think),
   sampling: Type.Optional(SamplingSchema),
   filter: Type.Optional(FilterSchema),
   delivery: DeliverySchema,
@@ -143,7 +140,7 @@ export const EnvOpenSchema = map({
   seed: Type.Optional(Seed),
   mode: Type.Optional(ModeSchema),
   step: Type.Optional(Step),
-  think: Type.Optional(Type.Boolean()),
+  think: Type.Optional(EPISODE.think),
   max_turn: Type.Optional(MaxTurn),
   max_actions_per_turn: Type.Optional(MaxActions),
   /** Token mode: replies carry the ids to append; responses must carry their sampled ids. */
@@ -637,8 +634,16 @@ function explain(validator: Validator, value: unknown): ValidationFailure<"bad_f
   }
   if (unknownPath !== undefined) {
     const node = resolve(root, objectSchemaPath);
-    const allowed = Object.keys((node?.["properties"] as object | undefined) ?? {});
     const field = formatPath(unknownPath);
+    const patterns = Object.keys((node?.["patternProperties"] as object | undefined) ?? {});
+    if (patterns.length > 0) {
+      return fail(
+        "bad_frame",
+        field,
+        `${field}: key not allowed; allowed keys match ${patterns.join(" or ")}`,
+      );
+    }
+    const allowed = Object.keys((node?.["properties"] as object | undefined) ?? {});
     return fail("bad_frame", field, `${field}: unknown field; allowed here: ${allowed.join(", ")}`);
   }
 

@@ -1,7 +1,11 @@
 // A small, strict argument parser: every command declares its flags, and anything else is a
 // UsageError that names the flag and what is allowed. main.ts prints it as one line, exit 2.
 import { closestName } from "../../envs/registry.ts";
+import { MAX_SEED as SEED_MAX } from "../../protocol/settings.ts";
+import { CONFIG_KEYS } from "../config/keys.ts";
 import { RollgymError } from "../errors/catalogue.ts";
+
+export { SEED_MAX };
 
 /** A mistake in the input: one line on stderr, exit status 2 (errors/catalogue.ts `usage`). */
 export class UsageError extends RollgymError<"usage"> {
@@ -27,6 +31,24 @@ export interface FlagSpec {
   arg?: string;
   /** May be given more than once; every value is kept, in order. */
   repeat?: boolean;
+}
+
+/** A flag that sets configuration keys (which may depend on the mode played). */
+export type KeyFlagSpec = FlagSpec & { keys: (mode: string) => string[] };
+
+/**
+ * A value flag that sets config keys, its help made from the key's schema: the key's
+ * description, the key itself (and its val-mode key when that differs), and for a choice the
+ * allowed values as the argument's name.
+ */
+export function keyFlag(keys: (mode: string) => string[], options: { arg?: string } = {}): KeyFlagSpec {
+  const [key] = keys("train");
+  const [valKey] = keys("val");
+  const schema = (CONFIG_KEYS as Record<string, { description: string; enum?: unknown }>)[key];
+  if (!schema) throw new RangeError(`keyFlag: no config key ${key}`);
+  const choices = Array.isArray(schema.enum) ? { arg: schema.enum.join("|") } : {};
+  const where = valKey === key ? key : `${key}; val mode: ${valKey}`;
+  return { kind: "value", ...choices, ...options, help: `${schema.description} (${where})`, keys };
 }
 
 export interface ParsedArgs {
@@ -112,8 +134,6 @@ export function parseArgs(
   }
   return parsed;
 }
-
-export const SEED_MAX = 2 ** 32 - 1;
 
 /** A seed: a decimal integer in [0, 2^32). */
 export function parseSeed(flag: string, text: string): number {

@@ -1,15 +1,13 @@
 // `rollgym filter`: RAGEN's group filter on scores read from stdin.
+
+import { FILTER_METRICS, FILTER_STRATEGIES, FILTER_TYPES, TOP_P_MODES } from "../../protocol/settings.ts";
 import { BUCKET_MODES, type BucketMode, bucketGroups } from "../rollout/buckets.ts";
 import {
   DEFAULT_FILTER,
-  FILTER_METRICS,
-  FILTER_STRATEGIES,
-  FILTER_TYPES,
   FilterInputError,
   filterNote,
   groupStats,
   runGroupFilter,
-  TOP_P_MODES,
 } from "../rollout/filter.ts";
 import {
   expectPositionals,

@@ -16,148 +16,57 @@ import { type BatchRequest, policyRefusal, runBatch, validateBatchRequest } from
 import { filterNote } from "../rollout/filter.ts";
 import { checkRolloutShape, isShapeRefusal } from "../rollout/limits.ts";
 import { batchRequest } from "../rollout/request.ts";
-import { CommandFailure, type FlagSpec, type ParsedArgs, parseArgs, UsageError } from "./args.ts";
+import { CommandFailure, type FlagSpec, keyFlag, type ParsedArgs, parseArgs, UsageError } from "./args.ts";
 import { CONFIG_FLAGS, isOverride, loadOrExplain, reportLoaded, setup } from "./context.ts";
 import { io, say } from "./io.ts";
 import { LineWriter, ProgressBar } from "./output.ts";
 
-// Each flag is sugar for one or more config overrides, so the config stays the one source of truth.
+const R = "actor_rollout_ref.rollout";
+const byMode = (name: string) => (mode: string) => [
+  mode === "val" ? `${R}.val_kwargs.${name}` : `${R}.${name}`,
+];
+
+// Each flag is sugar for one or more config overrides, so the config stays the one source of
+// truth; a flag that sets one key takes its help from the key's schema.
 export const ROLLOUT_FLAGS: Record<string, FlagSpec & { keys?: (mode: string) => string[] }> = {
   ...CONFIG_FLAGS,
-  mode: {
-    kind: "value",
-    arg: "train|val",
-    help: "which es_manager section to play",
-    keys: () => ["rollgym.mode"],
-  },
+  mode: keyFlag(() => ["rollgym.mode"]),
   tag: { kind: "value", arg: "T,…", help: "tags to play, comma-separated (RAGEN's env_configs.tags)" },
   groups: { kind: "value", arg: "N,…", help: "groups per tag, comma-separated (RAGEN's n_groups)" },
-  "group-size": {
-    kind: "value",
-    arg: "N",
-    help: "episodes per group",
-    keys: (m) => [`es_manager.${m}.group_size`],
-  },
-  step: {
-    kind: "value",
-    arg: "N",
-    help: "RAGEN training step for the train seed schedule",
-    keys: () => ["rollgym.step"],
-  },
-  seed: { kind: "value", arg: "N", help: "explicit seed of group 0", keys: () => ["rollgym.seed"] },
+  "group-size": keyFlag((m) => [`es_manager.${m}.group_size`], { arg: "N" }),
+  step: keyFlag(() => ["rollgym.step"], { arg: "N" }),
+  seed: keyFlag(() => ["rollgym.seed"], { arg: "N" }),
   llm: {
-    kind: "value",
-    arg: "URL",
-    help: "OpenAI-compatible base URL, e.g. http://gpu:8000/v1; comma-separated for replicas",
-    keys: () => ["rollgym.llm.base_url"],
+    ...keyFlag(() => ["rollgym.llm.base_url"], { arg: "URL" }),
+    help: "OpenAI-compatible base URL, e.g. http://gpu:8000/v1; comma-separated for replicas (rollgym.llm.base_url)",
   },
-  model: { kind: "value", arg: "M", help: "model name served at --llm", keys: () => ["rollgym.llm.model"] },
-  "api-key": {
-    kind: "value",
-    help: "API key (default $OPENAI_API_KEY)",
-    keys: () => ["rollgym.llm.api_key"],
-  },
-  concurrency: {
-    kind: "value",
-    help: "requests in flight per endpoint",
-    keys: () => ["rollgym.llm.concurrency"],
-  },
-  timeout: { kind: "value", help: "request timeout in seconds", keys: () => ["rollgym.llm.timeout_s"] },
-  retries: {
-    kind: "value",
-    help: "cap on retries per turn (default: none, the time budget decides)",
-    keys: () => ["rollgym.llm.max_retries"],
-  },
-  "retry-budget": {
-    kind: "value",
-    help: "seconds one turn may spend retrying, e.g. through an engine restart (300)",
-    keys: () => ["rollgym.llm.retry_budget_s"],
-  },
-  policy: {
-    kind: "value",
-    help: "built-in policy when no --llm: oracle|random",
-    keys: () => ["rollgym.policy.name"],
-  },
-  noise: {
-    kind: "value",
-    help: "probability of a random answer (built-in policies)",
-    keys: () => ["rollgym.policy.noise"],
-  },
-  malformed: {
-    kind: "value",
-    help: "probability of a malformed answer (built-in)",
-    keys: () => ["rollgym.policy.malformed"],
-  },
-  "max-turn": { kind: "value", help: "turns per episode", keys: () => ["agent_proxy.max_turn"] },
-  "max-actions-per-turn": {
-    kind: "value",
-    help: "actions kept per turn",
-    keys: () => ["agent_proxy.max_actions_per_turn"],
-  },
+  model: keyFlag(() => ["rollgym.llm.model"], { arg: "M" }),
+  "api-key": keyFlag(() => ["rollgym.llm.api_key"]),
+  concurrency: keyFlag(() => ["rollgym.llm.concurrency"]),
+  timeout: keyFlag(() => ["rollgym.llm.timeout_s"]),
+  retries: keyFlag(() => ["rollgym.llm.max_retries"]),
+  "retry-budget": keyFlag(() => ["rollgym.llm.retry_budget_s"]),
+  policy: keyFlag(() => ["rollgym.policy.name"]),
+  noise: keyFlag(() => ["rollgym.policy.noise"]),
+  malformed: keyFlag(() => ["rollgym.policy.malformed"]),
+  "max-turn": keyFlag(() => ["agent_proxy.max_turn"]),
+  "max-actions-per-turn": keyFlag(() => ["agent_proxy.max_actions_per_turn"]),
   "no-think": { kind: "switch", help: "answer-only format (enable_think false)" },
   tokens: {
     kind: "switch",
     help: "token in, token out: keep each episode's exact token ids, loss mask and logprobs (needs --llm)",
   },
-  temperature: {
-    kind: "value",
-    help: "sampling temperature",
-    keys: (m) => [
-      m === "val"
-        ? "actor_rollout_ref.rollout.val_kwargs.temperature"
-        : "actor_rollout_ref.rollout.temperature",
-    ],
-  },
-  "top-p": {
-    kind: "value",
-    help: "nucleus sampling",
-    keys: (m) => [
-      m === "val" ? "actor_rollout_ref.rollout.val_kwargs.top_p" : "actor_rollout_ref.rollout.top_p",
-    ],
-  },
-  "top-k": {
-    kind: "value",
-    help: "top-k sampling (-1 off)",
-    keys: (m) => [
-      m === "val" ? "actor_rollout_ref.rollout.val_kwargs.top_k" : "actor_rollout_ref.rollout.top_k",
-    ],
-  },
-  "min-p": { kind: "value", help: "min-p sampling", keys: () => ["actor_rollout_ref.rollout.min_p"] },
-  "max-tokens": {
-    kind: "value",
-    help: "tokens per response",
-    keys: () => ["actor_rollout_ref.rollout.response_length"],
-  },
-  strategy: {
-    kind: "value",
-    help: "filter strategy",
-    keys: () => ["actor_rollout_ref.rollout.rollout_filter_strategy"],
-  },
-  value: {
-    kind: "value",
-    help: "filter value",
-    keys: () => ["actor_rollout_ref.rollout.rollout_filter_value"],
-  },
-  "top-p-mode": {
-    kind: "value",
-    help: "linear|softmax",
-    keys: () => ["actor_rollout_ref.rollout.rollout_filter_top_p_prob_mode"],
-  },
-  type: {
-    kind: "value",
-    help: "largest|smallest",
-    keys: () => ["actor_rollout_ref.rollout.rollout_filter_type"],
-  },
-  "include-zero": {
-    kind: "value",
-    help: "true|false",
-    keys: () => ["actor_rollout_ref.rollout.rollout_filter_include_zero"],
-  },
-  metric: {
-    kind: "value",
-    help: "reward_variance|reward|reward_sum",
-    keys: () => ["actor_rollout_ref.rollout.rollout_filter_metric"],
-  },
+  temperature: keyFlag(byMode("temperature")),
+  "top-p": keyFlag(byMode("top_p")),
+  "top-k": keyFlag(byMode("top_k")),
+  "min-p": keyFlag(() => [`${R}.min_p`]),
+  "max-tokens": keyFlag(() => [`${R}.response_length`]),
+  strategy: keyFlag(() => [`${R}.rollout_filter_strategy`]),
+  value: keyFlag(() => [`${R}.rollout_filter_value`]),
+  "top-p-mode": keyFlag(() => [`${R}.rollout_filter_top_p_prob_mode`]),
+  type: keyFlag(() => [`${R}.rollout_filter_type`]),
+  "include-zero": keyFlag(() => [`${R}.rollout_filter_include_zero`], { arg: "true|false" }),
+  metric: keyFlag(() => [`${R}.rollout_filter_metric`]),
   out: {
     kind: "value",
     arg: "FILE",

@@ -7,6 +7,7 @@ export {
   ConfigError,
   type ContextWindowMode,
   type CustomEnvEntry,
+  configValue,
   defaultConfig,
   type EnvGroupLayout,
   effectiveFilterValue,

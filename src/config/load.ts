@@ -55,6 +55,8 @@ import {
   FIELD_SPECS,
   type FieldSpec,
   formatValue,
+  holdsMapping,
+  OLD_VAL_KEYS as OLD_VAL_SCHEMAS,
   type RollgymConfig,
   validateConfig,
 } from "./schema.ts";
@@ -133,9 +135,13 @@ class LeafStore {
   }
 
   hasBelow(path: readonly string[]): boolean {
+    return this.firstBelow(path) !== undefined;
+  }
+
+  firstBelow(path: readonly string[]): Leaf | undefined {
     const prefix = idOf(path) + SEP;
-    for (const id of this.leaves.keys()) if (id.startsWith(prefix)) return true;
-    return false;
+    for (const [id, leaf] of this.leaves) if (id.startsWith(prefix)) return leaf;
+    return undefined;
   }
 
   delete(path: readonly string[]): void {
@@ -400,8 +406,13 @@ const OLD_KEYS: Readonly<Record<string, { to: string; meaning: string; invert?: 
   },
 };
 
-const OLD_VAL_KEYS = ["training.val_data_num", "training.val_batch_size"] as const;
-const OLD_VAL_DEFAULTS = { data: 50, batch: 10, testSetSize: 500 }; // old base.yaml; create_data.sh --test_size
+const OLD_VAL_KEYS = Object.keys(OLD_VAL_SCHEMAS) as (keyof typeof OLD_VAL_SCHEMAS)[];
+// old base.yaml; create_data.sh --test_size
+const OLD_VAL_DEFAULTS = {
+  data: OLD_VAL_SCHEMAS["training.val_data_num"].default as number,
+  batch: OLD_VAL_SCHEMAS["training.val_batch_size"].default,
+  testSetSize: 500,
+};
 
 /** Hydra machinery a pasted RAGEN file may carry at top level. */
 const MACHINERY: Readonly<Record<string, string>> = {
@@ -424,7 +435,7 @@ function isField(path: readonly string[]): boolean {
 /** Schema keys that hold a free-form mapping, merged key by key like the rest. */
 const DATA_FIELDS: ReadonlySet<string> = new Set(
   Object.entries(FIELD_SPECS)
-    .filter(([, spec]) => spec.kind === "data")
+    .filter(([, spec]) => holdsMapping(spec))
     .map(([key]) => key),
 );
 
@@ -682,7 +693,7 @@ export function loadConfig(input: LoadConfigInput): LoadedConfig {
     for (let i = leaf.path.length - 1; i > 0; i--) {
       const field = dotted(leaf.path.slice(0, i));
       const spec = FIELD_SPECS[field];
-      if (spec && spec.kind !== "data") {
+      if (spec && !holdsMapping(spec)) {
         fail(
           leaf,
           field,
@@ -745,7 +756,8 @@ export function loadConfig(input: LoadConfigInput): LoadedConfig {
     validated = validateConfig(config as unknown as RollgymConfig);
   } catch (error) {
     if (!(error instanceof ConfigError) || error.key === null) throw error;
-    const leaf = store.get(error.key.split("."));
+    // A mapping-valued key (extra_body, a sampling map) is stored as its entries: the first set one locates it.
+    const leaf = store.get(error.key.split(".")) ?? store.firstBelow(error.key.split("."));
     if (error.key.endsWith(".env_configs.n_groups")) {
       // A layout error: say where each of the three related keys came from.
       const mode = error.key.split(".").slice(0, 2);
@@ -907,7 +919,7 @@ function translateOldKeys(store: LeafStore, notices: string[], fail: Fail): void
     let value = leaf.value;
     const spec = FIELD_SPECS[rule.to];
     if (rule.invert) {
-      checkOld(leaf, oldKey, { kind: "bool" }, fail);
+      checkOld(leaf, oldKey, FIELD_SPECS["agent_proxy.enable_think"], fail);
       value = !value;
     } else {
       checkOld(leaf, oldKey, spec, fail);
@@ -918,8 +930,10 @@ function translateOldKeys(store: LeafStore, notices: string[], fail: Fail): void
 
   const [dataLeaf, batchLeaf] = OLD_VAL_KEYS.map((k) => store.get(k.split(".")));
   if (dataLeaf || batchLeaf) {
-    if (dataLeaf) checkOld(dataLeaf, "training.val_data_num", { kind: "int", min: 1, nullable: true }, fail);
-    if (batchLeaf) checkOld(batchLeaf, "training.val_batch_size", { kind: "int", min: 1 }, fail);
+    for (const leaf of [dataLeaf, batchLeaf]) {
+      const key = leaf && (dotted(leaf.path) as keyof typeof OLD_VAL_SCHEMAS);
+      if (leaf && key) checkOld(leaf, key, OLD_VAL_SCHEMAS[key], fail);
+    }
     const data = dataLeaf
       ? ((dataLeaf.value as number | null) ?? OLD_VAL_DEFAULTS.testSetSize)
       : OLD_VAL_DEFAULTS.data;

@@ -2,22 +2,32 @@
 // sets on every request are refused (merged last, a copy would override the value fitted for
 // the turn), and fields that change the chat template's rendering go to count and render
 // requests too, or counts come out lower than the prompt the chat route renders.
+import { SAMPLING, type SamplingField } from "../../protocol/settings.ts";
 import type { Dialect } from "./engine.ts";
+
+/** The config key that sets a sampling field (and its val_kwargs key, in val mode). */
+function samplingKey(name: SamplingField): string {
+  const { key, val } = SAMPLING[name]["x-config"];
+  const valKey = val ? ` (${val.key.replace("actor_rollout_ref.rollout.", "")} in val mode)` : "";
+  const lowered = name === "max_tokens" ? " (lowered per turn to fit the context window)" : "";
+  return `${key}${valKey}${lowered}`;
+}
+
+/** Other spellings of a sampling field in the engines' request bodies. */
+const ENGINE_SPELLINGS: Readonly<Record<string, SamplingField>> = {
+  max_completion_tokens: "max_tokens",
+  n_predict: "max_tokens",
+  repeat_penalty: "repetition_penalty",
+};
 
 /** Request fields rollgym sets on every request, with the config key that sets them. */
 const OWNED_FIELDS: Readonly<Record<string, string>> = {
-  max_tokens: "actor_rollout_ref.rollout.response_length (lowered per turn to fit the context window)",
-  max_completion_tokens:
-    "actor_rollout_ref.rollout.response_length (lowered per turn to fit the context window)",
-  n_predict: "actor_rollout_ref.rollout.response_length (lowered per turn to fit the context window)",
-  temperature: "actor_rollout_ref.rollout.temperature (val_kwargs.temperature in val mode)",
-  top_p: "actor_rollout_ref.rollout.top_p (val_kwargs.top_p in val mode)",
-  top_k: "actor_rollout_ref.rollout.top_k (val_kwargs.top_k in val mode)",
-  min_p: "actor_rollout_ref.rollout.min_p",
-  repetition_penalty: "rollgym.llm.repetition_penalty",
-  repeat_penalty: "rollgym.llm.repetition_penalty",
-  presence_penalty: "rollgym.llm.presence_penalty",
-  frequency_penalty: "rollgym.llm.frequency_penalty",
+  ...Object.fromEntries(
+    [
+      ...(Object.keys(SAMPLING) as SamplingField[]).map((name) => [name, name] as const),
+      ...Object.entries(ENGINE_SPELLINGS),
+    ].map(([field, name]) => [field, samplingKey(name)]),
+  ),
   seed: "rollgym.seed (each request's seed derives from it) or rollgym.llm.request_seeds=false",
   n: "es_manager.<mode>.group_size (each request asks for one answer)",
   model: "rollgym.llm.model",

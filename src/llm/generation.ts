@@ -1,19 +1,29 @@
 // What every generation request sends and every answer must end with, shared by chat turns
 // (openai-chat.ts) and token-mode completions (token-engine.ts).
+import { SAMPLING, type SamplingField } from "../../protocol/settings.ts";
 import type { SamplingParams } from "./chat.ts";
 import type { Dialect } from "./engine.ts";
 import { EngineError } from "./http.ts";
 
+/** Sampling fields llama.cpp spells differently (vLLM takes the settings' own names). */
+const LLAMACPP_NAMES: Readonly<Partial<Record<SamplingField, string>>> = {
+  repetition_penalty: "repeat_penalty",
+};
+
 /**
- * Every sampling field a server default could change, in the engine's dialect: llama.cpp names
- * the repetition penalty differently and has samplers of its own that its server flags can
- * turn on; all are pinned to "off".
+ * Every sampling field a server default could change, in the engine's dialect: each setting of
+ * protocol/settings.ts (one left unset is absent), and llama.cpp's own samplers, which its server
+ * flags can turn on, pinned to "off".
  */
 export function samplingFields(sampling: SamplingParams, dialect: Dialect): Record<string, unknown> {
+  const settings: Record<string, unknown> = {};
+  for (const name of Object.keys(SAMPLING) as SamplingField[]) {
+    if (sampling[name] === undefined) continue;
+    settings[(dialect === "llamacpp" && LLAMACPP_NAMES[name]) || name] = sampling[name];
+  }
   const own =
     dialect === "llamacpp"
       ? {
-          repeat_penalty: sampling.repetition_penalty,
           typical_p: 1,
           dry_multiplier: 0,
           xtc_probability: 0,
@@ -21,20 +31,13 @@ export function samplingFields(sampling: SamplingParams, dialect: Dialect): Reco
           top_n_sigma: -1,
         }
       : {
-          repetition_penalty: sampling.repetition_penalty,
           // A stop string stays in the text (vLLM drops it by default), so the scored response
           // is what the model wrote: RAGEN's parser needs a closing tag used as a stop.
           include_stop_str_in_output: true,
         };
   return {
-    temperature: sampling.temperature,
-    top_p: sampling.top_p,
-    top_k: sampling.top_k,
-    min_p: sampling.min_p,
-    presence_penalty: sampling.presence_penalty,
-    frequency_penalty: sampling.frequency_penalty,
+    ...settings,
     ...own,
-    max_tokens: sampling.max_tokens,
     seed: sampling.seed,
     stop: sampling.stop ?? null,
     n: 1,

@@ -1,16 +1,16 @@
 // Gradient-analysis bucketing of groups by reward std ("RV"), as RAGEN's
 // RolloutFilter.split_into_buckets assigns groups to bucket_1 … bucket_N (low to high RV).
 
+import { BUCKET_MODES, type BucketMode } from "../../protocol/settings.ts";
+import { CONFIG_KEYS } from "../config/keys.ts";
 import { FilterInputError } from "./filter.ts";
 
-export type BucketMode = "quantile" | "fixed_rv";
-
-export const BUCKET_MODES: readonly BucketMode[] = ["quantile", "fixed_rv"];
+export { BUCKET_MODES, type BucketMode };
 
 /** `gradient_analysis_num_buckets` / `gradient_analysis_bucket_mode` defaults of config/base.yaml. */
 export const DEFAULT_BUCKETS: Readonly<{ numBuckets: number; mode: BucketMode }> = Object.freeze({
-  numBuckets: 6,
-  mode: "quantile",
+  numBuckets: CONFIG_KEYS["actor_rollout_ref.rollout.gradient_analysis_num_buckets"].default,
+  mode: CONFIG_KEYS["actor_rollout_ref.rollout.gradient_analysis_bucket_mode"].default,
 });
 
 /** fixed_rv lower edges: bucket i+1 is [edge_i, edge_{i+1}), the last one is [5, ∞). */

@@ -1,15 +1,17 @@
 // One episode as RAGEN's env-state manager and context manager play it: the inference prompt
 // for the next turn, and applying a model turn (parse, map actions, step within the budget,
 // penalties, rewards and RAGEN's bookkeeping).
+
 import { pyNumberRepr } from "../../envs/pyrepr.ts";
 import type { ResolvedTag } from "../../envs/registry.ts";
 import type { Env, StepInfo } from "../../envs/types.ts";
+import type { ContextWindowMode } from "../../protocol/settings.ts";
 import type { ChatMessage } from "../llm/chat.ts";
 import type { EndReason, EpisodeRecord, TurnRecord } from "../record/episode-record.ts";
 import { mapActions, parseResponse } from "./parse.ts";
 import { formatInstruction, INVALID_ACTION_WARNING, systemPrompt, turnBlock } from "./prompt.ts";
 
-export type ContextWindowMode = "full" | "limited_multi_turn" | "single_turn";
+export type { ContextWindowMode };
 
 export interface EpisodeSettings {
   maxTurn: number;

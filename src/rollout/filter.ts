@@ -9,10 +9,17 @@
 // Ties are broken by group index (torch's sort/topk are not stable, so RAGEN's choice
 // among tied groups is arbitrary).
 
-export type FilterMetric = "reward_variance" | "reward" | "reward_sum";
-export type FilterStrategy = "top_p" | "top_k" | "top_k_abs" | "min_p";
-export type TopPMode = "linear" | "softmax";
-export type FilterType = "largest" | "smallest";
+import {
+  FILTER,
+  FILTER_METRICS,
+  FILTER_STRATEGIES,
+  FILTER_TYPES,
+  type FilterMetric,
+  type FilterStrategy,
+  type FilterType,
+  TOP_P_MODES,
+  type TopPMode,
+} from "../../protocol/settings.ts";
 
 export interface SelectOptions {
   strategy: FilterStrategy;
@@ -33,13 +40,13 @@ export interface FilterConfig extends SelectOptions {
 
 /** `actor_rollout_ref.rollout.rollout_filter_*` defaults of RAGEN's config/base.yaml (no filtering). */
 export const DEFAULT_FILTER: Readonly<FilterConfig> = Object.freeze({
-  metric: "reward_variance",
-  strategy: "top_p",
-  value: 1.0,
-  topPMode: "linear",
-  type: "largest",
-  includeZero: true,
-  selectionEps: 0.01,
+  metric: FILTER.metric.default,
+  strategy: FILTER.strategy.default,
+  value: FILTER.value.default,
+  topPMode: FILTER.top_p_mode.default,
+  type: FILTER.type.default,
+  includeZero: FILTER.include_zero.default,
+  selectionEps: FILTER.selection_eps.default,
 });
 
 /**
@@ -57,11 +64,6 @@ export function filterNote(
     `groups (k = int(value × groups), e.g. 0.25); for a number of groups use the strategy top_k_abs`
   );
 }
-
-export const FILTER_METRICS: readonly FilterMetric[] = ["reward_variance", "reward", "reward_sum"];
-export const FILTER_STRATEGIES: readonly FilterStrategy[] = ["top_p", "top_k", "top_k_abs", "min_p"];
-export const TOP_P_MODES: readonly TopPMode[] = ["linear", "softmax"];
-export const FILTER_TYPES: readonly FilterType[] = ["largest", "smallest"];
 
 /** Invalid filter input; `field` names the offending argument or option. */
 export class FilterInputError extends Error {

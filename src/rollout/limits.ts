@@ -1,11 +1,14 @@
 // How big a rollout may be and which seeds it may play, checked the same way by the CLI and the
 // server before any episode starts: a batch that cannot be played is refused up front, never
 // crashed into (array lengths, 30 MB/s of memory) or wrapped past the seed range.
+
+import { MAX_SEED as SEED_MAX } from "../../protocol/settings.ts";
+import { CONFIG_KEYS } from "../config/keys.ts";
 import { codeOf } from "../errors/boundary.ts";
 import { type Code, RollgymError } from "../errors/catalogue.ts";
 
 /** Seeds are unsigned 32-bit: NumPy's legacy seeding (Sokoban) takes [0, 2^32). */
-export const SEED_MAX = 2 ** 32 - 1;
+export { SEED_MAX };
 
 export interface RolloutLimits {
   /** Groups one rollout may ask for. */
@@ -15,8 +18,8 @@ export interface RolloutLimits {
 }
 
 export const DEFAULT_ROLLOUT_LIMITS: Readonly<RolloutLimits> = {
-  maxGroupsPerRollout: 4096,
-  maxEpisodesInFlight: 65_536,
+  maxGroupsPerRollout: CONFIG_KEYS["rollgym.limits.max_groups_per_rollout"].default,
+  maxEpisodesInFlight: CONFIG_KEYS["rollgym.limits.max_episodes_in_flight"].default,
 };
 
 /** The codes checkRolloutShape refuses with; each names its request field (`tags`, `group_size`, `seed`). */

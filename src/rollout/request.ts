@@ -1,6 +1,7 @@
 // From a loaded configuration (RAGEN's key names) to a batch request: which tags and groups,
 // the seed schedule, sampling for the mode, episode settings and the filter.
-import { defaultConfig, type RollgymConfig } from "../config/index.ts";
+import { SAMPLING, type SamplingValues } from "../../protocol/settings.ts";
+import { configValue, defaultConfig, type RollgymConfig } from "../config/index.ts";
 import type { RolloutMode } from "../record/episode-record.ts";
 import { type BatchRequest, trainBatchSeed } from "./batch.ts";
 import type { FilterConfig } from "./filter.ts";
@@ -19,13 +20,26 @@ export function batchSeed(
   return trainBatchSeed(base, config.rollgym.step, groups);
 }
 
+/**
+ * The configured sampling for `mode`: each setting from its key (val_kwargs' in val mode), a
+ * null setting left out. Validation samples with val_kwargs (RAGEN: temperature 0.5);
+ * do_sample false is greedy.
+ */
+export function configuredSampling(config: RollgymConfig, mode: RolloutMode): SamplingValues {
+  const sampling: Record<string, unknown> = {};
+  for (const [name, setting] of Object.entries(SAMPLING)) {
+    const { key, val } = setting["x-config"];
+    const value = configValue(config, mode === "val" && val ? val.key : key);
+    if (value !== null) sampling[name] = value;
+  }
+  if (mode === "val" && !config.actor_rollout_ref.rollout.val_kwargs.do_sample) sampling.temperature = 0;
+  return sampling as SamplingValues;
+}
+
 export function batchRequest(config: RollgymConfig, mode: RolloutMode = config.rollgym.mode): BatchRequest {
   const groups = config.es_manager[mode];
   const agent = config.agent_proxy;
   const rollout = config.actor_rollout_ref.rollout;
-  const val = rollout.val_kwargs;
-  const { repetition_penalty, presence_penalty, frequency_penalty } = config.rollgym.llm;
-  const penalties = { repetition_penalty, presence_penalty, frequency_penalty };
   const filter: FilterConfig = {
     metric: rollout.rollout_filter_metric,
     strategy: rollout.rollout_filter_strategy,
@@ -52,25 +66,7 @@ export function batchRequest(config: RollgymConfig, mode: RolloutMode = config.r
     },
     minResponseTokens: config.rollgym.llm.min_response_tokens,
     tokens: config.rollgym.tokens,
-    // Validation samples with val_kwargs (RAGEN: temperature 0.5); do_sample false is greedy.
-    sampling:
-      mode === "val"
-        ? {
-            temperature: val.do_sample ? val.temperature : 0,
-            top_p: val.top_p,
-            top_k: val.top_k,
-            min_p: rollout.min_p,
-            max_tokens: rollout.response_length,
-            ...penalties,
-          }
-        : {
-            temperature: rollout.temperature,
-            top_p: rollout.top_p,
-            top_k: rollout.top_k,
-            min_p: rollout.min_p,
-            max_tokens: rollout.response_length,
-            ...penalties,
-          },
+    sampling: configuredSampling(config, mode),
     normalization: agent.reward_normalization,
     useTurnScores: agent.use_turn_scores,
     binaryReward: config.rollgym.binary_reward,

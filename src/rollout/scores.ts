@@ -1,8 +1,9 @@
 // Episode scores as RAGEN hands them to the filter and the trainer: reward plus format
 // penalty, optionally normalised per group, tag or batch (float32, as RAGEN's torch code).
 
-export type NormalizationGrouping = "state" | "inductive" | "batch";
-export type NormalizationMethod = "identity" | "mean" | "mean_std" | "asym_clip";
+import type { NormalizationGrouping, NormalizationMethod } from "../../protocol/settings.ts";
+
+export type { NormalizationGrouping, NormalizationMethod };
 
 export interface ScoredEpisode {
   groupId: number;

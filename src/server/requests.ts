@@ -42,16 +42,7 @@ export function rolloutBatchRequest(config: RollgymConfig, frame: RolloutRequest
   const f = frame.filter ?? {};
   return {
     ...request,
-    sampling: {
-      temperature: s.temperature ?? request.sampling.temperature,
-      top_p: s.top_p ?? request.sampling.top_p,
-      top_k: s.top_k ?? request.sampling.top_k,
-      min_p: s.min_p ?? request.sampling.min_p,
-      max_tokens: s.max_tokens ?? request.sampling.max_tokens,
-      repetition_penalty: s.repetition_penalty ?? request.sampling.repetition_penalty,
-      presence_penalty: s.presence_penalty ?? request.sampling.presence_penalty,
-      frequency_penalty: s.frequency_penalty ?? request.sampling.frequency_penalty,
-    },
+    sampling: overlay(request.sampling, s),
     tokens: frame.tokens ?? false,
     filter: {
       ...request.filter,
@@ -63,6 +54,16 @@ export function rolloutBatchRequest(config: RollgymConfig, frame: RolloutRequest
       metric: f.metric ?? request.filter.metric,
     },
   };
+}
+
+/** The request's settings over the configured ones: an omitted field keeps its value, a null one is removed. */
+function overlay<T extends object>(configured: T, given: Readonly<Record<string, unknown>>): T {
+  const out: Record<string, unknown> = { ...(configured as Record<string, unknown>) };
+  for (const [name, value] of Object.entries(given)) {
+    if (value === null) delete out[name];
+    else if (value !== undefined) out[name] = value;
+  }
+  return out as T;
 }
 
 export function envOpenRequest(config: RollgymConfig, frame: EnvOpen): BatchRequest {

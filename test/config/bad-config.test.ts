@@ -5,7 +5,7 @@ import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { stringify } from "yaml";
 import { ConfigError, loadConfig } from "../../src/config/index.ts";
-import { FIELD_SPECS, type FieldSpec } from "../../src/config/schema.ts";
+import { FIELD_SPECS, type FieldSpec, holdsMapping } from "../../src/config/schema.ts";
 import { runInProcess } from "../cli/in-process.ts";
 import { expectUsageError } from "../helpers/cli.ts";
 import { yamlFiles } from "./yaml-files.ts";
@@ -31,35 +31,41 @@ function merge(a: Record<string, unknown>, b: Record<string, unknown>): Record<s
   return out;
 }
 
-/** Values no spec of this kind accepts. */
+/** The schema a union stands for (its member other than null or "auto"). */
+function mainOf(spec: FieldSpec): Record<string, unknown> {
+  const node = spec as unknown as Record<string, unknown>;
+  const members = node.anyOf as Record<string, unknown>[] | undefined;
+  return members?.find((m) => m.type !== "null" && m.const === undefined) ?? node;
+}
+
+/** Values no schema of this kind accepts. */
 function badValueFor(spec: FieldSpec): fc.Arbitrary<unknown> {
   const text = fc.stringMatching(/^[a-z]{2,8}$/).filter((s) => s !== "auto");
-  switch (spec.kind) {
-    case "int":
+  const main = mainOf(spec);
+  if (holdsMapping(spec)) return fc.oneof(fc.integer(), text, fc.constant([1, 2]));
+  if (spec["x-coerce"] === "comma") return fc.oneof(text, fc.integer(), fc.constant(["ftp://x"]));
+  if (Array.isArray(main.enum)) {
+    const aliases = spec["x-config"]?.aliases ?? {};
+    return fc.oneof(
+      text.filter((s) => !(main.enum as string[]).includes(s) && !(s in aliases)),
+      fc.integer(),
+    );
+  }
+  switch (main.type) {
+    case "integer":
       return fc.oneof(
         text,
         fc.double({ noInteger: true, noNaN: true, noDefaultInfinity: true }),
-        fc.integer({ max: (spec.min ?? 0) - 1, min: -1e9 }),
+        fc.integer({ max: ((main.minimum as number | undefined) ?? 0) - 1, min: -1e9 }),
         fc.constant([1]),
       );
     case "number":
       return fc.oneof(text, fc.constant([0.5]), fc.constant({ x: 1 }), fc.boolean());
-    case "bool":
+    case "boolean":
       return fc.oneof(text, fc.integer(), fc.constant([true]));
-    case "enum":
-      return fc.oneof(
-        text.filter((s) => !spec.values.includes(s) && !(s in (spec.aliases ?? {}))),
-        fc.integer(),
-      );
-    case "urls":
-      return fc.oneof(text, fc.integer(), fc.constant(["ftp://x"]));
-    case "tags":
-    case "counts":
-    case "strings":
+    case "array":
       return fc.oneof(fc.integer(), fc.constant({ a: 1 }), fc.constant(true));
-    case "data":
-      return fc.oneof(fc.integer(), text, fc.constant([1, 2]));
-    case "string":
+    default:
       return fc.oneof(fc.integer(), fc.constant([1]), fc.constant({ a: "b" }));
   }
 }

@@ -229,7 +229,7 @@ describe("old-era keys", () => {
     const error = expectError(
       { overrides: ["training.max_turns=0"] },
       "training.max_turns",
-      "an integer >= 1",
+      "an integer from 1 to 1000",
     );
     expect(error.message).toContain('override "training.max_turns=0"');
   });
@@ -295,7 +295,12 @@ describe("overrides", () => {
 
 describe("errors", () => {
   it("name the key, the value and what is allowed", () => {
-    expectError({ overrides: ["agent_proxy.max_turn=0"] }, "agent_proxy.max_turn", ": 0;", "an integer >= 1");
+    expectError(
+      { overrides: ["agent_proxy.max_turn=0"] },
+      "agent_proxy.max_turn",
+      ": 0;",
+      "an integer from 1 to 1000",
+    );
     expectError(
       { overrides: ["agent_proxy.context_window_mode=foo"] },
       "agent_proxy.context_window_mode",

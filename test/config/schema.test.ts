@@ -132,7 +132,7 @@ describe("checkField", () => {
       () => checkField("agent_proxy.max_turn", FIELD_SPECS["agent_proxy.max_turn"], 0),
       "agent_proxy.max_turn",
       "0",
-      "an integer >= 1",
+      "an integer from 1 to 1000",
     );
     expectConfigError(
       () => checkField("rollgym.policy.noise", FIELD_SPECS["rollgym.policy.noise"], 1.5),

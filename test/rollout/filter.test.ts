@@ -1,10 +1,10 @@
 import { readFileSync } from "node:fs";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
+import type { FilterMetric } from "../../protocol/settings.ts";
 import {
   DEFAULT_FILTER,
   FilterInputError,
-  type FilterMetric,
   filterMetrics,
   groupScores,
   groupStats,

@@ -3,6 +3,7 @@
 // (shared directory listing, uploads) and a little server info. The JSON routes sit behind the
 // same token as the WebSocket (header, or `?token=` as browsers use).
 import type { FastifyInstance } from "fastify";
+import { MAX_SEED } from "../../../protocol/settings.ts";
 import { httpRefusal } from "../../errors/boundary.ts";
 import { RollgymError } from "../../errors/catalogue.ts";
 import { authorized } from "../auth.ts";
@@ -20,8 +21,6 @@ export interface WebOptions {
 export function webOptions(share: string | null = null, files: Partial<FileLimits> = {}): WebOptions {
   return { share, files: { ...DEFAULT_FILE_LIMITS, ...files } };
 }
-
-const MAX_SEED = 2 ** 32 - 1;
 
 export function registerWeb(app: FastifyInstance, state: ServerState, options: WebOptions): void {
   const uploads = new UploadStore(options.files);

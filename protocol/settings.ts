@@ -123,7 +123,7 @@ export const SAMPLING = {
             Type.Number({ minimum: -MAX_LOGIT_BIAS, maximum: MAX_LOGIT_BIAS }),
             { additionalProperties: false },
           ),
-          (value) => Object.getPrototypeOf(value) === Object.prototype,
+          (value) => [Object.prototype, null].includes(Object.getPrototypeOf(value)),
           () => "must be a map",
         ),
         Type.Null(),

@@ -88,6 +88,7 @@ describe("defaults", () => {
         repetition_penalty: 1,
         presence_penalty: 0,
         frequency_penalty: 0,
+        logit_bias: null,
         extra_body: null,
         grammar: null,
         dialect: "auto",

@@ -89,6 +89,12 @@ export function arbitraryFor(schema: object): fc.Arbitrary<unknown> {
     }
     case "object": {
       const props = node["properties"] as Record<string, SchemaNode> | undefined;
+      const patterns = Object.entries((node["patternProperties"] as Record<string, SchemaNode>) ?? {});
+      if (patterns.length > 0) {
+        // A record (e.g. sampling.logit_bias): keys matching its pattern, values its schema.
+        const [[pattern, value]] = patterns;
+        return fc.dictionary(fc.stringMatching(new RegExp(pattern)), arbitraryFor(value), { maxKeys: 4 });
+      }
       if (props === undefined) return fc.dictionary(key, anyValue, { maxKeys: 4 });
       const model: Record<string, fc.Arbitrary<unknown>> = {};
       for (const [name, schema] of Object.entries(props)) model[name] = arbitraryFor(schema);

@@ -90,10 +90,12 @@ export function arbitraryFor(schema: object): fc.Arbitrary<unknown> {
     case "object": {
       const props = node["properties"] as Record<string, SchemaNode> | undefined;
       const patterns = Object.entries((node["patternProperties"] as Record<string, SchemaNode>) ?? {});
-      if (patterns.length > 0) {
-        // A record (e.g. sampling.logit_bias): keys matching its pattern, values its schema.
-        const [[pattern, value]] = patterns;
-        return fc.dictionary(fc.stringMatching(new RegExp(pattern)), arbitraryFor(value), { maxKeys: 4 });
+      // A record with a key pattern (sampling.logit_bias): keys matching it, values its schema.
+      // Records of any key (metrics: "^.*$") keep the general generator below.
+      const [pattern, value] = patterns.find(([p]) => p !== "^.*$") ?? [];
+      if (pattern !== undefined && value !== undefined) {
+        const matching = fc.stringMatching(new RegExp(pattern)).filter((k) => k !== "__proto__");
+        return fc.dictionary(matching, arbitraryFor(value), { maxKeys: 4 });
       }
       if (props === undefined) return fc.dictionary(key, anyValue, { maxKeys: 4 });
       const model: Record<string, fc.Arbitrary<unknown>> = {};

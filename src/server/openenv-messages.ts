@@ -2,6 +2,7 @@
 // checked field by field, and the error frames OpenEnv clients understand. A refusal carries
 // pydantic-shaped entries (type, loc, msg, input) like OpenEnv's own, and a message that names
 // the field, the value and what is allowed.
+import { MAX_SEED } from "../../protocol/settings.ts";
 
 /** OpenEnv's WSErrorCode values (types.py). */
 export type OpenEnvErrorCode =
@@ -30,8 +31,7 @@ export type ClientMessage =
 export type Checked<T> = { ok: true; value: T } | { ok: false; errors: FieldError[] };
 
 export const MESSAGE_TYPES = ["reset", "step", "state", "close"] as const;
-/** rollgym's seeds are 32-bit (RAGEN's generators take them modulo 2^32 otherwise). */
-export const MAX_SEED = 2 ** 32 - 1;
+
 const MAX_ID_CHARS = 255;
 const RESET_KEYS = ["seed", "episode_id"];
 const ACTION_KEYS = ["action", "metadata"];

@@ -13,6 +13,7 @@ import type { ResolvedTag } from "../../envs/registry.ts";
 import { unknownTagMessage } from "../../envs/registry.ts";
 import type { Env, StepResult } from "../../envs/types.ts";
 import { CLOSE_CODES } from "../../protocol/codec.ts";
+import { MAX_SEED } from "../../protocol/settings.ts";
 import { RollgymError } from "../errors/catalogue.ts";
 import { mapActions } from "../rollout/parse.ts";
 import { type ConnectionGuard, type ConnectionTicket, closeWithin, heartbeat } from "./connections.ts";
@@ -24,7 +25,6 @@ import {
   describe,
   errorFrame,
   type FieldError,
-  MAX_SEED,
   MESSAGE_TYPES,
 } from "./openenv-messages.ts";
 import { Outbound } from "./outbound.ts";

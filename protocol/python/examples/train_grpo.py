@@ -373,7 +373,9 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
                    help="pack_batch's advantages: GRPO's group-normalised scores, or the raw scores (REINFORCE, no baseline)")
     p.add_argument("--ppo-epochs", type=int, default=1)
     p.add_argument("--clip", type=float, default=0.2)
-    p.add_argument("--max-tokens", type=int, default=48)
+    p.add_argument("--max-tokens", type=int, default=100,
+                   help="tokens per answer (RAGEN's Bandit prompt says 100); a byte-level answer naming a long arm, "
+                        "'Pulling VentureCapitalist.</think><answer>VentureCapitalist</answer>', takes 69")
     p.add_argument("--val-every", type=int, default=10)
     p.add_argument("--val-episodes", type=int, default=512)
     p.add_argument("--val-temperature", type=float, default=1.0)

@@ -21,10 +21,16 @@ const dir = mkdtempSync(join(tmpdir(), "rollgym-closed-loop-"));
 // penalty), then four policy-gradient steps of 4 groups × 8 keeping every group, with the raw
 // scores as advantages so that the weights move every step (GRPO's would all be 0 here).
 const SHORT = [
+  "--d-model",
+  "32",
+  "--heads",
+  "2",
   "--sft-episodes",
   "256",
   "--sft-steps",
   "40",
+  "--sft-prompts",
+  "2",
   "--advantages",
   "scores",
   "--groups",

@@ -154,9 +154,13 @@ def split_rows(rows: Sequence[Tuple[List[int], int]]) -> Tuple[List[List[int]], 
     return [list(k) for k in index], pairs
 
 
-def sft(model: TinyLM, examples, steps: int, batch: int, prompts: int, lr: float, seed: int, progress: Progress) -> List[float]:
-    """Next-token loss on the assistant tokens; each batch is ``prompts`` distinct first prompts
-    with ``batch / prompts`` examples each, so a prompt's forward pass serves several examples."""
+def sft(model: TinyLM, examples, steps: int, batch: int, prompts: int, lr: float, seed: int, progress: Progress,
+        prompt_loss: float = 0.0) -> List[float]:
+    """Next-token loss on the assistant tokens, plus ``prompt_loss`` times the loss on the prompt
+    tokens (TRL's default of training on the whole conversation; a model that starts from
+    random weights learns to copy the arm names from the prompt much sooner with it); each
+    batch is ``prompts`` distinct first prompts with ``batch / prompts`` examples each, so a
+    prompt's forward pass serves several examples."""
     rng = random.Random(seed)
     by_prompt: Dict[Tuple[int, ...], list] = {}
     for ids, mask in examples:
@@ -172,9 +176,12 @@ def sft(model: TinyLM, examples, steps: int, batch: int, prompts: int, lr: float
         chosen = [rng.choice(by_prompt[picked[i % len(picked)]]) for i in range(batch)]
         rows = [(ids, mask.index(1)) for ids, mask in chosen]
         prefixes, pairs = split_rows(rows)
-        logps = model.suffix_logprobs(prefixes, pairs)
+        prompt_logps: List[torch.Tensor] = []
+        logps = model.suffix_logprobs(prefixes, pairs, prompt_logps if prompt_loss else None)
         masks = [torch.tensor(mask[split:], dtype=torch.float32) for (ids, mask), (_, split) in zip(chosen, rows)]
         loss = -sum((lp * m).sum() for lp, m in zip(logps, masks)) / sum(m.sum() for m in masks)
+        if prompt_loss:
+            loss = loss - prompt_loss * torch.cat(prompt_logps).mean()
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
@@ -349,19 +356,26 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--sft-data", help="SFT JSON lines (default: rollgym sft --arm-mix --sft-episodes)")
     p.add_argument("--sft-episodes", type=int, default=1024)
     p.add_argument("--arm-mix", type=float, default=0.5, help="share of SFT answers on the high-risk arm")
-    p.add_argument("--sft-steps", type=int, default=1000)
+    p.add_argument("--sft-steps", type=int, default=600)
     p.add_argument("--sft-batch", type=int, default=16)
-    p.add_argument("--sft-prompts", type=int, default=2, help="distinct first prompts per SFT batch")
+    p.add_argument("--sft-prompts", type=int, default=8, help="distinct first prompts per SFT batch")
     p.add_argument("--sft-lr", type=float, default=5e-3)
+    p.add_argument("--sft-prompt-loss", type=float, default=0.0,
+                   help="weight of the loss on the prompt tokens beside the answer's (0: answers only)")
+    p.add_argument("--d-model", type=int, default=ModelConfig.d_model)
+    p.add_argument("--layers", type=int, default=ModelConfig.n_layers)
+    p.add_argument("--heads", type=int, default=ModelConfig.n_heads)
     p.add_argument("--steps", type=int, default=200, help="GRPO steps (at most)")
-    p.add_argument("--groups", type=int, default=16)
-    p.add_argument("--group-size", type=int, default=8)
+    p.add_argument("--groups", type=int, default=8, help="groups per step (RAGEN's env_groups)")
+    p.add_argument("--group-size", type=int, default=16, help="episodes per group (RAGEN's group_size)")
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--advantages", choices=("grpo", "scores"), default="grpo",
                    help="pack_batch's advantages: GRPO's group-normalised scores, or the raw scores (REINFORCE, no baseline)")
     p.add_argument("--ppo-epochs", type=int, default=1)
     p.add_argument("--clip", type=float, default=0.2)
-    p.add_argument("--max-tokens", type=int, default=48)
+    p.add_argument("--max-tokens", type=int, default=100,
+                   help="tokens per answer (RAGEN's Bandit prompt says 100); a byte-level answer naming a long arm, "
+                        "'Pulling VentureCapitalist.</think><answer>VentureCapitalist</answer>', takes 69")
     p.add_argument("--val-every", type=int, default=10)
     p.add_argument("--val-episodes", type=int, default=512)
     p.add_argument("--val-temperature", type=float, default=1.0)
@@ -414,8 +428,9 @@ def main(argv: Sequence[str]) -> int:
                 subprocess.run(rollgym_cmd("sft", "--tag", args.tag, "--groups", str(args.sft_episodes), "--arm-mix",
                                            str(args.arm_mix), "--max-turn", "1", "--seed", "100000", "--out", data),
                                check=True, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            model = TinyLM(ModelConfig())
-            losses = sft(model, load_sft(data), args.sft_steps, args.sft_batch, args.sft_prompts, args.sft_lr, args.seed, progress)
+            model = TinyLM(ModelConfig(d_model=args.d_model, n_layers=args.layers, n_heads=args.heads, d_ff=4 * args.d_model))
+            losses = sft(model, load_sft(data), args.sft_steps, args.sft_batch, args.sft_prompts, args.sft_lr, args.seed, progress,
+                         args.sft_prompt_loss)
             model.save(os.path.join(args.out, "sft.pt"), "step-0")
         weights = os.path.join(args.out, "weights.pt")
         model.save(weights, "step-0")

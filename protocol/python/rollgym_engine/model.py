@@ -1,5 +1,5 @@
-"""A tiny decoder-only transformer over the byte vocabulary (pre-norm blocks, learned positions,
-tied embeddings). The engine samples from it with a KV cache; the trainer scores whole token
+"""A tiny decoder-only transformer over the byte vocabulary (pre-norm blocks, rotary positions
+as in Qwen and Llama, tied embeddings). The engine samples from it with a KV cache; the trainer scores whole token
 logs with :meth:`TinyLM.token_logprobs`, which must give the engine's logprobs back (the
 on-policy check), so both paths share every weight and the same float32 arithmetic."""
 
@@ -19,10 +19,10 @@ from .vocab import VOCAB_SIZE
 @dataclass
 class ModelConfig:
     vocab_size: int = VOCAB_SIZE
-    d_model: int = 32
+    d_model: int = 64
     n_layers: int = 2
-    n_heads: int = 2
-    d_ff: int = 128
+    n_heads: int = 4
+    d_ff: int = 256
     max_len: int = 1280
 
     def check(self) -> "ModelConfig":
@@ -33,6 +33,22 @@ class ModelConfig:
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model {self.d_model} must be a multiple of n_heads {self.n_heads}")
         return self
+
+
+ROPE_BASE = 10000.0
+
+
+def rotate(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """Rotary position embedding (the half-split layout of GPT-NeoX, Llama and Qwen): pairs of
+    channels turn by position × frequency, so attention scores depend on relative distance. A
+    byte-level model needs that: its answers are spelled a byte at a time, each byte read off
+    the few before it, wherever in the context the answer starts."""
+    half = x.shape[-1] // 2
+    freq = ROPE_BASE ** (-torch.arange(half, dtype=torch.float32) / half)
+    angle = positions[:, None, :, None].float() * freq
+    cos, sin = angle.cos(), angle.sin()
+    a, b = x[..., :half], x[..., half:]
+    return torch.cat([a * cos - b * sin, a * sin + b * cos], dim=-1)
 
 
 class Block(nn.Module):
@@ -46,11 +62,14 @@ class Block(nn.Module):
         self.up = nn.Linear(config.d_model, config.d_ff)
         self.down = nn.Linear(config.d_ff, config.d_model)
 
-    def heads(self, x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def heads(self, x: torch.Tensor, positions: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Queries, keys and values ``[B, heads, T, head_dim]``, queries and keys rotated by their
+        positions ``[B, T]``."""
         b, t, d = x.shape
         q, k, v = self.qkv(self.ln1(x)).split(d, dim=-1)
         shape = (b, t, self.n_heads, d // self.n_heads)
-        return tuple(z.view(shape).transpose(1, 2) for z in (q, k, v))  # type: ignore[return-value]
+        q, k, v = (z.view(shape).transpose(1, 2) for z in (q, k, v))
+        return rotate(q, positions), rotate(k, positions), v
 
     def finish(self, x: torch.Tensor, attended: torch.Tensor) -> torch.Tensor:
         b, _, t, _ = attended.shape
@@ -63,11 +82,9 @@ class TinyLM(nn.Module):
         super().__init__()
         self.config = config.check()
         self.embed = nn.Embedding(config.vocab_size, config.d_model)
-        self.position = nn.Embedding(config.max_len, config.d_model)
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layers))
         self.ln = nn.LayerNorm(config.d_model)
         nn.init.normal_(self.embed.weight, std=0.02)
-        nn.init.normal_(self.position.weight, std=0.02)
         for block in self.blocks:
             for layer in (block.proj, block.down):
                 nn.init.normal_(layer.weight, std=0.02 / math.sqrt(2 * config.n_layers))
@@ -78,9 +95,9 @@ class TinyLM(nn.Module):
     def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
         """Logits of right-padded rows: causal attention, so padding after a row's tokens never
         reaches them."""
-        x = self.embed(input_ids) + self.position(position_ids)
+        x = self.embed(input_ids)
         for block in self.blocks:
-            q, k, v = block.heads(x)
+            q, k, v = block.heads(x, position_ids)
             x = block.finish(x, F.scaled_dot_product_attention(q, k, v, is_causal=True))
         return self.logits(x)
 
@@ -91,12 +108,14 @@ class TinyLM(nn.Module):
         picked = logp.gather(-1, input_ids[:, 1:, None])[..., 0]
         return F.pad(picked, (1, 0))
 
-    def suffix_logprobs(self, prefixes: List[List[int]], rows: List[Tuple[int, List[int]]]) -> List[torch.Tensor]:
+    def suffix_logprobs(self, prefixes: List[List[int]], rows: List[Tuple[int, List[int]]],
+                        prefix_logprobs: Optional[List[torch.Tensor]] = None) -> List[torch.Tensor]:
         """Logprobs of each row's suffix tokens, rows given as (index into ``prefixes``, suffix
         ids): every distinct prefix (a group's shared prompt) runs once and its keys and values
         serve all its rows, so a group of 8 costs about one prompt, not 8. Same result as
         :meth:`token_logprobs` on the concatenation (to float rounding); gradients flow into
-        the prefix too."""
+        the prefix too. A list passed as ``prefix_logprobs`` receives each prefix's own token
+        logprobs (from its second token on), for a loss on the prompts as well."""
         g, p = len(prefixes), max(len(x) for x in prefixes)
         b, s = len(rows), max(len(x) for _, x in rows)
         prefix_ids = torch.zeros(g, p, dtype=torch.long)
@@ -112,15 +131,18 @@ class TinyLM(nn.Module):
         prefix_part = torch.arange(p)[None, None, :] < own_len[:, None, None]
         suffix_part = torch.ones(s, s, dtype=torch.bool).tril()[None]
         mask = torch.cat([prefix_part.expand(b, s, p), suffix_part.expand(b, s, s)], dim=2)[:, None]
-        x = self.embed(prefix_ids) + self.position(torch.arange(p)[None].expand(g, p))
-        y = self.embed(suffix_ids) + self.position(own_len[:, None] + torch.arange(s)[None])
+        x, prefix_pos = self.embed(prefix_ids), torch.arange(p)[None].expand(g, p)
+        y, suffix_pos = self.embed(suffix_ids), own_len[:, None] + torch.arange(s)[None]
         for block in self.blocks:
-            q, k, v = block.heads(x)
-            qs, ks, vs = block.heads(y)
+            q, k, v = block.heads(x, prefix_pos)
+            qs, ks, vs = block.heads(y, suffix_pos)
             keys = torch.cat([k.contiguous()[owner], ks], dim=2)
             values = torch.cat([v.contiguous()[owner], vs], dim=2)
             y = block.finish(y, F.scaled_dot_product_attention(qs, keys, values, attn_mask=mask))
             x = block.finish(x, F.scaled_dot_product_attention(q, k, v, is_causal=True))
+        if prefix_logprobs is not None:
+            own = torch.log_softmax(self.logits(x[:, :-1]).float(), dim=-1).gather(-1, prefix_ids[:, 1:, None])[..., 0]
+            prefix_logprobs.extend(own[i, : len(ids) - 1] for i, ids in enumerate(prefixes))
         last = x[torch.arange(g), prefix_len - 1].index_select(0, owner)[:, None]
         logp = torch.log_softmax(self.logits(torch.cat([last, y[:, :-1]], dim=1)).float(), dim=-1)
         picked = logp.gather(-1, suffix_ids[..., None])[..., 0]
@@ -138,9 +160,9 @@ class TinyLM(nn.Module):
         # A padding query may see only itself (an all-false row would give NaN).
         allowed = (causal & valid[:, None, :]) | torch.eye(t, dtype=torch.bool)
         mask = allowed[:, None]
-        x = self.embed(input_ids) + self.position(positions)
+        x = self.embed(input_ids)
         for layer, block in enumerate(self.blocks):
-            q, k, v = block.heads(x)
+            q, k, v = block.heads(x, positions)
             cache.keys[layer][:, :, :t] = k
             cache.values[layer][:, :, :t] = v
             x = block.finish(x, F.scaled_dot_product_attention(q, k, v, attn_mask=mask))
@@ -154,11 +176,11 @@ class TinyLM(nn.Module):
         col = cache.length
         if col >= cache.capacity:
             raise RuntimeError("KV cache full")
-        x = self.embed(tokens[:, None]) + self.position(cache.next_position[:, None])
+        x = self.embed(tokens[:, None])
         cache.valid[:, col] = True
         mask = cache.valid[:, None, None, : col + 1]
         for layer, block in enumerate(self.blocks):
-            q, k, v = block.heads(x)
+            q, k, v = block.heads(x, cache.next_position[:, None])
             cache.keys[layer][:, :, col : col + 1] = k
             cache.values[layer][:, :, col : col + 1] = v
             keys = cache.keys[layer][:, :, : col + 1]

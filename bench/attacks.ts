@@ -610,7 +610,7 @@ const attacks: Attack[] = [
       }
       ctx.observed.push(observedBy(c));
       ctx.notes.push(
-        `env sessions opened on one connection: ${sessions} (then ${refusal || "none"}; max_env_sessions_per_connection ${limits.max_env_sessions_per_connection ?? "?"}); 900 kB turns accepted: ${turns} (then ${stepRefusal || "none"}; max_env_bytes_per_connection ${limits.max_env_bytes_per_connection ?? "?"}); largest env_stepped ${(largest / MiB).toFixed(1)} MiB`,
+        `env sessions opened on one connection: ${sessions} (then ${refusal || "none"}; max_env_sessions_per_connection ${limits.max_env_sessions_per_connection ?? "?"}); 900 kB turns accepted: ${turns} (then ${stepRefusal || "none"}; max_held_bytes_per_connection ${limits.max_held_bytes_per_connection ?? "?"}); largest env_stepped ${(largest / MiB).toFixed(1)} MiB`,
       );
       expect(ctx, refusal === "limit", "env sessions per connection bounded");
       expect(ctx, stepRefusal === "limit" || largest < 8 * MiB, "the growing chat is bounded");
@@ -943,12 +943,13 @@ const attacks: Attack[] = [
   {
     name: "env_bytes_across_connections",
     covers: "#19.1",
-    // max_env_bytes (512 MiB) held, plus #10's 300 MiB for buffers and GC headroom (docs/server.md).
-    rssBoundMiB: 812,
+    // max_held_bytes (512 MiB) of text at 1.1 × in RSS, plus #10's 300 MiB for buffers and GC
+    // headroom (docs/server.md "Memory bounds, from the limits").
+    rssBoundMiB: 863,
     async run(ctx) {
-      // 16 connections, each with room for 64 MiB: together twice the server-wide budget.
+      // 16 connections, each with room for 128 MiB: together four times the server-wide budget.
       const clients = await Promise.all(Array.from({ length: 16 }, (_, i) => connect(ctx.url, `filler${i}`)));
-      const maxEnvBytes = welcomeLimits(clients[0]).max_env_bytes;
+      const maxHeldBytes = welcomeLimits(clients[0]).max_held_bytes;
       for (const [i, c] of clients.entries())
         c.send({
           type: "env_open",
@@ -985,10 +986,10 @@ const attacks: Attack[] = [
         );
       ctx.observed.push(observedBy(clients[0]));
       ctx.notes.push(
-        `16 connections stepping 900 kB texts: ${accepted} steps accepted (${((accepted * 900_000) / MiB).toFixed(0)} MiB of text; max_env_bytes ${maxEnvBytes === undefined ? "?" : (maxEnvBytes / MiB).toFixed(0)} MiB), then refused: ${[...refusals].map(([k, v]) => `${v}× ${k}`).join(", ")}`,
+        `16 connections stepping 900 kB texts: ${accepted} steps accepted (${((accepted * 900_000) / MiB).toFixed(0)} MiB of text; max_held_bytes ${maxHeldBytes === undefined ? "?" : (maxHeldBytes / MiB).toFixed(0)} MiB), then refused: ${[...refusals].map(([k, v]) => `${v}× ${k}`).join(", ")}`,
       );
       expect(ctx, refused.size === clients.length, "every connection is refused in the end");
-      expect(ctx, (refusals.get("max_env_bytes") ?? 0) > 0, "the server-wide max_env_bytes refuses");
+      expect(ctx, (refusals.get("max_held_bytes") ?? 0) > 0, "the server-wide max_held_bytes refuses");
       for (const c of clients) c.close();
     },
   },
@@ -1021,7 +1022,7 @@ const attacks: Attack[] = [
       ctx.notes.push(
         `steps of 16,384 empty responses: ${times.length - (refusal ? 1 : 0)} accepted (${times.join(", ")} ms each), then ${refusal || "no refusal"}`,
       );
-      expect(ctx, refusal.startsWith("max_env_bytes"), "empty steps are charged until a byte limit refuses");
+      expect(ctx, refusal.startsWith("max_held_bytes"), "empty steps are charged until a byte limit refuses");
       c.close();
     },
   },

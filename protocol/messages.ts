@@ -250,6 +250,10 @@ export const LimitsSchema = map({
   env_idle_s: Type.Optional(Type.Number({ minimum: 0 })),
   idle_drop_s: Type.Optional(Type.Number({ minimum: 0 })),
   heartbeat_s: Type.Optional(Type.Number({ minimum: 0 })),
+  max_held_bytes: Type.Optional(Type.Integer({ minimum: 1 })),
+  max_held_bytes_per_connection: Type.Optional(Type.Integer({ minimum: 1 })),
+  max_watchers: Type.Optional(Type.Integer({ minimum: 1 })),
+  watch_idle_s: Type.Optional(Type.Number({ minimum: 0 })),
 });
 export type Limits = Static<typeof LimitsSchema>;
 

@@ -177,12 +177,8 @@ export const CATALOGUE = {
     message: ({ idleS, id }) =>
       `env_idle_s is ${idleS}; env session ${JSON.stringify(id)} took no step for that long and is closed (its episodes are released): open a new one`,
   }),
-  max_env_bytes_prompts: entry<{ max: number; bytes: number }>({
-    frame: "limit",
-    field: "groups",
-    message: ({ max, bytes }) =>
-      `max_env_bytes is ${max}; this session's prompt token ids (${bytes} bytes) would take env sessions over it: open fewer episodes`,
-  }),
+  /** A token session's prompt ids take the memory budget past a bound (budget.ts words it). */
+  memory_budget_prompts: entry<Said>({ frame: "limit", field: "groups", message: said }),
   env_open_failed: entry<{ message: string; engine: boolean }>({
     frame: "internal",
     message: ({ message, engine }) => `${engine ? "engine: " : ""}${message}`,
@@ -191,18 +187,10 @@ export const CATALOGUE = {
     frame: "unknown_env",
     message: ({ id }) => `no env session ${JSON.stringify(id)} is open on this connection`,
   }),
-  max_env_bytes_per_connection: entry<{ max: number; held: number; adds: number }>({
-    frame: "limit",
-    field: "responses",
-    message: ({ max, held, adds }) =>
-      `max_env_bytes_per_connection is ${max}; this connection's env sessions hold ${held} bytes (turn records, responses, token ids) and this step adds ${adds}: close a session first`,
-  }),
-  max_env_bytes: entry<{ max: number; held: number; adds: number }>({
-    frame: "limit",
-    field: "responses",
-    message: ({ max, held, adds }) =>
-      `max_env_bytes is ${max}; env sessions hold ${held} bytes over all connections and this step adds ${adds}: close a session, or wait for others to`,
-  }),
+  /** An env step past the memory budget (budget.ts words it). */
+  memory_budget_step: entry<Said>({ frame: "limit", field: "responses", message: said }),
+  /** A rollout cancelled because its turns took the memory budget past a bound (budget.ts). */
+  memory_shed: entry<Said>({ frame: "limit", field: "max_held_bytes", message: said }),
   unknown_env_id: entry<{ envId: number; open: number }>({
     frame: "unknown_env",
     field: "responses",

@@ -85,6 +85,11 @@ export class Episode {
     return this.turns.length;
   }
 
+  /** The latest recorded turn. */
+  get lastTurn(): TurnRecord | undefined {
+    return this.turns[this.turns.length - 1];
+  }
+
   get actionNames(): readonly string[] {
     return this.env.actionNames;
   }

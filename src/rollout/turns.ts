@@ -4,7 +4,8 @@ import type { Episode } from "./episode.ts";
 
 /** What the turn loop tells and is told by its batch. */
 export interface TurnHooks {
-  onTurn?: () => void;
+  /** A turn of `episode` was played (recorded, or failed). */
+  onTurn?: (episode: Episode) => void;
   signal?: AbortSignal;
 }
 
@@ -28,6 +29,6 @@ export async function playTurns(episode: Episode, hooks: TurnHooks, play: TurnPl
           : `turn ${turn + 1}: ${error instanceof Error ? error.message : String(error)}`,
       );
     }
-    hooks.onTurn?.();
+    hooks.onTurn?.(episode);
   }
 }

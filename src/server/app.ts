@@ -16,6 +16,7 @@ import { RollgymError } from "../errors/catalogue.ts";
 import { oraclePolicy } from "../llm/builtin.ts";
 import type { Policy } from "../llm/policy.ts";
 import { authorized } from "./auth.ts";
+import { admitWaiting, MemoryBudget } from "./budget.ts";
 import { handleConnection } from "./connection.ts";
 import {
   ConnectionGuard,
@@ -35,6 +36,10 @@ import type { FileLimits } from "./web/files.ts";
 import { registerWeb, webOptions } from "./web/routes.ts";
 
 export interface ServerOptions extends Partial<ServerLimits> {
+  /** The memory budget's earlier name: maxHeldBytes when that is not given. */
+  maxEnvBytes?: number;
+  /** The per-session share's earlier name: maxHeldBytesPerConnection when that is not given. */
+  maxEnvBytesPerConnection?: number;
   config?: RollgymConfig;
   registry?: EnvRegistry;
   /** Inference; the built-in oracle when omitted. */
@@ -132,7 +137,9 @@ export async function buildServer(options: ServerOptions = {}): Promise<RollgymS
     metrics,
     sessions,
     episodesInFlight: 0,
-    envBytes: { held: 0 },
+    memory: new MemoryBudget(limits.maxHeldBytes, limits.maxHeldBytesPerConnection, () =>
+      admitWaiting(state),
+    ),
     closing: false,
     version: VERSION,
     log: app.log,
@@ -287,5 +294,12 @@ export function redactToken(url: string): string {
 
 function pickLimits(options: ServerOptions): Partial<ServerLimits> {
   const keys = Object.keys(DEFAULT_LIMITS) as (keyof ServerLimits)[];
-  return Object.fromEntries(keys.filter((k) => options[k] !== undefined).map((k) => [k, options[k]]));
+  const { maxEnvBytes, maxEnvBytesPerConnection } = options;
+  return {
+    ...(maxEnvBytes === undefined ? {} : { maxHeldBytes: maxEnvBytes }),
+    ...(maxEnvBytesPerConnection === undefined
+      ? {}
+      : { maxHeldBytesPerConnection: maxEnvBytesPerConnection }),
+    ...Object.fromEntries(keys.filter((k) => options[k] !== undefined).map((k) => [k, options[k]])),
+  };
 }

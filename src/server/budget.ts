@@ -1,8 +1,240 @@
-// The episode budget (docs/server.md "Episode budget"): what a request would hold against its
-// session's share and the server's total, and the wait of a stream rollout's next group for
-// room in both. Sessions report every change of what they hold; state.episodesInFlight is the sum.
-import type { Session } from "./session.ts";
+// The server's two budgets (docs/server.md "Episode budget" and "Memory budget"): episodes held,
+// and the bytes everything held really stores (rollouts in flight, groups held for resume, env
+// sessions), each with a session's share and the server's total. What a request would hold is
+// checked against both; a stream rollout's next group waits for room in both; a rollout whose
+// turns take the bytes past a bound is cancelled (shed) before V8's heap limit is reached.
+// Sessions report every change of what they hold; state.episodesInFlight and state.memory.held
+// are the sums.
+import { getHeapStatistics } from "node:v8";
+import { errorFrame } from "../errors/boundary.ts";
+import { RollgymError } from "../errors/catalogue.ts";
+import type { EpisodeRecord, TurnRecord } from "../record/episode-record.ts";
+import { Session } from "./session.ts";
 import type { ServerState } from "./state.ts";
+
+/**
+ * What things cost to hold, measured (docs/server.md "Memory budget"): an episode's env, prompt
+ * and state (about 1.5 KiB for a Sokoban episode); each turn or env step a turn record and a chat
+ * message (about 390 bytes with an empty text) plus its texts, at one byte per character (two
+ * when not Latin-1); each token id, sampled or appended, in four arrays (id, mask, logprob,
+ * reward) with their growth headroom. A group held for resume costs its encoded frame, exactly.
+ */
+export const EPISODE_BYTES = 2048;
+export const STEP_BYTES = 512;
+export const TOKEN_ID_BYTES = 128;
+
+/**
+ * A character outside Latin-1, which makes V8 store the text at two bytes per character (the
+ * control characters below tab are Latin-1 too; a text with them is charged two, to keep the
+ * pattern free of control characters).
+ */
+const WIDE = /[^\t-\u00ff]/;
+
+/** The bytes V8 stores `text` in. */
+export function textBytes(text: string): number {
+  return text.length * (WIDE.test(text) ? 2 : 1);
+}
+
+/** What the memory budget counts, by the kind of session that holds it. */
+export type HeldKind = "rollouts" | "groups" | "env";
+
+/**
+ * The default server-wide budget: 512 MiB, or an eighth of V8's heap limit when that is smaller.
+ * What is charged is what stays reachable; the heap also holds garbage between full GCs (up to
+ * 3× what survived the last one with serve's settings) and the server's own data, so the budget
+ * stays well below the limit.
+ */
+export function defaultMaxHeldBytes(): number {
+  return Math.min(512 << 20, Math.floor(getHeapStatistics().heap_size_limit / 8));
+}
+
+/** The bytes one session holds, charged into the server's budget. */
+export class MemoryAccount {
+  private readonly budget: MemoryBudget;
+  held = 0;
+  readonly kinds: Record<HeldKind, number> = { rollouts: 0, groups: 0, env: 0 };
+  private closed = false;
+  /** Cancels one running rollout of the session to give memory back (`why` goes to its client); false when none. */
+  shed: (why: string) => boolean = () => false;
+
+  constructor(budget: MemoryBudget) {
+    this.budget = budget;
+  }
+
+  /** Counts `bytes` more (or fewer, when negative) held; nothing once the session has ended. */
+  charge(kind: HeldKind, bytes: number): void {
+    if (this.closed || bytes === 0) return;
+    this.held += bytes;
+    this.kinds[kind] += bytes;
+    this.budget.changed(this, kind, bytes);
+  }
+
+  /** The session ended: everything it held goes at once; later charges change nothing. */
+  close(): void {
+    if (this.closed) return;
+    for (const kind of Object.keys(this.kinds) as HeldKind[]) this.charge(kind, -this.kinds[kind]);
+    this.closed = true;
+    this.budget.forget(this);
+  }
+}
+
+/** The server-wide memory budget (max_held_bytes) and each session's share of it. */
+export class MemoryBudget {
+  /** max_held_bytes: what all sessions together may hold. */
+  readonly max: number;
+  /** max_held_bytes_per_connection: what one session may hold. */
+  readonly share: number;
+  held = 0;
+  readonly kinds: Record<HeldKind, number> = { rollouts: 0, groups: 0, env: 0 };
+  /** Rollouts cancelled to stay within the budget, since the server started. */
+  shed = 0;
+  private readonly accounts = new Set<MemoryAccount>();
+  private readonly released: () => void;
+
+  /** `released` runs after bytes were given back (waiting stream groups may fit now). */
+  constructor(max: number, share: number, released: () => void = () => {}) {
+    this.max = max;
+    this.share = Math.min(share, max);
+    this.released = released;
+  }
+
+  account(): MemoryAccount {
+    const account = new MemoryAccount(this);
+    this.accounts.add(account);
+    return account;
+  }
+
+  /** Whether `bytes` more fit the account's share and the total. */
+  fits(account: MemoryAccount, bytes: number): boolean {
+    return this.held + bytes <= this.max && account.held + bytes <= this.share;
+  }
+
+  /** Why holding `bytes` more would pass the share or the total, or null when it fits. */
+  refusal(account: MemoryAccount, bytes: number, what: string): { limit: string; message: string } | null {
+    if (this.held + bytes > this.max)
+      return {
+        limit: "max_held_bytes",
+        message: `max_held_bytes is ${this.max}; ${this.held} bytes are held over all sessions (${this.describe(this.kinds)}) and ${what} needs ${bytes}`,
+      };
+    if (account.held + bytes > this.share)
+      return {
+        limit: "max_held_bytes_per_connection",
+        message: `max_held_bytes_per_connection is ${this.share}; this session holds ${account.held} bytes (${this.describe(account.kinds)}) and ${what} needs ${bytes}`,
+      };
+    return null;
+  }
+
+  /** The account's change, as MemoryAccount.charge made it. */
+  changed(account: MemoryAccount, kind: HeldKind, bytes: number): void {
+    this.held += bytes;
+    this.kinds[kind] += bytes;
+    if (bytes < 0) this.released();
+    // Rollouts grow as they play, unasked: past a bound, one is cancelled to make room.
+    else if (kind === "rollouts" && (this.held > this.max || account.held > this.share))
+      this.shedFor(account);
+  }
+
+  forget(account: MemoryAccount): void {
+    this.accounts.delete(account);
+  }
+
+  /**
+   * Cancels a running rollout: the account's own when it is past its share, else one of the
+   * session holding the most (a bystander holding little keeps its rollouts).
+   */
+  private shedFor(account: MemoryAccount): void {
+    const why = (limit: string, value: number, by: string, held: MemoryAccount | MemoryBudget) =>
+      `${limit} is ${value}; ${held.held} bytes were held ${by} (${this.describe(held.kinds)}), so this rollout is cancelled to stay within it`;
+    if (account.held > this.share) {
+      const message = why("max_held_bytes_per_connection", this.share, "by this session", account);
+      if (account.shed(message)) this.shed++;
+      return;
+    }
+    const message = why("max_held_bytes", this.max, "over all sessions", this);
+    const largest = [...this.accounts].sort((a, b) => b.held - a.held);
+    for (const candidate of largest)
+      if (candidate.shed(message)) {
+        this.shed++;
+        return;
+      }
+  }
+
+  private describe(kinds: Record<HeldKind, number>): string {
+    return `rollouts in flight ${kinds.rollouts}, groups held for acknowledgement ${kinds.groups}, env sessions ${kinds.env}`;
+  }
+}
+
+/**
+ * What one rollout's play holds, by group: each episode's EPISODE_BYTES from when its group is
+ * admitted (a batch delivery's whole batch at once, under group -1), then its turns and token
+ * log as they are played. A group's bytes go when its frame is queued (the session then holds
+ * the frame); the rest when the rollout ends.
+ */
+export class PlayMeter {
+  private readonly account: MemoryAccount;
+  private readonly byGroup = new Map<number, number>();
+  private readonly charged = new WeakSet<TurnRecord>();
+
+  constructor(account: MemoryAccount) {
+    this.account = account;
+  }
+
+  /** `episodes` admitted for `group` (-1: the whole batch). */
+  admit(group: number, episodes: number): void {
+    this.add(group, episodes * EPISODE_BYTES);
+  }
+
+  /** A turn was played: `turn` is the episode's latest record (the same one again after a failed turn). */
+  turn(group: number, turn: TurnRecord | undefined): void {
+    if (!turn || this.charged.has(turn)) return;
+    this.charged.add(turn);
+    this.add(
+      group,
+      STEP_BYTES + textBytes(turn.state) + textBytes(turn.raw_response) + textBytes(turn.response),
+    );
+  }
+
+  /** An episode ended: its token log, when it has one. */
+  episode(record: EpisodeRecord): void {
+    if (record.tokens) this.add(record.group_id, record.tokens.ids.length * TOKEN_ID_BYTES);
+  }
+
+  /** The group's frame is queued: what its play held goes. */
+  release(group: number): void {
+    this.account.charge("rollouts", -(this.byGroup.get(group) ?? 0));
+    this.byGroup.delete(group);
+  }
+
+  /** The rollout ended. */
+  end(): void {
+    for (const group of [...this.byGroup.keys()]) this.release(group);
+  }
+
+  private add(group: number, bytes: number): void {
+    this.byGroup.set(group, (this.byGroup.get(group) ?? 0) + bytes);
+    this.account.charge("rollouts", bytes);
+  }
+}
+
+/** Rollouts cancelled to stay within the memory budget (each is shed once). */
+const shedRollouts = new WeakSet<object>();
+
+/** A new session with its memory account, whose rollouts the budget may shed. */
+export function openSession(state: ServerState): Session {
+  const account = state.memory.account();
+  const session = new Session(budgetReporter(state), account);
+  account.shed = (why) => {
+    // The newest rollout still playing that has not been shed yet.
+    const running = [...session.rollouts.values()].filter((r) => r.batch === null && !shedRollouts.has(r));
+    const victim = running.at(-1);
+    if (!victim) return false;
+    shedRollouts.add(victim);
+    session.sendNow(errorFrame(new RollgymError("memory_shed", { message: why }), { rollout: victim.id }));
+    victim.cancel();
+    return true;
+  };
+  return session;
+}
 
 /** A stream group waiting for room: held and resolved (true) as soon as its episodes fit. */
 interface Waiter {
@@ -24,7 +256,7 @@ export function budgetReporter(state: ServerState): (delta: number) => void {
 }
 
 /** Holds the episodes of every waiting group that fits now, oldest first. */
-function admitWaiting(state: ServerState): void {
+export function admitWaiting(state: ServerState): void {
   const set = waiting.get(state);
   if (!set) return;
   for (const waiter of set) {
@@ -35,10 +267,14 @@ function admitWaiting(state: ServerState): void {
   }
 }
 
-/** Whether `episodes` more fit the session's share and the server's total. */
+/** Whether `episodes` more (and their EPISODE_BYTES) fit the session's share and the server's total. */
 function fitsBudget(state: ServerState, session: Session, episodes: number): boolean {
   const { maxEpisodesPerConnection: share, maxEpisodesInFlight: total } = state.options;
-  return state.episodesInFlight + episodes <= total && session.episodesHeld + episodes <= share;
+  return (
+    state.episodesInFlight + episodes <= total &&
+    session.episodesHeld + episodes <= share &&
+    state.memory.fits(session.memory, episodes * EPISODE_BYTES)
+  );
 }
 
 /**
@@ -64,7 +300,7 @@ export function budgetRefusal(
       message: `max_episodes_per_connection is ${share}; this session holds ${session.episodesHeld} episodes (running rollouts, unacknowledged groups, open env sessions) and ${what} needs ${episodes}`,
     };
   }
-  return null;
+  return state.memory.refusal(session.memory, episodes * EPISODE_BYTES, `${what} (${episodes} episodes)`);
 }
 
 /** Resolves once `episodes` fit the session's share and the server's total, holding them (true), or when `signal` aborts (false). */

@@ -8,12 +8,12 @@ import { type ClientMessage, hasFrameEnvelope, validateClientMessage } from "../
 import { PROTOCOL_VERSION } from "../../protocol/version.ts";
 import { type About, codeOf, messageOf, wsAnswer } from "../errors/boundary.ts";
 import { RollgymError } from "../errors/catalogue.ts";
-import { budgetReporter } from "./budget.ts";
+import { openSession } from "./budget.ts";
 import type { ConnectionTicket } from "./connections.ts";
 import type { HostedEnvs } from "./env-host.ts";
 import { aboutOf, type Connection, dropHosted, handleFrame } from "./frames/index.ts";
 import { Outbound } from "./outbound.ts";
-import { Session } from "./session.ts";
+import type { Session } from "./session.ts";
 import type { ServerState } from "./state.ts";
 
 /** `ticket` hears of the hello and of every frame, and asks whether the connection holds work. */
@@ -132,7 +132,7 @@ function handshake(
     session = found;
     resumed = true;
   } else {
-    session = new Session(budgetReporter(state));
+    session = openSession(state);
     state.sessions.set(session.id, session);
     session.onEnd = () => state.sessions.delete(session.id);
   }

@@ -12,25 +12,12 @@ import type { EpisodeRecord } from "../record/episode-record.ts";
 import { type BatchRequest, groupEpisodes, groupTags, tagMetrics } from "../rollout/batch.ts";
 import type { Episode } from "../rollout/episode.ts";
 import { TokenLog } from "../rollout/token-log.ts";
+import { EPISODE_BYTES, type MemoryAccount, STEP_BYTES, TOKEN_ID_BYTES, textBytes } from "./budget.ts";
 
 type Responses = EnvStep["responses"];
 
 /** Episodes built (or stepped) between two yields to the event loop. */
 export const OPEN_SLICE_EPISODES = 256;
-
-/**
- * What one response costs to hold, measured (docs/server.md "Env hosting memory"): each step
- * stores a turn record and a chat message (about 390 bytes with an empty text), the text once
- * (one byte per character, two when it is not Latin-1), and in a token session each id, sampled
- * or appended, in four arrays (id, mask, logprob, reward) with their growth headroom.
- */
-export const STEP_BYTES = 512;
-export const TOKEN_ID_BYTES = 128;
-
-/** The bytes env sessions hold over the whole server (max_env_bytes). */
-export interface EnvBytes {
-  held: number;
-}
 
 /** What an env_stepped result's `messages` holds (PROTOCOL.md "Env hosting"). */
 export type MessagesMode = "new" | "full";
@@ -41,14 +28,15 @@ export class HostedEnvs {
   private readonly episodes: Episode[] = [];
   private readonly messagesMode: MessagesMode;
   /**
-   * Bytes this session holds (STEP_BYTES per response, its text, TOKEN_ID_BYTES per id), counted
-   * by the connection when a step is accepted (before it runs) against
-   * max_env_bytes_per_connection and max_env_bytes; ids the engine appends count once known.
+   * Bytes this session holds (EPISODE_BYTES per episode from the start, then STEP_BYTES per
+   * response, its text, TOKEN_ID_BYTES per id), counted by the connection when a step is accepted
+   * (before it runs) against the memory budget; ids the engine appends count once known.
    */
   heldBytes = 0;
   /** Closes the session after env_idle_s without a step (connection.ts); cleared on dispose. */
   idleTimer: NodeJS.Timeout | null = null;
-  private readonly serverBytes: EnvBytes;
+  /** The session's memory account (budget.ts). */
+  private readonly account: MemoryAccount;
   /** Token sessions only: the engine that renders deltas, and one log per episode. */
   private readonly tokens: TokenEngine | null;
   private readonly logs: TokenLog[] = [];
@@ -67,16 +55,17 @@ export class HostedEnvs {
     tokens: TokenEngine | null = null,
     affinity = "env",
     forget: (affinity: string) => void = () => {},
-    messagesMode: MessagesMode = "new",
-    serverBytes: EnvBytes = { held: 0 },
+    messagesMode: MessagesMode,
+    account: MemoryAccount,
   ) {
-    this.serverBytes = serverBytes;
+    this.account = account;
     this.registry = registry;
     this.request = request;
     this.tokens = tokens;
     this.affinity = affinity;
     this.forget = forget;
     this.messagesMode = messagesMode;
+    this.charge(this.size * EPISODE_BYTES);
   }
 
   /** Episodes this session hosts (known before they are built). */
@@ -116,10 +105,10 @@ export class HostedEnvs {
     return run;
   }
 
-  /** Counts `bytes` more (or fewer) held by this session, and by the server. */
+  /** Counts `bytes` more (or fewer) held by this env session, and by its session's account. */
   charge(bytes: number): void {
     this.heldBytes += bytes;
-    this.serverBytes.held += bytes;
+    this.account.charge("env", bytes);
   }
 
   /** Ends the session's engine work (a closed session or connection), its routing state and its bytes. */
@@ -188,10 +177,7 @@ export class HostedEnvs {
   static bytesOf(responses: Responses): number {
     let bytes = 0;
     for (const r of responses)
-      bytes +=
-        STEP_BYTES +
-        r.text.length * (WIDE.test(r.text) ? 2 : 1) +
-        (r.sampled_ids?.length ?? 0) * TOKEN_ID_BYTES;
+      bytes += STEP_BYTES + textBytes(r.text) + (r.sampled_ids?.length ?? 0) * TOKEN_ID_BYTES;
     return bytes;
   }
 
@@ -240,7 +226,7 @@ export class HostedEnvs {
           { role: "user", content: messages[messages.length - 1].content },
         );
         // The chat's own copy of the response (the user message is the episode's string).
-        this.charge(said.length * (WIDE.test(said) ? 2 : 1));
+        this.charge(textBytes(said));
         // The trainer's engine did not say how the turn ended: only its own end-of-turn token is known.
         const end = { lastId: log.last, stoppedOnToken: false };
         const next = await engine.continuation(chat, end, episode.prefill, this.affinity, signal);
@@ -282,13 +268,6 @@ export class HostedEnvs {
     return { episodes, metrics: tagMetrics(episodes, this.request) };
   }
 }
-
-/**
- * A character outside Latin-1, which makes V8 store the text at two bytes per character (the
- * control characters below tab are Latin-1 too; a text with them is charged two, to keep the
- * pattern free of control characters).
- */
-const WIDE = /[^\t-\u00ff]/;
 
 /** How many leading messages two chats share (same role and content). */
 function commonPrefix(a: readonly ChatMessage[], b: readonly ChatMessage[]): number {

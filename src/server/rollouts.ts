@@ -12,6 +12,7 @@ import type { Policy } from "../llm/policy.ts";
 import type { TokenEngine } from "../llm/token-engine.ts";
 import type { EpisodeRecord } from "../record/episode-record.ts";
 import { type BatchRequest, playBatch } from "../rollout/batch.ts";
+import { PlayMeter } from "./budget.ts";
 import { groupFrame } from "./group-frame.ts";
 import type { ServerMetrics } from "./metrics.ts";
 import type { Session, SessionRollout } from "./session.ts";
@@ -126,6 +127,9 @@ export class Rollout implements SessionRollout {
     const { id, frame, request, session, stream } = this;
     const total = this.episodes;
     const held = new Map<number, EpisodeRecord[]>();
+    // What its play holds, against the memory budget: a batch's every episode from now.
+    const meter = new PlayMeter(session.memory);
+    if (!stream) meter.admit(-1, total);
     let finished = 0;
     let failed = 0;
     let groupsDone = 0;
@@ -163,13 +167,20 @@ export class Rollout implements SessionRollout {
         maxConcurrentGroups: ctx.groupConcurrency,
         retainEpisodes: false,
         admitGroup: stream
-          ? async () => {
+          ? async (group) => {
               await this.room(ctx.maxBufferedGroups);
-              if (await waitForRoom(request.groupSize, this.abort.signal)) this.reserved += request.groupSize;
+              if (await waitForRoom(request.groupSize, this.abort.signal)) {
+                this.reserved += request.groupSize;
+                meter.admit(group, request.groupSize);
+              }
             }
           : undefined,
-        onTurn: () => ctx.metrics.turns.inc(),
+        onTurn: (episode) => {
+          ctx.metrics.turns.inc();
+          meter.turn(episode.groupId, episode.lastTurn);
+        },
         onEpisode: (record) => {
+          meter.episode(record);
           finished++;
           if (record.failure !== null) failed++;
           ctx.metrics.episodes.inc({
@@ -181,8 +192,10 @@ export class Rollout implements SessionRollout {
           groupsDone++;
           watched?.group(group, episodes);
           // A stream group's place in the buffer was taken when it was admitted.
-          if (stream) this.queue(group, groupFrame(id, group, episodes, null, null), episodes.length);
-          else held.set(group, episodes);
+          if (stream) {
+            this.queue(group, groupFrame(id, group, episodes, null, null), episodes.length);
+            meter.release(group);
+          } else held.set(group, episodes);
         },
       });
       progress(true);
@@ -219,6 +232,7 @@ export class Rollout implements SessionRollout {
       session.sendNow(errorFrame(new RollgymError("internal", { message }), { rollout: id }));
       session.rollouts.delete(id);
     } finally {
+      meter.end();
       session.release(this.reserved);
       this.reserved = 0;
       ctx.metrics.activeRollouts.dec();

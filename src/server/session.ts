@@ -5,6 +5,7 @@
 import { randomUUID } from "node:crypto";
 import { encodeMessage } from "../../protocol/codec.ts";
 import type { ServerMessage } from "../../protocol/messages.ts";
+import type { MemoryAccount } from "./budget.ts";
 import type { Outbound } from "./outbound.ts";
 
 type Frame = ServerMessage & { type: string };
@@ -58,9 +59,12 @@ export class Session {
   onEnd: () => void = () => {};
   /** Called with every change of the episodes held (the server keeps the global sum). */
   private readonly onHeld: (delta: number) => void;
+  /** The bytes the session holds (budget.ts): held groups' frames, its rollouts' play, its env sessions. */
+  readonly memory: MemoryAccount;
 
-  constructor(onHeld: (delta: number) => void = () => {}) {
+  constructor(onHeld: (delta: number) => void, memory: MemoryAccount) {
     this.onHeld = onHeld;
+    this.memory = memory;
   }
 
   /** The current connection's sending side (null while detached). */
@@ -153,6 +157,7 @@ export class Session {
     // Everything the session held goes at once; later releases (rollouts ending) change nothing.
     this.onHeld(-this.held);
     this.held = 0;
+    this.memory.close();
     this.ended = true;
     this.onEnd();
   }
@@ -171,6 +176,7 @@ export class Session {
   enqueueGroup(rollout: string, group: number, frame: Frame, episodes = 0): void {
     const seq = ++this.seq;
     const entry = { rollout, group, seq, episodes, bytes: encodeMessage({ ...frame, seq }) };
+    this.memory.charge("groups", entry.bytes.byteLength);
     this.unacked.set(rollout, (this.unacked.get(rollout) ?? 0) + 1);
     this.unackedTotal++;
     this.outbox.push(entry);
@@ -201,6 +207,7 @@ export class Session {
       }
       this.inflight.delete(key);
       this.release(entry.episodes);
+      this.memory.charge("groups", -entry.bytes.byteLength);
       const left = (this.unacked.get(rolloutId) ?? 1) - 1;
       if (left > 0) this.unacked.set(rolloutId, left);
       else this.unacked.delete(rolloutId);

@@ -1,11 +1,10 @@
 // What the server's parts share: options, configuration, registry, policy, sessions, metrics.
-import { getHeapStatistics } from "node:v8";
 import type { FastifyBaseLogger } from "fastify";
 import type { EnvRegistry } from "../../envs/registry.ts";
 import type { RollgymConfig } from "../config/index.ts";
 import type { Policy } from "../llm/policy.ts";
 import { DEFAULT_ROLLOUT_LIMITS } from "../rollout/limits.ts";
-import type { EnvBytes } from "./env-host.ts";
+import { defaultMaxHeldBytes, type MemoryBudget } from "./budget.ts";
 import type { ServerMetrics } from "./metrics.ts";
 import type { RolloutContext } from "./rollouts.ts";
 import type { Session } from "./session.ts";
@@ -27,10 +26,13 @@ export interface ServerLimits {
   maxUnackedGroups: number;
   /** Env sessions open at once on one connection. */
   maxEnvSessionsPerConnection: number;
-  /** Bytes (turn records, responses, token ids) a connection's open env sessions may hold. */
-  maxEnvBytesPerConnection: number;
-  /** The same over all connections: the server-wide bound on what env sessions hold. */
-  maxEnvBytes: number;
+  /**
+   * The memory budget (budget.ts): bytes held over the whole server by rollouts in flight,
+   * groups held for acknowledgement and env sessions, charged as measured.
+   */
+  maxHeldBytes: number;
+  /** The same, for one session (its share). */
+  maxHeldBytesPerConnection: number;
   /** An env session that takes no step for this long is closed and its episodes released. */
   envIdleMs: number;
   /** Bytes buffered for a client above which the server stops reading from it. */
@@ -50,22 +52,14 @@ export const DEFAULT_LIMITS: ServerLimits = {
   maxBufferedGroups: 64,
   maxUnackedGroups: 4096,
   maxEnvSessionsPerConnection: 16,
-  maxEnvBytesPerConnection: 64 << 20,
-  maxEnvBytes: defaultMaxEnvBytes(),
+  maxHeldBytes: defaultMaxHeldBytes(),
+  maxHeldBytesPerConnection: 128 << 20,
   envIdleMs: 600_000,
   sendPauseBytes: 8 << 20,
   maxSendBufferBytes: 64 << 20,
   sendStallMs: 60_000,
   resumeGraceMs: 60_000,
 };
-
-/**
- * 512 MiB, or an eighth of V8's heap limit when that is smaller: what env sessions hold must
- * stay well below the limit, next to the episode budget's held groups (docs/server.md).
- */
-function defaultMaxEnvBytes(): number {
-  return Math.min(512 << 20, Math.floor(getHeapStatistics().heap_size_limit / 8));
-}
 
 /** The limits as `welcome.limits` sends them (PROTOCOL.md "Handshake"). */
 export function wireLimits(limits: ServerLimits): Record<string, number> {
@@ -78,8 +72,11 @@ export function wireLimits(limits: ServerLimits): Record<string, number> {
     max_buffered_groups: limits.maxBufferedGroups,
     max_unacked_groups: limits.maxUnackedGroups,
     max_env_sessions_per_connection: limits.maxEnvSessionsPerConnection,
-    max_env_bytes_per_connection: limits.maxEnvBytesPerConnection,
-    max_env_bytes: limits.maxEnvBytes,
+    max_held_bytes: limits.maxHeldBytes,
+    max_held_bytes_per_connection: Math.min(limits.maxHeldBytesPerConnection, limits.maxHeldBytes),
+    // Their names before the budget covered every kind of session (the same values).
+    max_env_bytes: limits.maxHeldBytes,
+    max_env_bytes_per_connection: Math.min(limits.maxHeldBytesPerConnection, limits.maxHeldBytes),
     env_idle_s: limits.envIdleMs / 1000,
     send_pause_bytes: limits.sendPauseBytes,
     max_send_buffer_bytes: limits.maxSendBufferBytes,
@@ -97,8 +94,8 @@ export interface ServerState {
   sessions: Map<string, Session>;
   /** Episodes held over all sessions (see ServerLimits.maxEpisodesInFlight). */
   episodesInFlight: number;
-  /** Bytes env sessions hold over all connections (see ServerLimits.maxEnvBytes). */
-  envBytes: EnvBytes;
+  /** Bytes held over all sessions, by kind (see ServerLimits.maxHeldBytes). */
+  memory: MemoryBudget;
   closing: boolean;
   version: string;
   log: FastifyBaseLogger;

@@ -5,7 +5,8 @@ import type { RolloutRequest } from "../../protocol/messages.ts";
 import { codeOf } from "../../src/errors/boundary.ts";
 import { admitEnvSession, admitRollout } from "../../src/server/admission.ts";
 import { buildServer, type RollgymServer } from "../../src/server/app.ts";
-import { Session } from "../../src/server/session.ts";
+import { openSession } from "../../src/server/budget.ts";
+import type { Session } from "../../src/server/session.ts";
 import { TestClient } from "../helpers/ws-client.ts";
 
 const frame = (extra: Partial<RolloutRequest> = {}): RolloutRequest => ({
@@ -37,7 +38,7 @@ describe("rollout admission", () => {
   };
 
   it("refuses each way with its own code, and admits a playable rollout", () => {
-    const session = new Session();
+    const session = openSession(server.state);
     expect(refusal(session, frame({ tags: [{ tag: "Nope", groups: 1 }] }))).toBe("unknown_tag");
     expect(refusal(session, frame({ tags: [{ tag: "Bandit", groups: 9 }] }))).toBe("max_groups_per_rollout");
     expect(refusal(session, frame({ seed: 2 ** 32 - 1 }))).toBe("seed_range");
@@ -52,7 +53,7 @@ describe("rollout admission", () => {
   });
 
   it("checks the session before the request: a taken id wins over a bad tag", () => {
-    const session = new Session();
+    const session = openSession(server.state);
     session.enqueueGroup("r", 0, { type: "group" } as never, 0);
     expect(refusal(session, frame({ tags: [{ tag: "Nope", groups: 1 }] }))).toBe("rollout_id_taken");
     // Unacknowledged groups at max_unacked_groups: no new rollout, whatever its id.
@@ -60,7 +61,7 @@ describe("rollout admission", () => {
   });
 
   it("admits an env session the same way, naming its own fields", () => {
-    const session = new Session();
+    const session = openSession(server.state);
     const open = { type: "env_open" as const, id: "e", tag: "Bandit", groups: 1, group_size: 2 };
     const refused = (hosted: Map<string, unknown>, extra: object) => {
       try {
@@ -81,7 +82,7 @@ describe("rollout admission", () => {
   it("refuses every rollout while the server shuts down", () => {
     server.state.closing = true;
     try {
-      expect(refusal(new Session(), frame())).toBe("shutting_down");
+      expect(refusal(openSession(server.state), frame())).toBe("shutting_down");
     } finally {
       server.state.closing = false;
     }

@@ -111,7 +111,7 @@ describe("attacks on one server", () => {
     }
     expect(replies.map((r) => r.type)).toEqual(["env_stepped", "env_stepped", "error"]);
     expect(replies[2]).toMatchObject({ code: "limit" });
-    expect(replies[2].message).toMatch(/max_env_bytes_per_connection/);
+    expect(replies[2].message).toMatch(/max_held_bytes_per_connection is 300000/);
     // The refused step changed nothing: a small response is still taken, and the episode's
     // record has exactly the turns that were accepted.
     const before = c.received.length;
@@ -143,6 +143,9 @@ describe("attacks on one server", () => {
   });
 
   it("#10.3 and #10.5 together: a client holding its share in unacked groups and a running batch does not stop another", async () => {
+    // Its own server: the one above holds one connection to 300,000 bytes.
+    const server = await buildServer();
+    const url = await server.listen(0, "127.0.0.1");
     const hog = await TestClient.connect(url);
     const limits = hog.of("welcome")[0].limits as Record<string, number>;
     // A finished batch whose groups are never acknowledged, then a batch reserving the rest of
@@ -168,6 +171,7 @@ describe("attacks on one server", () => {
     hog.send({ type: "cancel", rollout: "rest" });
     await hog.next((f) => f.rollout === "rest" && f.type === "batch");
     hog.close();
+    await server.shutdown();
   });
 });
 

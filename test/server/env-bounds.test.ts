@@ -11,7 +11,8 @@ import { type Frame, TestClient } from "../helpers/ws-client.ts";
 let server: RollgymServer;
 let url: string;
 beforeAll(async () => {
-  server = await buildServer({ maxEnvSessionsPerConnection: 3, maxEnvBytesPerConnection: 10_000 });
+  // A session's share of the memory budget: 16,000 bytes, of which each episode takes 2,048.
+  server = await buildServer({ maxEnvSessionsPerConnection: 3, maxHeldBytesPerConnection: 16_000 });
   url = await server.listen(0);
 });
 afterAll(async () => {
@@ -48,7 +49,7 @@ describe("env hosting bounds", () => {
     other.close();
   });
 
-  it("refuses a step past max_env_bytes_per_connection and changes nothing", async () => {
+  it("refuses a step past max_held_bytes_per_connection and changes nothing", async () => {
     const client = await TestClient.connect(url);
     client.send({ type: "env_open", id: "s", tag: "SimpleSokoban", groups: 1, group_size: 2, max_turn: 5 });
     await client.next((f) => f.type === "env_opened");
@@ -60,7 +61,9 @@ describe("env hosting bounds", () => {
     client.send({ type: "env_step", id: "s", responses: [{ env_id: 1, text: long }] });
     const refused = await arrivedAfter(client, from, "error", "s");
     expect(refused).toMatchObject({ code: "limit", field: "responses" });
-    expect(refused.message).toMatch(/max_env_bytes_per_connection is 10000/);
+    expect(refused.message).toMatch(
+      /max_held_bytes_per_connection is 16000; this session holds 10\d{3} bytes/,
+    );
     // Nothing was applied: episode 1 still takes its first turn, and the record shows one turn for 0.
     from = client.received.length;
     client.send({
@@ -90,7 +93,8 @@ describe("env hosting bounds", () => {
     socket.uncork();
     const refused = await arrivedAfter(client, from, "error", "q");
     expect(refused).toMatchObject({ code: "limit", field: "responses" });
-    expect(refused.message).toMatch(/hold 9\d{3} bytes/);
+    // 3 episodes (6,144 bytes) and two steps of 4,539 held: the third would pass 16,000.
+    expect(refused.message).toMatch(/holds 15222 bytes .* and this step needs 4539/);
     // A refused step holds nothing: once the session is closed, the bytes are free again.
     client.send({ type: "env_close", id: "q" });
     const closed = await client.next((f) => f.type === "env_closed" && f.id === "q");
@@ -99,7 +103,7 @@ describe("env hosting bounds", () => {
   });
 
   it("sends only the messages added since the previous turn by default; `full` sends the chat", async () => {
-    // Turns of four episodes in two sessions: more than the 10,000 bytes of the server above.
+    // Turns of four episodes in two sessions: more than the 16,000 bytes of the server above.
     const roomy = await buildServer();
     const client = await TestClient.connect(await roomy.listen(0));
     const open = { tag: "SimpleSokoban", groups: 2, group_size: 2, seed: 77, max_turn: 8 };
@@ -176,6 +180,9 @@ describe("a large env_open", () => {
       sent.push(`${f.type}:${f.id ?? ""}`);
       return send.call(this, frame);
     };
+    // 8,192 episodes hold 16 MiB: a server with the default memory budget.
+    const server = await buildServer();
+    const url = await server.listen(0);
     try {
       const client = await TestClient.connect(url);
       const other = await TestClient.connect(url);
@@ -193,6 +200,7 @@ describe("a large env_open", () => {
       other.close();
     } finally {
       Outbound.prototype.send = send;
+      await server.shutdown();
     }
   }, 120_000);
 });
@@ -201,17 +209,17 @@ describe("env hosting memory over the whole server", () => {
   let small: RollgymServer;
   let smallUrl: string;
   beforeAll(async () => {
-    small = await buildServer({ maxEnvBytes: 10_000 });
+    small = await buildServer({ maxEnvBytes: 12_000 });
     smallUrl = await small.listen(0);
   });
   afterAll(async () => {
     await small.shutdown();
   });
 
-  it("refuses a step past max_env_bytes whichever connection holds the bytes, until they are released", async () => {
+  it("refuses a step past the memory budget (max_env_bytes, its earlier name) whichever connection holds the bytes, until they are released", async () => {
     const a = await TestClient.connect(smallUrl);
     const b = await TestClient.connect(smallUrl);
-    expect((a.of("welcome")[0].limits as Record<string, number>).max_env_bytes).toBe(10_000);
+    expect((a.of("welcome")[0].limits as Record<string, number>).max_env_bytes).toBe(12_000);
     for (const c of [a, b]) {
       c.send({ type: "env_open", id: "s", tag: "SimpleSokoban", groups: 1, group_size: 1, max_turn: 5 });
       await c.next((f) => f.type === "env_opened");
@@ -223,8 +231,9 @@ describe("env hosting memory over the whole server", () => {
     b.send({ type: "env_step", id: "s", responses: [{ env_id: 0, text: long }] });
     const refused = await arrivedAfter(b, from, "error", "s");
     expect(refused).toMatchObject({ code: "limit", field: "responses" });
+    // Two episodes (4,096 bytes) and a's step of 6,539.
     expect(refused.message).toMatch(
-      /max_env_bytes is 10000; env sessions hold 65\d\d bytes over all connections/,
+      /max_held_bytes is 12000; 10635 bytes are held over all sessions \(rollouts in flight 0, groups held for acknowledgement 0, env sessions 10635\)/,
     );
     // a's session closes: its bytes are free for b.
     a.send({ type: "env_close", id: "s" });
@@ -235,7 +244,7 @@ describe("env hosting memory over the whole server", () => {
     // And a dropped connection frees its bytes too.
     b.ws.terminate();
     await new Promise((r) => setTimeout(r, 100));
-    expect(small.state.envBytes.held).toBe(0);
+    expect(small.state.memory.held).toBe(0);
     a.close();
   });
 
@@ -254,7 +263,7 @@ describe("env hosting memory over the whole server", () => {
       if (r.type === "error") refused = r;
     }
     expect(refused).toMatchObject({ code: "limit" });
-    expect(steps).toBe(20); // 19 × 512 bytes fit in 10,000
+    expect(steps).toBe(20); // 19 × 512 bytes fit in 12,000 beside the episode's 2,048
     c.close();
   });
 

@@ -22,7 +22,7 @@ export function onEnvOpen(c: Connection, frame: EnvOpen): void {
     `env:${session.id}:${frame.id}`,
     (key) => policy.forget?.(key),
     frame.messages ?? "new",
-    state.envBytes,
+    session.memory,
   );
   // Its episodes count from now until env_close, the connection's end, or env_idle_s without a step.
   hosted.set(frame.id, envs);
@@ -39,17 +39,17 @@ export function onEnvOpen(c: Connection, frame: EnvOpen): void {
         await envs.build();
         await envs.renderPrompts();
         // A token session's prompt ids are known only now.
-        if (state.envBytes.held > options.maxEnvBytes)
-          throw new RollgymError("max_env_bytes_prompts", {
-            max: options.maxEnvBytes,
-            bytes: envs.heldBytes,
+        const over = state.memory.refusal(session.memory, 0, "this env session's prompt token ids");
+        if (over)
+          throw new RollgymError("memory_budget_prompts", {
+            message: `${over.message} (${envs.heldBytes} bytes with them): open fewer episodes`,
           });
       })
       .then(
         () => c.reply({ type: "env_opened", id: frame.id, episodes: envs.opened() }),
         (error: unknown) => {
           if (!dropHosted(hosted, session, frame.id, envs)) return; // closed meanwhile
-          if (codeOf(error) === "max_env_bytes_prompts") {
+          if (codeOf(error) === "memory_budget_prompts") {
             c.refuse(error, about);
             return;
           }
@@ -62,19 +62,14 @@ export function onEnvOpen(c: Connection, frame: EnvOpen): void {
 
 export function onEnvStep(c: Connection, frame: EnvStep): void {
   const { state, session, hosted } = c;
-  const { options } = state;
   const about = { id: frame.id };
   const envs = openEnvs(hosted, frame.id);
   const adds = HostedEnvs.bytesOf(frame.responses);
-  const held = [...hosted.values()].reduce((n, e) => n + e.heldBytes, 0);
-  if (held + adds > options.maxEnvBytesPerConnection)
-    throw new RollgymError("max_env_bytes_per_connection", {
-      max: options.maxEnvBytesPerConnection,
-      held,
-      adds,
+  const over = state.memory.refusal(session.memory, adds, "this step");
+  if (over)
+    throw new RollgymError("memory_budget_step", {
+      message: `${over.message}: close an env session, or wait for others to`,
     });
-  if (state.envBytes.held + adds > options.maxEnvBytes)
-    throw new RollgymError("max_env_bytes", { max: options.maxEnvBytes, held: state.envBytes.held, adds });
   // Counted now, so steps queued behind this one are checked against it too.
   envs.charge(adds);
   envs.idleTimer?.refresh();

@@ -1154,6 +1154,40 @@ const attacks: Attack[] = [
     },
   },
   {
+    name: "idle_watchers_hold_max_watchers",
+    covers: "#19.6 (watchers)",
+    async run(ctx) {
+      // max_watchers (32) idle watch subscriptions; a newcomer at once, then past watch_idle_s.
+      const idle = await Promise.all(
+        Array.from({ length: 32 }, (_, i) => connect(ctx.url, `idle-watcher${i}`)),
+      );
+      for (const c of idle) c.send({ type: "watch" });
+      await Promise.all(idle.map((c) => c.next((f) => f.type === "watching" || f.type === "error")));
+      const tryWatch = async () => {
+        const c = await connect(ctx.url, "newcomer");
+        c.send({ type: "watch" });
+        const r = await c.next((f) => f.type === "watching" || f.type === "error");
+        c.close();
+        return r.type === "watching" ? "watching" : `error ${String(r.code)}`;
+      };
+      const early = await tryWatch();
+      const idleS = welcomeLimits(idle[0]).watch_idle_s ?? 60;
+      await sleep(idleS * 1000 + 2_000);
+      const late = await tryWatch();
+      await sleep(200);
+      const ended = idle.filter((c) => c.of("error").some((e) => e.field === "watch_idle_s")).length;
+      ctx.observed.push(`idle watchers ended: ${ended} of 32`);
+      ctx.notes.push(`a newcomer's watch at once: ${early}; after ${idleS + 2} s: ${late}`);
+      expect(ctx, early === "error limit", "a 33rd watch is refused while the 32 are fresh");
+      expect(
+        ctx,
+        late === "watching" && ended === 1,
+        "past watch_idle_s a newcomer takes an idle watch's place",
+      );
+      for (const c of idle) c.close();
+    },
+  },
+  {
     name: "uploads_30MB_lines_parse",
     covers: "#19.5",
     // max_concurrent_uploads (4) × 32 MiB bodies, 2 checking workers × 384 MiB heap, plus #10's 300.

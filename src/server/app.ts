@@ -124,6 +124,7 @@ export async function buildServer(options: ServerOptions = {}): Promise<RollgymS
   });
   const registry = options.registry ?? createRegistry();
   const policy = instrumentPolicy(options.policy ?? oraclePolicy(), metrics);
+  const watch = new WatchHub(options.watch);
   const state: ServerState = {
     options: {
       ...limits,
@@ -149,9 +150,9 @@ export async function buildServer(options: ServerOptions = {}): Promise<RollgymS
       metrics,
       maxBufferedGroups: limits.maxBufferedGroups,
       groupConcurrency: options.groupConcurrency ?? 64,
-      watch: new WatchHub(options.watch),
+      watch,
     },
-    limits: () => ({ ...wireLimits(limits), ...guard.wireLimits() }),
+    limits: () => ({ ...wireLimits(limits), ...guard.wireLimits(), ...watch.wireLimits() }),
   };
 
   app.get("/healthz", async () => ({

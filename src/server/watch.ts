@@ -20,15 +20,24 @@ export interface WatchLimits {
   maxWatchers: number;
   /** A watcher whose socket buffers more than this many bytes loses frames until it drains. */
   maxBufferBytes: number;
+  /**
+   * At maxWatchers, the subscription whose client has sent nothing for this long (the longest)
+   * ends to make room for a new one, so idle watchers cannot hold every place.
+   */
+  idleMs: number;
 }
 
-const DEFAULT_WATCH_LIMITS: WatchLimits = { maxWatchers: 32, maxBufferBytes: 4 << 20 };
+const DEFAULT_WATCH_LIMITS: WatchLimits = { maxWatchers: 32, maxBufferBytes: 4 << 20, idleMs: 60_000 };
 
 /** How often a watcher that lost frames is checked for room to send its gap notice. */
 const GAP_POLL_MS = 200;
 
 interface Watcher {
   socket: WebSocket;
+  /** When its client last sent a frame (performance.now()). */
+  last: number;
+  /** Stops listening for its client's frames. */
+  untrack: () => void;
   dropped: number;
   streams: Set<number>;
   timer: NodeJS.Timeout | null;
@@ -71,11 +80,26 @@ export class WatchHub {
     return this.watchers.has(socket);
   }
 
-  /** Subscribe `socket`; false when the server already has `maxWatchers` subscriptions. */
+  /**
+   * Subscribe `socket`; false when the server already has `maxWatchers` subscriptions and none
+   * has been idle for `idleMs` (one that has is ended to make room).
+   */
   subscribe(socket: WebSocket): boolean {
     if (!this.watchers.has(socket)) {
-      if (this.watchers.size >= this.limits.maxWatchers) return false;
-      this.watchers.set(socket, { socket, dropped: 0, streams: new Set(), timer: null });
+      if (this.watchers.size >= this.limits.maxWatchers && !this.endIdle()) return false;
+      const watcher: Watcher = {
+        socket,
+        last: performance.now(),
+        untrack: () => socket.off("message", touch),
+        dropped: 0,
+        streams: new Set(),
+        timer: null,
+      };
+      const touch = () => {
+        watcher.last = performance.now();
+      };
+      socket.on("message", touch);
+      this.watchers.set(socket, watcher);
     }
     const watching: Watching = {
       type: "watching",
@@ -92,7 +116,35 @@ export class WatchHub {
   unsubscribe(socket: WebSocket): void {
     const watcher = this.watchers.get(socket);
     if (watcher?.timer) clearInterval(watcher.timer);
+    watcher?.untrack();
     this.watchers.delete(socket);
+  }
+
+  /** The limits as `welcome.limits` sends them. */
+  wireLimits(): Record<string, number> {
+    return { max_watchers: this.limits.maxWatchers, watch_idle_s: this.limits.idleMs / 1000 };
+  }
+
+  /**
+   * Ends the subscription whose client has sent nothing for the longest, if that is at least
+   * idleMs, telling it why; false when there is none.
+   */
+  private endIdle(): boolean {
+    const before = performance.now() - this.limits.idleMs;
+    let idle: Watcher | null = null;
+    for (const w of this.watchers.values()) if (w.last <= before && (!idle || w.last < idle.last)) idle = w;
+    if (!idle) return false;
+    this.unsubscribe(idle.socket);
+    if (idle.socket.readyState === idle.socket.OPEN)
+      idle.socket.send(
+        encodeMessage({
+          type: "error",
+          code: "limit",
+          field: "watch_idle_s",
+          message: `max_watchers is ${this.limits.maxWatchers} and this watch sent nothing for ${Math.round((performance.now() - idle.last) / 1000)} s (watch_idle_s is ${this.limits.idleMs / 1000}); it ended to make room for a new one: send watch again to resubscribe`,
+        }),
+      );
+    return true;
   }
 
   /** A rollout started: announce it and return what its engine reports through. */

@@ -1,12 +1,13 @@
 // Connections and env sessions that hold shared capacity without using it (issue 19.6): an env
 // session that takes no step is closed after env_idle_s; at max_connections the connection idle
 // longest and holding nothing makes room for a new one (4011); a client that does not answer
-// the server's pings is dropped.
+// the server's pings is dropped; at max_watchers the watch idle longest past watch_idle_s makes
+// room for a new one.
 import { afterEach, describe, expect, it } from "vitest";
 import WebSocket from "ws";
 import { encodeMessage } from "../../protocol/codec.ts";
 import { buildServer, type RollgymServer } from "../../src/server/app.ts";
-import { TestClient } from "../helpers/ws-client.ts";
+import { playToVerdict, rolloutFrame, TestClient } from "../helpers/ws-client.ts";
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 let server: RollgymServer | null = null;
@@ -79,5 +80,41 @@ describe("idle capacity", () => {
     await sleep(300);
     expect(alive.closeCode).toBeNull();
     alive.close();
+  });
+});
+
+describe("idle watchers", () => {
+  it("at max_watchers, a new watch ends the subscription idle longest past watch_idle_s; a watcher that talks stays", async () => {
+    server = await buildServer({ watch: { maxWatchers: 2, idleMs: 400 } });
+    const url = await server.listen(0);
+    const idle = await TestClient.connect(url);
+    const talker = await TestClient.connect(url);
+    expect(idle.of("welcome")[0].limits).toMatchObject({ max_watchers: 2, watch_idle_s: 0.4 });
+    for (const c of [idle, talker]) {
+      c.send({ type: "watch" });
+      await c.next((f) => f.type === "watching");
+    }
+    // Not idle long enough yet: refused as before.
+    const newcomer = await TestClient.connect(url);
+    newcomer.send({ type: "watch" });
+    expect(await newcomer.next((f) => f.type === "error")).toMatchObject({ code: "limit" });
+    // The talker sends a frame every 100 ms (a credit: anything counts); the idle one nothing.
+    for (let i = 0; i < 6; i++) {
+      talker.send({ type: "credit", groups: 1 });
+      await sleep(100);
+    }
+    newcomer.send({ type: "watch" });
+    expect(await newcomer.next((f) => f.type === "watching")).toBeTruthy();
+    const ended = await idle.next((f) => f.type === "error" && f.field === "watch_idle_s");
+    expect(ended).toMatchObject({ code: "limit" });
+    expect(ended.message).toMatch(/max_watchers is 2 and this watch sent nothing for \d+ s/);
+    expect(talker.of("error")).toEqual([]);
+    expect(server.state.rolloutContext.watch?.size).toBe(2);
+    // The ended watcher gets no more watch frames; the others see a rollout.
+    const seen = idle.received.length;
+    await playToVerdict(talker, rolloutFrame("w", 1, 1));
+    await newcomer.next((f) => f.type === "watch_batch");
+    expect(idle.received.slice(seen).filter((f) => f.type.startsWith("watch_"))).toEqual([]);
+    for (const c of [idle, talker, newcomer]) c.close();
   });
 });

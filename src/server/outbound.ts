@@ -4,7 +4,10 @@
 // paused for too long, the client is closed with 4008 (docs/server.md "Backpressure").
 // Reading also stops while a client has MAX_REPLIES_IN_PROGRESS replies still being prepared
 // (env sessions building, token steps at the engine), so it cannot queue work faster than its
-// replies go out.
+// replies go out; and after a frame whose handling (decoding included) took more than
+// PACE_ABOVE_MS, for PACE_FACTOR times as long, so one client's costly frames take at most
+// 1 / (1 + PACE_FACTOR) of the event loop and everyone else keeps going (docs/server.md "CPU
+// per frame").
 import type { Socket } from "node:net";
 import type { WebSocket } from "ws";
 import { CLOSE_CODES, encodeMessage } from "../../protocol/codec.ts";
@@ -21,6 +24,11 @@ export interface SendLimits {
 /** Client frames whose replies may be in preparation at once before reading stops. */
 const MAX_REPLIES_IN_PROGRESS = 16;
 
+/** A frame handled in more than this many ms pauses its client's next frames (below). */
+export const PACE_ABOVE_MS = 2;
+/** A client whose frame took t ms is not read for PACE_FACTOR × t ms afterwards. */
+export const PACE_FACTOR = 4;
+
 export class Outbound {
   readonly socket: WebSocket;
   private readonly limits: SendLimits;
@@ -29,6 +37,12 @@ export class Outbound {
   /** Reading from the client is paused (congested, or too many replies in progress). */
   private readingPaused = false;
   private inProgress = 0;
+  /** Not reading after a costly frame, until the pace timer fires. */
+  private pacing = false;
+  private paceTimer: NodeJS.Timeout | null = null;
+  /** Time spent handling this client's frames, and paused after them (ms; for tests and benches). */
+  busyMs = 0;
+  pacedMs = 0;
   private stallTimer: NodeJS.Timeout | null = null;
   /** Handlers of client frames that ws had already read when reading paused: run in order later. */
   private readonly deferred: (() => void)[] = [];
@@ -43,6 +57,7 @@ export class Outbound {
     this.limits = limits;
     socket.once("close", () => {
       this.clearStall();
+      if (this.paceTimer) clearTimeout(this.paceTimer);
       this.deferred.length = 0;
     });
   }
@@ -65,11 +80,34 @@ export class Outbound {
   whenFlowing(task: () => void): void {
     if (!this.open) return;
     if (!this.readingPaused && this.deferred.length === 0) {
-      task();
+      this.run(task);
       return;
     }
     this.deferred.push(task);
     this.peakDeferred = Math.max(this.peakDeferred, this.deferred.length);
+  }
+
+  /** Handles one client frame, and paces the client when that was costly. */
+  private run(task: () => void): void {
+    const start = performance.now();
+    try {
+      task();
+    } finally {
+      const took = performance.now() - start;
+      this.busyMs += took;
+      if (took > PACE_ABOVE_MS && this.open) this.pace(took * PACE_FACTOR);
+    }
+  }
+
+  private pace(ms: number): void {
+    this.pacing = true;
+    this.pacedMs += ms;
+    this.updateReading();
+    this.paceTimer = setTimeout(() => {
+      this.paceTimer = null;
+      this.pacing = false;
+      this.updateReading();
+    }, ms).unref();
   }
 
   /** Counts `reply` (the answer to a client frame, still being prepared) until it settles. */
@@ -140,14 +178,14 @@ export class Outbound {
   /** Reads (and runs deferred frames) exactly while the socket drains and few replies are pending. */
   private updateReading(): void {
     if (!this.open) return;
-    const stop = this.congestedNow || this.inProgress >= MAX_REPLIES_IN_PROGRESS;
+    const stop = this.congestedNow || this.pacing || this.inProgress >= MAX_REPLIES_IN_PROGRESS;
     if (stop && !this.readingPaused) {
       this.readingPaused = true;
       this.socket.pause();
     } else if (!stop && this.readingPaused) {
       this.readingPaused = false;
       this.socket.resume();
-      while (this.deferred.length > 0 && !this.readingPaused && this.open) this.deferred.shift()!();
+      while (this.deferred.length > 0 && !this.readingPaused && this.open) this.run(this.deferred.shift()!);
     }
   }
 

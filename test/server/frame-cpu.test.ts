@@ -1,10 +1,13 @@
 // CPU per frame (issue 19.7): a client frame may not hold a map of more keys than any message
 // needs, refused at the map's header before a key is decoded, so a 1 MiB map of 90,000 keys
 // costs no more than any other frame of its size; the connection that sent it is closed (1002).
+// A frame that costs much to decode (a million empty maps) paces its own client, so a bystander
+// keeps going beside two clients sending nothing else.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { decodeFrame, encodeMessage, MAX_CLIENT_MAP_KEYS } from "../../protocol/codec.ts";
 import { buildServer, type RollgymServer } from "../../src/server/app.ts";
-import { TestClient } from "../helpers/ws-client.ts";
+import { Outbound, PACE_FACTOR } from "../../src/server/outbound.ts";
+import { playToVerdict, rolloutFrame, TestClient } from "../helpers/ws-client.ts";
 
 const wide = (keys: number) =>
   encodeMessage({
@@ -40,4 +43,48 @@ describe("maps in client frames", () => {
     expect(await bystander.next((f) => f.id === "b")).toMatchObject({ type: "env_opened" });
     bystander.close();
   });
+});
+
+describe("costly frames", () => {
+  it("pace the client that sends them: a bystander completes its rollouts while few of them are handled", async () => {
+    // 0.95 MiB of a million empty maps: within every limit, and the costliest bytes to decode.
+    const costly = encodeMessage({
+      type: "credit",
+      groups: 1,
+      xs: Array.from({ length: 1_000_000 }, () => ({})),
+    });
+    const outbounds: Outbound[] = [];
+    const run = (Outbound.prototype as unknown as { run: (task: () => void) => void }).run;
+    (Outbound.prototype as unknown as { run: (task: () => void) => void }).run = function (
+      this: Outbound,
+      task: () => void,
+    ) {
+      if (!outbounds.includes(this)) outbounds.push(this);
+      run.call(this, task);
+    };
+    try {
+      const hostile = await Promise.all([TestClient.connect(url), TestClient.connect(url)]);
+      const bystander = await TestClient.connect(url);
+      // Each hostile client queues 20 costly frames at once; every one is answered with an error.
+      for (const h of hostile) for (let i = 0; i < 20; i++) h.ws.send(costly);
+      let rollouts = 0;
+      for (let i = 0; i < 5; i++) {
+        const verdict = await playToVerdict(bystander, rolloutFrame(`b${i}`, 2, 2, { delivery: "stream" }));
+        expect(verdict).toMatchObject({ type: "batch", failed: 0 });
+        rollouts++;
+      }
+      const handled = hostile.map((h) => h.of("error").length);
+      // The bystander's 5 rollouts took many turns of the event loop; the hostile clients got
+      // well under their 40 frames handled meanwhile.
+      expect(rollouts).toBe(5);
+      expect(handled[0] + handled[1]).toBeLessThan(20);
+      // Each hostile connection was read about 1 / (1 + PACE_FACTOR) of the time at most (its
+      // hello, too cheap to pace, adds a little).
+      for (const out of outbounds.slice(0, 2))
+        expect(out.busyMs / (out.busyMs + out.pacedMs)).toBeLessThan(1.1 / (1 + PACE_FACTOR));
+      for (const c of [...hostile, bystander]) c.ws.terminate();
+    } finally {
+      (Outbound.prototype as unknown as { run: (task: () => void) => void }).run = run;
+    }
+  }, 120_000);
 });

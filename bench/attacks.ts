@@ -1344,12 +1344,18 @@ const attacks: Attack[] = [
     name: "wide_maps_and_connection_storm",
     covers: "#19.7",
     async run(ctx) {
-      // Two clients sending 1 MiB maps of 90,000 keys for 10 s (reconnecting when closed), then
+      // Two clients sending 1 MiB maps of 90,000 keys for 10 s (reconnecting when closed), two
+      // sending frames of a million empty maps (the costliest bytes to decode) for 10 s, then
       // 200 clients connecting at once.
       const wide = encodeMessage({
         type: "credit",
         groups: 1,
         ...Object.fromEntries(Array.from({ length: 90_000 }, (_, i) => [`k${i}`, i])),
+      });
+      const costly = encodeMessage({
+        type: "credit",
+        groups: 1,
+        xs: Array.from({ length: 1_000_000 }, () => ({})),
       });
       let sent = 0;
       const closes = new Map<number, number>();
@@ -1370,13 +1376,27 @@ const attacks: Attack[] = [
           }
         }),
       );
+      const costlyClients = await Promise.all([0, 1].map((i) => connect(ctx.url, `costly${i}`)));
+      let costlySent = 0;
+      const costlyStop = performance.now() + 10_000;
+      while (performance.now() < costlyStop) {
+        // One more frame each whenever the previous ones were answered (no pile-up in this process).
+        for (const c of costlyClients)
+          if (c.of("error").length >= costlySent / 2 - 1) {
+            c.ws.send(costly);
+            costlySent++;
+          }
+        await sleep(50);
+      }
+      const costlyHandled = costlyClients.reduce((n, c) => n + c.of("error").length, 0);
+      for (const c of costlyClients) c.ws.terminate();
       const storm = await Promise.allSettled(
         Array.from({ length: 200 }, (_, i) => connect(ctx.url, `storm${i}`)),
       );
       const welcomed = storm.filter((r) => r.status === "fulfilled").length;
       for (const r of storm) if (r.status === "fulfilled") r.value.close();
       ctx.observed.push(
-        `wide maps: ${sent} sent, closes ${[...closes].map(([k, v]) => `${v}× ${k}`).join(", ")}; storm: ${welcomed}/200 welcomed`,
+        `wide maps: ${sent} sent, closes ${[...closes].map(([k, v]) => `${v}× ${k}`).join(", ")}; costly frames: ${costlyHandled} of ${costlySent} answered in 10 s; storm: ${welcomed}/200 welcomed`,
       );
       expect(ctx, (closes.get(1002) ?? 0) > 0, "a wide map closes its connection with 1002");
       expect(ctx, welcomed === 200, "all 200 storm clients get in");

@@ -194,9 +194,13 @@ export async function buildServer(options: ServerOptions = {}): Promise<RollgymS
       return refuseUpgrade(socket, new RollgymError("foreign_origin", { message: foreign }));
     if (!authorized(request, state.options.token))
       return refuseUpgrade(socket, new RollgymError("unauthorized", { query: false }));
-    const over = guard.refusal(request);
-    if (over) return refuseUpgrade(socket, over);
-    target.handleUpgrade(request, socket, head, (ws) => target.emit("connection", ws, request));
+    // A storm of handshakes is spread over turns of the event loop (connections.ts).
+    guard.upgrade(() => {
+      if (socket.destroyed) return;
+      const over = guard.refusal(request);
+      if (over) return refuseUpgrade(socket, over);
+      target.handleUpgrade(request, socket, head, (ws) => target.emit("connection", ws, request));
+    });
   });
 
   const closeGraceMs = options.closeGraceMs ?? 2_000;

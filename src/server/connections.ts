@@ -74,8 +74,17 @@ export function httpServerOptions(limits: ConnectionLimits) {
   };
 }
 
+/**
+ * WebSocket handshakes completed per turn of the event loop; the rest of a storm waits, in
+ * order, for the next turns, so requests that arrived meanwhile (/healthz) are answered between.
+ */
+export const UPGRADES_PER_TURN = 16;
+
 export class ConnectionGuard {
   readonly limits: ConnectionLimits;
+  /** Handshakes waiting for a later turn of the event loop, and how many this turn has done. */
+  private readonly upgrades: (() => void)[] = [];
+  private upgradesThisTurn = 0;
   /** Connections not past their handshake, oldest first, with how to drop each. */
   private readonly pending = new Map<Socket, () => void>();
   private readonly perAddress = new Map<string, number>();
@@ -136,6 +145,28 @@ export class ConnectionGuard {
     );
     return true;
   }
+
+  /**
+   * Runs `handshake` in this turn of the event loop if fewer than UPGRADES_PER_TURN have run in
+   * it, else in a later one, in arrival order.
+   */
+  upgrade(handshake: () => void): void {
+    if (this.upgrades.length === 0 && this.upgradesThisTurn < UPGRADES_PER_TURN) {
+      if (this.upgradesThisTurn++ === 0) setImmediate(this.nextTurn);
+      handshake();
+      return;
+    }
+    this.upgrades.push(handshake);
+  }
+
+  private readonly nextTurn = (): void => {
+    this.upgradesThisTurn = 0;
+    const now = this.upgrades.splice(0, UPGRADES_PER_TURN);
+    if (now.length === 0) return;
+    this.upgradesThisTurn = now.length;
+    setImmediate(this.nextTurn);
+    for (const handshake of now) handshake();
+  };
 
   /** Counts an upgraded WebSocket until it closes, and holds it as pending until its hello. */
   opened(ws: WebSocket, request: IncomingMessage): ConnectionTicket {

@@ -6,6 +6,7 @@ import { afterEach, describe, expect, it } from "vitest";
 import WebSocket from "ws";
 import { CLOSE_CODES } from "../../protocol/codec.ts";
 import { buildServer, type RollgymServer, type ServerOptions } from "../../src/server/app.ts";
+import { ConnectionGuard, UPGRADES_PER_TURN } from "../../src/server/connections.ts";
 import { TestClient } from "../helpers/ws-client.ts";
 
 let server: RollgymServer | null = null;
@@ -143,5 +144,37 @@ describe("silent sockets", () => {
     expect(hello.closeCode).toBe(CLOSE_CODES.helloTimeout);
     expect(hello.closeReason).toContain("waiting for their hello");
     for (const s of [...silent, ...later]) s.socket.destroy();
+  });
+});
+
+describe("a storm of handshakes", () => {
+  it(`completes at most ${UPGRADES_PER_TURN} per turn of the event loop, in arrival order, so other work runs between`, async () => {
+    const guard = new ConnectionGuard();
+    const done: number[] = [];
+    const seenBetween: number[] = [];
+    for (let i = 0; i < 40; i++) guard.upgrade(() => done.push(i));
+    expect(done).toHaveLength(UPGRADES_PER_TURN);
+    // Work queued now (like a /healthz request read meanwhile) runs before the rest of the storm.
+    await new Promise<void>((resolve) =>
+      setImmediate(() => {
+        seenBetween.push(done.length);
+        resolve();
+      }),
+    );
+    while (done.length < 40) await new Promise((r) => setImmediate(r));
+    expect(seenBetween[0]).toBeLessThan(40);
+    expect(done).toEqual(Array.from({ length: 40 }, (_, i) => i));
+    // And an upgrade after the storm runs at once again.
+    await new Promise((r) => setImmediate(r));
+    guard.upgrade(() => done.push(40));
+    expect(done).toHaveLength(41);
+  });
+
+  it("welcomes 200 clients connecting at once", async () => {
+    const url = await start({});
+    const clients = await Promise.all(Array.from({ length: 200 }, () => TestClient.connect(url)));
+    expect(clients.filter((c) => c.of("welcome").length === 1)).toHaveLength(200);
+    expect(await (await fetch(`${url}/healthz`)).json()).toMatchObject({ status: "ok" });
+    for (const c of clients) c.close();
   });
 });

@@ -994,6 +994,65 @@ const attacks: Attack[] = [
     },
   },
   {
+    name: "memory_budget_mixed_sessions",
+    covers: "#19.1 (one budget)",
+    // The memory budget's RSS line, 1,024 MiB, plus #10's 300 (docs/server.md "Memory bounds").
+    rssBoundMiB: 1024 + 300,
+    async run(ctx) {
+      // Two sessions hold their 16,384-episode share as unacknowledged groups (read, never
+      // acknowledged), then eight connections fill env sessions with 900 kB turns: everything
+      // counts against one max_held_bytes, which refuses in the end.
+      const holders = await Promise.all([0, 1].map((i) => connect(ctx.url, `holder${i}`)));
+      for (const [i, h] of holders.entries()) {
+        h.send({ type: "credit", groups: 100_000 });
+        h.send(rollout(`held${i}`, 1024, 16, "batch", 100 + i * 1024));
+      }
+      await Promise.all(holders.map((h) => h.next((f) => f.type === "batch" || f.type === "error", 80_000)));
+      const fillers = await Promise.all(Array.from({ length: 8 }, (_, i) => connect(ctx.url, `filler${i}`)));
+      for (const [i, c] of fillers.entries())
+        c.send({
+          type: "env_open",
+          id: "s",
+          tag: "FrozenLake",
+          groups: 1,
+          group_size: 16,
+          seed: i,
+          max_turn: 1000,
+        });
+      await Promise.all(fillers.map((c) => c.next((f) => f.type === "env_opened", 60_000)));
+      const text = "x".repeat(900_000);
+      let accepted = 0;
+      let lastRefusal = "";
+      const refused = new Set<number>();
+      const stop = performance.now() + 60_000;
+      for (let round = 0; refused.size < fillers.length && performance.now() < stop; round++)
+        await Promise.all(
+          fillers.map(async (c, i) => {
+            if (refused.has(i)) return;
+            const from = c.received.length;
+            c.send({ type: "env_step", id: "s", responses: [{ env_id: round % 16, text }] });
+            const r = await c.next(
+              (f) => (f.type === "env_stepped" || f.type === "error") && c.received.indexOf(f) >= from,
+              60_000,
+            );
+            if (r.type === "env_stepped") accepted++;
+            else {
+              refused.add(i);
+              lastRefusal = String(r.message);
+            }
+          }),
+        );
+      const unacked = holders.map((h) => h.of("group").length);
+      ctx.observed.push(`${refused.size} fillers refused: ${lastRefusal.slice(0, 220)}`);
+      ctx.notes.push(
+        `groups held unacknowledged: ${unacked.join(" + ")}; 900 kB env steps accepted: ${accepted} (${((accepted * 900_000) / MiB).toFixed(0)} MiB of text)`,
+      );
+      expect(ctx, /^max_held_bytes is/.test(lastRefusal), "the server-wide max_held_bytes refuses");
+      expect(ctx, /groups held for acknowledgement [1-9]/.test(lastRefusal), "held groups are charged");
+      for (const c of [...holders, ...fillers]) c.close();
+    },
+  },
+  {
     name: "env_empty_steps_16k_episodes",
     covers: "#19.1 (empty steps, big steps)",
     async run(ctx) {

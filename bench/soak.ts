@@ -8,7 +8,9 @@
 //   and clients that say hello and nothing more;
 // - hostile clients: random bad frames, and issue #10's attacks in small doses (a session at
 //   the budget, 1 MB responses, unacknowledged groups, a flood without reading, cancelling a
-//   paused stream, reusing a rollout id, junk bytes).
+//   paused stream, reusing a rollout id, junk bytes), and issue #19's limits: an env session
+//   filled until the memory budget refuses, max_watchers + 1 watchers, frames that are costly to
+//   decode (paced).
 // A bystander process (bench/attacks/prober.ts) polls /healthz every 50 ms throughout.
 // Usage: node bench/soak.ts [--minutes 10] [--json FILE]
 import { writeFileSync } from "node:fs";
@@ -210,14 +212,35 @@ function randomBadFrame(): Uint8Array | string {
 const firstDoses = [
   ...["budget", "budget", "flood", "flood", "budget", "flood", "cancel", "cancel"],
   ...["budget", "budget", "flood", "flood", "parser", "parser", "unacked", "reuse", "bad", "bad"],
+  ...["memory", "memory", "watchers", "costly"],
 ];
+
+/** A frame of a million empty maps: the costliest bytes to decode (the server paces its sender). */
+const costlyFrame = encodeMessage({
+  type: "credit",
+  groups: 1,
+  xs: Array.from({ length: 1_000_000 }, () => ({})),
+});
 
 /** One dose of one of #10's attacks, or a burst of bad frames. */
 async function hostileDose(): Promise<void> {
   const c = await connect(url, "hostile").catch(() => null);
   if (!c) return;
   const dose =
-    firstDoses.shift() ?? pick(["bad", "bad", "budget", "parser", "unacked", "flood", "cancel", "reuse"]);
+    firstDoses.shift() ??
+    pick([
+      "bad",
+      "bad",
+      "budget",
+      "parser",
+      "unacked",
+      "flood",
+      "cancel",
+      "reuse",
+      "memory",
+      "watchers",
+      "costly",
+    ]);
   const began = (Date.now() - start) / 1000;
   try {
     switch (dose) {
@@ -290,6 +313,41 @@ async function hostileDose(): Promise<void> {
         await c
           .next((f) => f.rollout === "p" && (f.type === "batch" || f.type === "error"), 60_000)
           .catch(() => null);
+        break;
+      case "memory": {
+        // 900 kB turns until the memory budget (the session's share, or the total) refuses.
+        c.send({ type: "env_open", id: "m", tag: "FrozenLake", groups: 1, group_size: 16, max_turn: 1000 });
+        await c.next((f) => f.id === "m", 30_000);
+        const text = "x".repeat(900_000);
+        for (let turn = 0; turn < 400 && c.closeCode === null; turn++) {
+          const from = c.received.length;
+          c.send({ type: "env_step", id: "m", responses: [{ env_id: turn % 16, text }] });
+          const r = await c.next((f) => f.id === "m" && c.received.indexOf(f) >= from, 30_000);
+          if (r.type === "error") break;
+        }
+        break;
+      }
+      case "watchers": {
+        const watchers = await Promise.all(
+          Array.from({ length: 33 }, () => connect(url, "watcher").catch(() => null)),
+        );
+        for (const w of watchers) w?.send({ type: "watch" });
+        await Promise.all(
+          watchers.map((w) =>
+            w?.next((f) => f.type === "watching" || f.type === "error", 10_000).catch(() => null),
+          ),
+        );
+        await sleep(2000);
+        for (const w of watchers) {
+          if (!w) continue;
+          for (const e of w.of("error")) countError(e.code);
+          w.ws.terminate();
+        }
+        break;
+      }
+      case "costly":
+        for (let i = 0; i < 3 && c.closeCode === null; i++) c.ws.send(costlyFrame);
+        await c.next((f) => f.type === "error" && c.of("error").length >= 3, 60_000).catch(() => null);
         break;
       case "reuse":
         c.send({

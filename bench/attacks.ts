@@ -26,6 +26,7 @@ import { parseArgs } from "node:util";
 import WebSocket from "ws";
 import { encodeMessage } from "../protocol/codec.ts";
 import { servingUrl } from "../test/helpers/cli.ts";
+import { EMPTY_FILE_LINES } from "../test/web/fixtures.ts";
 import {
   type Client,
   connect,
@@ -1257,18 +1258,12 @@ const attacks: Attack[] = [
     // max_concurrent_uploads (4) × 32 MiB bodies, 2 checking workers × 384 MiB heap, plus #10's 300.
     rssBoundMiB: 300 + 4 * 32 + 2 * 384,
     async run(ctx) {
-      const header = JSON.stringify({ type: "header", format: "rollgym.episodes", version: 1 });
-      const summary = JSON.stringify({
-        type: "summary",
-        episodes: 0,
-        failed: 0,
-        kept_groups: [],
-        metrics: {},
-      });
+      const { header, summary } = EMPTY_FILE_LINES;
       const n = 15 * MiB;
-      // A line of nested arrays (the issue's parser attack) and a flat one of numbers (slow but sound).
+      // A line of nested arrays (the issue's parser attack) and a sound one, a header whose
+      // settings hold a flat array of numbers (slow to parse but valid).
       const nested = `${header}\n${"[".repeat(n)}${"]".repeat(n)}\n${summary}\n`;
-      const flat = `${header}\n{"type":"group","group_id":0,"numbers":[${"1,".repeat(n / 2 - 1)}1]}\n${summary}\n`;
+      const flat = `${header.replace('"settings":{}', `"settings":{"numbers":[${"1,".repeat(n / 2 - 1)}1]}`)}\n${summary}\n`;
       const statuses = new Map<string, number>();
       for (const [what, body] of [
         ["nested", nested],

@@ -5,51 +5,14 @@
 // turns take the bytes past a bound is cancelled (shed) before V8's heap limit is reached.
 // Sessions report every change of what they hold; state.episodesInFlight and state.memory.held
 // are the sums.
-import { getHeapStatistics } from "node:v8";
 import { errorFrame } from "../errors/boundary.ts";
 import { RollgymError } from "../errors/catalogue.ts";
-import type { EpisodeRecord, TurnRecord } from "../record/episode-record.ts";
-import { Session } from "./session.ts";
-import type { ServerState } from "./state.ts";
-
-/**
- * What things cost to hold, measured (docs/server.md "Memory budget"): an episode's env, prompt
- * and state (about 1.5 KiB for a Sokoban episode); each turn or env step a turn record and a chat
- * message (about 390 bytes with an empty text) plus its texts, at one byte per character (two
- * when not Latin-1); each token id, sampled or appended, in four arrays (id, mask, logprob,
- * reward) with their growth headroom. A group held for resume costs its encoded frame, exactly.
- */
-export const EPISODE_BYTES = 2048;
-export const STEP_BYTES = 512;
-export const TOKEN_ID_BYTES = 128;
-
-/**
- * A character outside Latin-1, which makes V8 store the text at two bytes per character (the
- * control characters below tab are Latin-1 too; a text with them is charged two, to keep the
- * pattern free of control characters).
- */
-const WIDE = /[^\t-\u00ff]/;
-
-/** The bytes V8 stores `text` in. */
-export function textBytes(text: string): number {
-  return text.length * (WIDE.test(text) ? 2 : 1);
-}
-
-/** What the memory budget counts, by the kind of session that holds it. */
-export type HeldKind = "rollouts" | "groups" | "env";
-
-/**
- * The default server-wide budget: 512 MiB, or an eighth of V8's heap limit when that is smaller.
- * What is charged is what stays reachable; the heap also holds garbage between full GCs (up to
- * 3× what survived the last one with serve's settings) and the server's own data, so the budget
- * stays well below the limit.
- */
-export function defaultMaxHeldBytes(): number {
-  return Math.min(512 << 20, Math.floor(getHeapStatistics().heap_size_limit / 8));
-}
+import { EPISODE_BYTES } from "./memory-costs.ts";
+import { type HeldKind, Session, type SessionMemory } from "./session.ts";
+import type { ServerMemory, ServerState } from "./state.ts";
 
 /** The bytes one session holds, charged into the server's budget. */
-export class MemoryAccount {
+export class MemoryAccount implements SessionMemory {
   private readonly budget: MemoryBudget;
   held = 0;
   readonly kinds: Record<HeldKind, number> = { rollouts: 0, groups: 0, env: 0 };
@@ -79,7 +42,7 @@ export class MemoryAccount {
 }
 
 /** The server-wide memory budget (max_held_bytes) and each session's share of it. */
-export class MemoryBudget {
+export class MemoryBudget implements ServerMemory {
   /** max_held_bytes: what all sessions together may hold. */
   readonly max: number;
   /** max_held_bytes_per_connection: what one session may hold. */
@@ -105,12 +68,12 @@ export class MemoryBudget {
   }
 
   /** Whether `bytes` more fit the account's share and the total. */
-  fits(account: MemoryAccount, bytes: number): boolean {
+  fits(account: SessionMemory, bytes: number): boolean {
     return this.held + bytes <= this.max && account.held + bytes <= this.share;
   }
 
   /** Why holding `bytes` more would pass the share or the total, or null when it fits. */
-  refusal(account: MemoryAccount, bytes: number, what: string): { limit: string; message: string } | null {
+  refusal(account: SessionMemory, bytes: number, what: string): { limit: string; message: string } | null {
     if (this.held + bytes > this.max)
       return {
         limit: "max_held_bytes",
@@ -161,58 +124,6 @@ export class MemoryBudget {
 
   private describe(kinds: Record<HeldKind, number>): string {
     return `rollouts in flight ${kinds.rollouts}, groups held for acknowledgement ${kinds.groups}, env sessions ${kinds.env}`;
-  }
-}
-
-/**
- * What one rollout's play holds, by group: each episode's EPISODE_BYTES from when its group is
- * admitted (a batch delivery's whole batch at once, under group -1), then its turns and token
- * log as they are played. A group's bytes go when its frame is queued (the session then holds
- * the frame); the rest when the rollout ends.
- */
-export class PlayMeter {
-  private readonly account: MemoryAccount;
-  private readonly byGroup = new Map<number, number>();
-  private readonly charged = new WeakSet<TurnRecord>();
-
-  constructor(account: MemoryAccount) {
-    this.account = account;
-  }
-
-  /** `episodes` admitted for `group` (-1: the whole batch). */
-  admit(group: number, episodes: number): void {
-    this.add(group, episodes * EPISODE_BYTES);
-  }
-
-  /** A turn was played: `turn` is the episode's latest record (the same one again after a failed turn). */
-  turn(group: number, turn: TurnRecord | undefined): void {
-    if (!turn || this.charged.has(turn)) return;
-    this.charged.add(turn);
-    this.add(
-      group,
-      STEP_BYTES + textBytes(turn.state) + textBytes(turn.raw_response) + textBytes(turn.response),
-    );
-  }
-
-  /** An episode ended: its token log, when it has one. */
-  episode(record: EpisodeRecord): void {
-    if (record.tokens) this.add(record.group_id, record.tokens.ids.length * TOKEN_ID_BYTES);
-  }
-
-  /** The group's frame is queued: what its play held goes. */
-  release(group: number): void {
-    this.account.charge("rollouts", -(this.byGroup.get(group) ?? 0));
-    this.byGroup.delete(group);
-  }
-
-  /** The rollout ended. */
-  end(): void {
-    for (const group of [...this.byGroup.keys()]) this.release(group);
-  }
-
-  private add(group: number, bytes: number): void {
-    this.byGroup.set(group, (this.byGroup.get(group) ?? 0) + bytes);
-    this.account.charge("rollouts", bytes);
   }
 }
 

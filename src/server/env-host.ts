@@ -12,7 +12,8 @@ import type { EpisodeRecord } from "../record/episode-record.ts";
 import { type BatchRequest, groupEpisodes, groupTags, tagMetrics } from "../rollout/batch.ts";
 import type { Episode } from "../rollout/episode.ts";
 import { TokenLog } from "../rollout/token-log.ts";
-import { EPISODE_BYTES, type MemoryAccount, STEP_BYTES, TOKEN_ID_BYTES, textBytes } from "./budget.ts";
+import { EPISODE_BYTES, STEP_BYTES, TOKEN_ID_BYTES, textBytes } from "./memory-costs.ts";
+import type { SessionMemory } from "./session.ts";
 
 type Responses = EnvStep["responses"];
 
@@ -36,7 +37,7 @@ export class HostedEnvs {
   /** Closes the session after env_idle_s without a step (connection.ts); cleared on dispose. */
   idleTimer: NodeJS.Timeout | null = null;
   /** The session's memory account (budget.ts). */
-  private readonly account: MemoryAccount;
+  private readonly account: SessionMemory;
   /** Token sessions only: the engine that renders deltas, and one log per episode. */
   private readonly tokens: TokenEngine | null;
   private readonly logs: TokenLog[] = [];
@@ -56,7 +57,7 @@ export class HostedEnvs {
     affinity = "env",
     forget: (affinity: string) => void = () => {},
     messagesMode: MessagesMode,
-    account: MemoryAccount,
+    account: SessionMemory,
   ) {
     this.account = account;
     this.registry = registry;

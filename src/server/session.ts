@@ -5,7 +5,6 @@
 import { randomUUID } from "node:crypto";
 import { encodeMessage } from "../../protocol/codec.ts";
 import type { ServerMessage } from "../../protocol/messages.ts";
-import type { MemoryAccount } from "./budget.ts";
 import type { Outbound } from "./outbound.ts";
 
 type Frame = ServerMessage & { type: string };
@@ -37,6 +36,21 @@ export interface SessionRollout {
   acknowledged(): void;
 }
 
+/** What the memory budget counts, by the kind of session that holds it. */
+export type HeldKind = "rollouts" | "groups" | "env";
+
+/** The bytes a session holds, charged into the server's memory budget (budget.ts's MemoryAccount). */
+export interface SessionMemory {
+  readonly held: number;
+  readonly kinds: Readonly<Record<HeldKind, number>>;
+  /** `bytes` more (or fewer, when negative) held. */
+  charge(kind: HeldKind, bytes: number): void;
+  /** The session ended: everything it held goes. */
+  close(): void;
+  /** Cancels one of the session's running rollouts to give memory back (`why` goes to its client); false when none. */
+  shed: (why: string) => boolean;
+}
+
 export class Session {
   readonly id = randomUUID();
   private out: Outbound | null = null;
@@ -60,9 +74,9 @@ export class Session {
   /** Called with every change of the episodes held (the server keeps the global sum). */
   private readonly onHeld: (delta: number) => void;
   /** The bytes the session holds (budget.ts): held groups' frames, its rollouts' play, its env sessions. */
-  readonly memory: MemoryAccount;
+  readonly memory: SessionMemory;
 
-  constructor(onHeld: (delta: number) => void, memory: MemoryAccount) {
+  constructor(onHeld: (delta: number) => void, memory: SessionMemory) {
     this.onHeld = onHeld;
     this.memory = memory;
   }

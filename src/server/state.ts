@@ -1,13 +1,13 @@
 // What the server's parts share: options, configuration, registry, policy, sessions, metrics.
+import { getHeapStatistics } from "node:v8";
 import type { FastifyBaseLogger } from "fastify";
 import type { EnvRegistry } from "../../envs/registry.ts";
 import type { RollgymConfig } from "../config/index.ts";
 import type { Policy } from "../llm/policy.ts";
 import { DEFAULT_ROLLOUT_LIMITS } from "../rollout/limits.ts";
-import { defaultMaxHeldBytes, type MemoryBudget } from "./budget.ts";
 import type { ServerMetrics } from "./metrics.ts";
 import type { RolloutContext } from "./rollouts.ts";
-import type { Session } from "./session.ts";
+import type { HeldKind, Session, SessionMemory } from "./session.ts";
 
 export interface ServerLimits {
   maxFrameBytes: number;
@@ -61,6 +61,33 @@ export const DEFAULT_LIMITS: ServerLimits = {
   resumeGraceMs: 60_000,
 };
 
+/**
+ * The default memory budget: 512 MiB, or an eighth of V8's heap limit when that is smaller.
+ * What is charged is what stays reachable; the heap also holds garbage between full GCs (up to
+ * 3× what survived the last one with serve's settings) and the server's own data, so the budget
+ * stays well below the limit.
+ */
+function defaultMaxHeldBytes(): number {
+  return Math.min(512 << 20, Math.floor(getHeapStatistics().heap_size_limit / 8));
+}
+
+/** The server's memory budget (budget.ts's MemoryBudget): bytes held over all sessions. */
+export interface ServerMemory {
+  /** max_held_bytes and max_held_bytes_per_connection. */
+  readonly max: number;
+  readonly share: number;
+  readonly held: number;
+  readonly kinds: Readonly<Record<HeldKind, number>>;
+  /** Rollouts cancelled to stay within the budget. */
+  readonly shed: number;
+  /** A new session's account. */
+  account(): SessionMemory;
+  /** Whether `bytes` more fit the account's share and the total. */
+  fits(account: SessionMemory, bytes: number): boolean;
+  /** Why holding `bytes` more would pass a bound (naming it), or null. */
+  refusal(account: SessionMemory, bytes: number, what: string): { limit: string; message: string } | null;
+}
+
 /** The limits as `welcome.limits` sends them (PROTOCOL.md "Handshake"). */
 export function wireLimits(limits: ServerLimits): Record<string, number> {
   return {
@@ -95,7 +122,7 @@ export interface ServerState {
   /** Episodes held over all sessions (see ServerLimits.maxEpisodesInFlight). */
   episodesInFlight: number;
   /** Bytes held over all sessions, by kind (see ServerLimits.maxHeldBytes). */
-  memory: MemoryBudget;
+  memory: ServerMemory;
   closing: boolean;
   version: string;
   log: FastifyBaseLogger;

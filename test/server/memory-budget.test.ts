@@ -7,7 +7,7 @@ import { afterEach, describe, expect, it } from "vitest";
 import { oraclePolicy } from "../../src/llm/builtin.ts";
 import type { Policy } from "../../src/llm/policy.ts";
 import { buildServer, type RollgymServer } from "../../src/server/app.ts";
-import { EPISODE_BYTES } from "../../src/server/budget.ts";
+import { EPISODE_BYTES } from "../../src/server/memory-costs.ts";
 import type { Session } from "../../src/server/session.ts";
 import { type Frame, playToVerdict, rolloutFrame, TestClient, until } from "../helpers/ws-client.ts";
 

@@ -30,10 +30,10 @@ describe("large uploads", () => {
     const store = new UploadStore(DEFAULT_FILE_LIMITS);
     const nested = `${header}\n${"[".repeat(15_000_000)}${"]".repeat(15_000_000)}\n${summary}\n`;
     await expect(store.add(nested)).rejects.toMatchObject({
-      status: 400,
+      code: "bad_request",
       message: "line 2: nested deeper than 64 levels",
     });
     const bad = `${header}\n{"type": "group", "padding": "${"y".repeat(1 << 20)}"\n${summary}\n`;
-    await expect(store.add(bad)).rejects.toMatchObject({ status: 400, message: "line 2: not a JSON line" });
+    await expect(store.add(bad)).rejects.toMatchObject({ code: "bad_request", message: "line 2: not a JSON line" });
   });
 });

@@ -204,6 +204,35 @@ async function openMany<T>(
 }
 
 /** A `rollgym mock-engine` child; resolves once it listens. */
+/**
+ * Steps 900 kB texts into env session "s" of every client, round after round, until each one is
+ * refused or `ms` pass: how many steps were accepted and each client's refusal message.
+ */
+async function stepUntilRefused(
+  clients: Client[],
+  ms: number,
+): Promise<{ accepted: number; refusals: string[] }> {
+  const text = "x".repeat(900_000); // no action: the episode goes on
+  let accepted = 0;
+  const refusals = new Map<number, string>();
+  const stop = performance.now() + ms;
+  for (let round = 0; refusals.size < clients.length && performance.now() < stop; round++)
+    await Promise.all(
+      clients.map(async (c, i) => {
+        if (refusals.has(i)) return;
+        const from = c.received.length;
+        c.send({ type: "env_step", id: "s", responses: [{ env_id: round % 16, text }] });
+        const r = await c.next(
+          (f) => (f.type === "env_stepped" || f.type === "error") && c.received.indexOf(f) >= from,
+          60_000,
+        );
+        if (r.type === "env_stepped") accepted++;
+        else refusals.set(i, String(r.message));
+      }),
+    );
+  return { accepted, refusals: [...refusals.values()] };
+}
+
 async function startMockEngine(args: string[]): Promise<{ url: string; stop(): Promise<void> }> {
   const child = spawn(process.execPath, ["src/cli/main.ts", "mock-engine", "--port", "0", ...args], {
     cwd: ROOT,
@@ -966,34 +995,17 @@ const attacks: Attack[] = [
           max_turn: 1000,
         });
       await Promise.all(clients.map((c) => c.next((f) => f.type === "env_opened", 60_000)));
-      const text = "x".repeat(900_000); // no action: the episode goes on
-      let accepted = 0;
+      const { accepted, refusals: messages } = await stepUntilRefused(clients, 280_000);
       const refusals = new Map<string, number>();
-      const refused = new Set<number>();
-      const stop = performance.now() + 280_000;
-      for (let round = 0; refused.size < clients.length && performance.now() < stop; round++)
-        await Promise.all(
-          clients.map(async (c, i) => {
-            if (refused.has(i)) return;
-            const from = c.received.length;
-            c.send({ type: "env_step", id: "s", responses: [{ env_id: round % 16, text }] });
-            const r = await c.next(
-              (f) => (f.type === "env_stepped" || f.type === "error") && c.received.indexOf(f) >= from,
-              60_000,
-            );
-            if (r.type === "env_stepped") accepted++;
-            else {
-              refused.add(i);
-              const limit = /^(\w+) is/.exec(String(r.message))?.[1] ?? String(r.code);
-              refusals.set(limit, (refusals.get(limit) ?? 0) + 1);
-            }
-          }),
-        );
+      for (const message of messages) {
+        const limit = /^(\w+) is/.exec(message)?.[1] ?? message.slice(0, 40);
+        refusals.set(limit, (refusals.get(limit) ?? 0) + 1);
+      }
       ctx.observed.push(observedBy(clients[0]));
       ctx.notes.push(
         `16 connections stepping 900 kB texts: ${accepted} steps accepted (${((accepted * 900_000) / MiB).toFixed(0)} MiB of text; max_held_bytes ${maxHeldBytes === undefined ? "?" : (maxHeldBytes / MiB).toFixed(0)} MiB), then refused: ${[...refusals].map(([k, v]) => `${v}× ${k}`).join(", ")}`,
       );
-      expect(ctx, refused.size === clients.length, "every connection is refused in the end");
+      expect(ctx, messages.length === clients.length, "every connection is refused in the end");
       expect(ctx, (refusals.get("max_held_bytes") ?? 0) > 0, "the server-wide max_held_bytes refuses");
       for (const c of clients) c.close();
     },
@@ -1026,30 +1038,10 @@ const attacks: Attack[] = [
           max_turn: 1000,
         });
       await Promise.all(fillers.map((c) => c.next((f) => f.type === "env_opened", 60_000)));
-      const text = "x".repeat(900_000);
-      let accepted = 0;
-      let lastRefusal = "";
-      const refused = new Set<number>();
-      const stop = performance.now() + 260_000;
-      for (let round = 0; refused.size < fillers.length && performance.now() < stop; round++)
-        await Promise.all(
-          fillers.map(async (c, i) => {
-            if (refused.has(i)) return;
-            const from = c.received.length;
-            c.send({ type: "env_step", id: "s", responses: [{ env_id: round % 16, text }] });
-            const r = await c.next(
-              (f) => (f.type === "env_stepped" || f.type === "error") && c.received.indexOf(f) >= from,
-              60_000,
-            );
-            if (r.type === "env_stepped") accepted++;
-            else {
-              refused.add(i);
-              lastRefusal = String(r.message);
-            }
-          }),
-        );
+      const { accepted, refusals } = await stepUntilRefused(fillers, 260_000);
+      const lastRefusal = refusals.at(-1) ?? "";
       const unacked = holders.map((h) => h.of("group").length);
-      ctx.observed.push(`${refused.size} fillers refused: ${lastRefusal.slice(0, 220)}`);
+      ctx.observed.push(`${refusals.length} fillers refused: ${lastRefusal.slice(0, 220)}`);
       ctx.notes.push(
         `groups held unacknowledged: ${unacked.join(" + ")}; 900 kB env steps accepted: ${accepted} (${((accepted * 900_000) / MiB).toFixed(0)} MiB of text)`,
       );

@@ -59,6 +59,19 @@ function withoutSessions(raw: Buffer, sessions: string[]): Buffer {
   return out;
 }
 
+/** A train rollout of one Bandit group of two, with `change` laid over it. */
+function banditRollout(id: string, change: Record<string, unknown> = {}): Record<string, unknown> {
+  return {
+    type: "rollout",
+    id,
+    tags: [{ tag: "Bandit", groups: 1 }],
+    mode: "train",
+    group_size: 2,
+    delivery: "batch",
+    ...change,
+  };
+}
+
 /** The conversation; returns every frame each client received except `progress` (paced by time). */
 async function converse(): Promise<{ entries: Entry[]; closes?: Record<string, number | null> }> {
   const trainer = await TestClient.connect(url, { hello: null });
@@ -120,64 +133,13 @@ async function converse(): Promise<{ entries: Entry[]; closes?: Record<string, n
   // Errors, each answered with an error frame on an open connection.
   const bad: Record<string, unknown>[] = [
     { type: "nonsense" },
-    {
-      type: "rollout",
-      id: "e1",
-      tags: [{ tag: "Nope", groups: 1 }],
-      mode: "train",
-      group_size: 2,
-      delivery: "batch",
-    },
-    {
-      type: "rollout",
-      id: "e2",
-      tags: [{ tag: "Bandit", groups: 1 }],
-      mode: "train",
-      group_size: 2,
-      sampling: { temperature: "hot" },
-      delivery: "batch",
-    },
-    {
-      type: "rollout",
-      id: "e3",
-      tags: [{ tag: "Bandit", groups: 9 }],
-      mode: "train",
-      group_size: 2,
-      delivery: "batch",
-    },
-    {
-      type: "rollout",
-      id: "e4",
-      tags: [{ tag: "Bandit", groups: 1 }],
-      mode: "sideways",
-      group_size: 2,
-      delivery: "batch",
-    },
-    {
-      type: "rollout",
-      id: "",
-      tags: [{ tag: "Bandit", groups: 1 }],
-      mode: "train",
-      group_size: 2,
-      delivery: "batch",
-    },
-    {
-      type: "rollout",
-      id: "e5",
-      tags: [{ tag: "Bandit", groups: 1 }],
-      mode: "train",
-      group_size: 0,
-      delivery: "batch",
-    },
-    {
-      type: "rollout",
-      id: "e6",
-      tags: [{ tag: "Bandit", groups: 1 }],
-      mode: "train",
-      group_size: 2,
-      filter: { strategy: "median" },
-      delivery: "batch",
-    },
+    banditRollout("e1", { tags: [{ tag: "Nope", groups: 1 }] }),
+    banditRollout("e2", { sampling: { temperature: "hot" } }),
+    banditRollout("e3", { tags: [{ tag: "Bandit", groups: 9 }] }),
+    banditRollout("e4", { mode: "sideways" }),
+    banditRollout(""),
+    banditRollout("e5", { group_size: 0 }),
+    banditRollout("e6", { filter: { strategy: "median" } }),
     { type: "cancel", rollout: "ghost" },
     { type: "ack", rollout: "b1", groups: [7] },
     { type: "credit", groups: 0 },

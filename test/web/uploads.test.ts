@@ -34,6 +34,9 @@ describe("large uploads", () => {
       message: "line 2: nested deeper than 64 levels",
     });
     const bad = `${header}\n{"type": "group", "padding": "${"y".repeat(1 << 20)}"\n${summary}\n`;
-    await expect(store.add(bad)).rejects.toMatchObject({ code: "bad_request", message: "line 2: not a JSON line" });
+    await expect(store.add(bad)).rejects.toMatchObject({
+      code: "bad_request",
+      message: "line 2: not a JSON line",
+    });
   });
 });

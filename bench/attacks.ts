@@ -203,15 +203,26 @@ async function openMany<T>(
   return { ok, failed };
 }
 
-/** A `rollgym mock-engine` child; resolves once it listens. */
 /**
- * Steps 900 kB texts into env session "s" of every client, round after round, until each one is
- * refused or `ms` pass: how many steps were accepted and each client's refusal message.
+ * Opens an endless 16-episode FrozenLake session "s" on every client, then steps 900 kB texts
+ * into it, round after round, until each one is refused or `ms` pass: how many steps were
+ * accepted and each client's refusal message.
  */
-async function stepUntilRefused(
+async function fillEnvSessions(
   clients: Client[],
   ms: number,
 ): Promise<{ accepted: number; refusals: string[] }> {
+  for (const [i, c] of clients.entries())
+    c.send({
+      type: "env_open",
+      id: "s",
+      tag: "FrozenLake",
+      groups: 1,
+      group_size: 16,
+      seed: i,
+      max_turn: 1000,
+    });
+  await Promise.all(clients.map((c) => c.next((f) => f.type === "env_opened", 60_000)));
   const text = "x".repeat(900_000); // no action: the episode goes on
   let accepted = 0;
   const refusals = new Map<number, string>();
@@ -233,6 +244,7 @@ async function stepUntilRefused(
   return { accepted, refusals: [...refusals.values()] };
 }
 
+/** A `rollgym mock-engine` child; resolves once it listens. */
 async function startMockEngine(args: string[]): Promise<{ url: string; stop(): Promise<void> }> {
   const child = spawn(process.execPath, ["src/cli/main.ts", "mock-engine", "--port", "0", ...args], {
     cwd: ROOT,
@@ -858,26 +870,11 @@ const attacks: Attack[] = [
     covers: "#9 uploads",
     async run(ctx) {
       const limits = { maxUploadBytes: 32 * MiB, maxUploads: 16 }; // docs/server.md defaults
-      const header = JSON.stringify({
-        type: "header",
-        format: "rollgym.episodes",
-        version: 1,
-        mode: "train",
-        seed: 1,
-        group_size: 1,
-        tags: [{ tag: "Bandit", groups: 1 }],
-        policy: "oracle",
-        settings: {},
-      });
-      const summary = JSON.stringify({
-        type: "summary",
-        episodes: 0,
-        failed: 0,
-        kept_groups: [],
-        metrics: {},
-      });
+      const { header, summary } = EMPTY_FILE_LINES;
+      // A sound file of the wanted size: the padding sits in the header's settings (a group line
+      // must be a whole group since the one reader checks every field).
       const file = (padding: string) =>
-        `${header}\n${JSON.stringify({ type: "group", group_id: 0, padding })}\n${summary}\n`;
+        `${header.replace('"settings":{}', `"settings":{"padding":${JSON.stringify(padding)}}`)}\n${summary}\n`;
       const base = Buffer.byteLength(file(""));
       const atLimit = file("x".repeat(limits.maxUploadBytes - base));
       const overLimit = file("x".repeat(limits.maxUploadBytes - base + 1));
@@ -984,18 +981,7 @@ const attacks: Attack[] = [
       // 16 connections, each with room for 128 MiB: together four times the server-wide budget.
       const clients = await Promise.all(Array.from({ length: 16 }, (_, i) => connect(ctx.url, `filler${i}`)));
       const maxHeldBytes = welcomeLimits(clients[0]).max_held_bytes;
-      for (const [i, c] of clients.entries())
-        c.send({
-          type: "env_open",
-          id: "s",
-          tag: "FrozenLake",
-          groups: 1,
-          group_size: 16,
-          seed: i,
-          max_turn: 1000,
-        });
-      await Promise.all(clients.map((c) => c.next((f) => f.type === "env_opened", 60_000)));
-      const { accepted, refusals: messages } = await stepUntilRefused(clients, 280_000);
+      const { accepted, refusals: messages } = await fillEnvSessions(clients, 280_000);
       const refusals = new Map<string, number>();
       for (const message of messages) {
         const limit = /^(\w+) is/.exec(message)?.[1] ?? message.slice(0, 40);
@@ -1027,18 +1013,7 @@ const attacks: Attack[] = [
       }
       await Promise.all(holders.map((h) => h.next((f) => f.type === "batch" || f.type === "error", 80_000)));
       const fillers = await Promise.all(Array.from({ length: 8 }, (_, i) => connect(ctx.url, `filler${i}`)));
-      for (const [i, c] of fillers.entries())
-        c.send({
-          type: "env_open",
-          id: "s",
-          tag: "FrozenLake",
-          groups: 1,
-          group_size: 16,
-          seed: i,
-          max_turn: 1000,
-        });
-      await Promise.all(fillers.map((c) => c.next((f) => f.type === "env_opened", 60_000)));
-      const { accepted, refusals } = await stepUntilRefused(fillers, 260_000);
+      const { accepted, refusals } = await fillEnvSessions(fillers, 260_000);
       const lastRefusal = refusals.at(-1) ?? "";
       const unacked = holders.map((h) => h.of("group").length);
       ctx.observed.push(`${refusals.length} fillers refused: ${lastRefusal.slice(0, 220)}`);

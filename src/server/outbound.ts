@@ -25,9 +25,9 @@ export interface SendLimits {
 const MAX_REPLIES_IN_PROGRESS = 16;
 
 /** A frame handled in more than this many ms pauses its client's next frames (below). */
-export const PACE_ABOVE_MS = 2;
+const PACE_ABOVE_MS = 2;
 /** A client whose frame took t ms is not read for PACE_FACTOR × t ms afterwards. */
-export const PACE_FACTOR = 4;
+const PACE_FACTOR = 4;
 
 export class Outbound {
   readonly socket: WebSocket;
@@ -40,8 +40,7 @@ export class Outbound {
   /** Not reading after a costly frame, until the pace timer fires. */
   private pacing = false;
   private paceTimer: NodeJS.Timeout | null = null;
-  /** Time spent handling this client's frames, and paused after them (ms; for tests and benches). */
-  busyMs = 0;
+  /** Time this client was paused after its costly frames (ms; for tests). */
   pacedMs = 0;
   private stallTimer: NodeJS.Timeout | null = null;
   /** Handlers of client frames that ws had already read when reading paused: run in order later. */
@@ -94,7 +93,6 @@ export class Outbound {
       task();
     } finally {
       const took = performance.now() - start;
-      this.busyMs += took;
       if (took > PACE_ABOVE_MS && this.open) this.pace(took * PACE_FACTOR);
     }
   }

@@ -45,9 +45,10 @@ describe.concurrent("rollgym sft", () => {
     for (const x of rows) {
       expect(x.messages.map((m) => m.role)).toEqual(["system", "user", "assistant"]);
       const answer = /^<think>Pulling (\w+)\.<\/think><answer>(\w+)<\/answer>$/.exec(x.messages[2].content);
-      expect(answer?.[1]).toBe(answer?.[2]);
+      expect(answer, x.messages[2].content).not.toBeNull();
+      expect(answer![1]).toBe(answer![2]);
       expect(x.messages[1].content).toContain(`named `);
-      expect(x.messages[1].content).toContain(answer?.[1] ?? "?");
+      expect(x.messages[1].content).toContain(answer![1]);
       expect(x.extra_info.success).toBe(x.extra_info.arm === "high");
       if (x.extra_info.arm === "low") expect(x.extra_info.reward).toBe(0.1);
     }

@@ -47,7 +47,8 @@ torch.manual_seed(1)
 model = TinyLM(ModelConfig())
 reference = TinyLM(ModelConfig())
 reference.load_state_dict(model.state_dict())
-server, URL = serve(Engine(model, "tiny", "v0"))
+engine = Engine(model, "tiny", "v0")
+server, URL = serve(engine)
 
 # Discovery: vLLM's model card with the context length; no llama.cpp /props.
 status, models = call("GET", "/v1/models")
@@ -106,7 +107,10 @@ status, _ = call("POST", "/pause?mode=keep")
 check(call("GET", "/is_paused")[1] == {"is_paused": True}, "paused")
 waiter = threading.Thread(target=run, args=("queued", request))
 waiter.start()
-time.sleep(0.5)
+# Once the request is queued, pausing alone decides whether it runs.
+while not engine.scheduler.queue:
+    time.sleep(0.01)
+time.sleep(0.2)
 check("queued" not in results, "a request sent while paused waits")
 call("POST", "/resume")
 waiter.join(60)
@@ -114,7 +118,8 @@ check(results["queued"]["choices"][0]["token_ids"] == ids, "and runs after resum
 
 runner = threading.Thread(target=run, args=("aborted", long_request))
 runner.start()
-time.sleep(0.3)
+while not engine.scheduler.running:  # abort must meet it running, not queued
+    time.sleep(0.01)
 call("POST", "/pause?mode=abort")
 runner.join(60)
 aborted = results["aborted"]["choices"][0]

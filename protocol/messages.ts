@@ -3,13 +3,13 @@ import { Compile, type Validator } from "typebox/compile";
 import { ERROR_CODES } from "./codec.ts";
 import {
   EPISODE,
-  FILTER,
   MAX_GROUPS,
   MAX_SEED,
   MAX_TOKENS,
   MODES,
   optionalFields,
   SAMPLING,
+  WIRE_FILTER,
 } from "./settings.ts";
 import { PROTOCOL_VERSION } from "./version.ts";
 
@@ -86,8 +86,6 @@ export type Hello = Static<typeof HelloSchema>;
 export const SamplingSchema = map(optionalFields(SAMPLING));
 export type Sampling = Static<typeof SamplingSchema>;
 
-// selection_eps is configuration only.
-const { selection_eps: _selectionEps, ...WIRE_FILTER } = FILTER;
 /** RAGEN's group filter (settings.ts); an omitted field takes the server's configured value. */
 export const FilterSchema = map(optionalFields(WIRE_FILTER));
 export type Filter = Static<typeof FilterSchema>;

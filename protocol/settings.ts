@@ -177,13 +177,15 @@ export const FILTER = {
     // RAGEN lower-cases the metric and maps reward_std to reward_variance (build_rollout_filter).
     aliases: { reward_std: "reward_variance" },
   }),
-  // Configuration only: no wire field carries it (messages.ts leaves it out).
+  // Configuration only: no wire field carries it (WIRE_FILTER below leaves it out).
   selection_eps: setting(Type.Number({ minimum: 0 }), 0.01, "linear top_p's epsilon", {
     key: `${R}.rollout_filter_selection_eps`,
   }),
 } as const;
-export type FilterField = keyof typeof FILTER;
-export type FilterValues = { -readonly [F in FilterField]: Static<(typeof FILTER)[F]> };
+
+/** The filter fields a rollout request may carry: all but the configuration-only ones. */
+const { selection_eps: _configOnly, ...wireFilter } = FILTER;
+export const WIRE_FILTER = wireFilter;
 
 /** Episode settings a rollout request may override, by wire name. */
 export const EPISODE = {

@@ -3,7 +3,7 @@
 // Regenerate: node src/config/docs.ts --write
 import { readFileSync, writeFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
-import { EPISODE, FILTER, SAMPLING, type Setting } from "../../protocol/settings.ts";
+import { EPISODE, SAMPLING, type Setting, WIRE_FILTER } from "../../protocol/settings.ts";
 import { CONFIG_KEYS, CUSTOM_ENV_KEYS, type Leaf } from "./keys.ts";
 import { describeAllowed } from "./schema.ts";
 
@@ -22,10 +22,8 @@ function requestFields(): Map<string, string> {
     }
   };
   add(SAMPLING, "sampling.");
-  add(FILTER, "filter.");
+  add(WIRE_FILTER, "filter.");
   add(EPISODE, "");
-  // Configuration only: no wire field carries it.
-  fields.delete(FILTER.selection_eps["x-config"].key);
   return fields;
 }
 

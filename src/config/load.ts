@@ -916,23 +916,16 @@ function translateOldKeys(store: LeafStore, notices: string[], fail: Fail): void
   for (const [oldKey, rule] of Object.entries(OLD_KEYS)) {
     const leaf = store.get(oldKey.split("."));
     if (!leaf) continue;
-    let value = leaf.value;
-    const spec = FIELD_SPECS[rule.to];
-    if (rule.invert) {
-      checkOld(leaf, oldKey, FIELD_SPECS["agent_proxy.enable_think"], fail);
-      value = !value;
-    } else {
-      checkOld(leaf, oldKey, spec, fail);
-    }
-    put(leaf, oldKey, rule.to, value, rule.meaning);
+    checkOld(leaf, oldKey, FIELD_SPECS[rule.to], fail);
+    put(leaf, oldKey, rule.to, rule.invert ? !leaf.value : leaf.value, rule.meaning);
     if (oldKey === "training.train_batch_size") followNGroups(store, "train", leaf, notices);
   }
 
   const [dataLeaf, batchLeaf] = OLD_VAL_KEYS.map((k) => store.get(k.split(".")));
   if (dataLeaf || batchLeaf) {
-    for (const leaf of [dataLeaf, batchLeaf]) {
-      const key = leaf && (dotted(leaf.path) as keyof typeof OLD_VAL_SCHEMAS);
-      if (leaf && key) checkOld(leaf, key, OLD_VAL_SCHEMAS[key], fail);
+    for (const key of OLD_VAL_KEYS) {
+      const leaf = store.get(key.split("."));
+      if (leaf) checkOld(leaf, key, OLD_VAL_SCHEMAS[key], fail);
     }
     const data = dataLeaf
       ? ((dataLeaf.value as number | null) ?? OLD_VAL_DEFAULTS.testSetSize)

@@ -4,6 +4,7 @@
 // requests too, or counts come out lower than the prompt the chat route renders.
 import { SAMPLING, type SamplingField } from "../../protocol/settings.ts";
 import type { Dialect } from "./engine.ts";
+import { LLAMACPP_NAMES } from "./generation.ts";
 
 /** The config key that sets a sampling field (and its val_kwargs key, in val mode). */
 function samplingKey(name: SamplingField): string {
@@ -17,7 +18,7 @@ function samplingKey(name: SamplingField): string {
 const ENGINE_SPELLINGS: Readonly<Record<string, SamplingField>> = {
   max_completion_tokens: "max_tokens",
   n_predict: "max_tokens",
-  repeat_penalty: "repetition_penalty",
+  ...Object.fromEntries(Object.entries(LLAMACPP_NAMES).map(([name, spelling]) => [spelling, name])),
 };
 
 /** Request fields rollgym sets on every request, with the config key that sets them. */

@@ -6,7 +6,7 @@ import type { Dialect } from "./engine.ts";
 import { EngineError } from "./http.ts";
 
 /** Sampling fields llama.cpp spells differently (vLLM takes the settings' own names). */
-const LLAMACPP_NAMES: Readonly<Partial<Record<SamplingField, string>>> = {
+export const LLAMACPP_NAMES: Readonly<Partial<Record<SamplingField, string>>> = {
   repetition_penalty: "repeat_penalty",
 };
 

@@ -19,7 +19,7 @@ export const MAX_TEMPERATURE = 100;
 export const MAX_TOP_K = 1_000_000;
 export const MAX_TOKENS = 1_000_000;
 /** vLLM clamps a logit bias to ±100 (ChatCompletionRequest.to_sampling_params); llama.cpp takes any. */
-export const MAX_LOGIT_BIAS = 100;
+const MAX_LOGIT_BIAS = 100;
 
 export const MODES = ["train", "val"] as const;
 export type Mode = (typeof MODES)[number];
@@ -45,7 +45,7 @@ export type NormalizationMethod = (typeof NORMALIZATION_METHODS)[number];
  * `val`, when validation reads another key (RAGEN's val_kwargs), with that key's default.
  * `aliases` are other spellings RAGEN accepts for a value (e.g. reward_std for reward_variance).
  */
-export interface SettingMeta<Key extends string = string> {
+interface SettingMeta<Key extends string = string> {
   key: Key;
   val?: { key: string; default: unknown };
   aliases?: Readonly<Record<string, string>>;

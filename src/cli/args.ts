@@ -5,8 +5,6 @@ import { MAX_SEED as SEED_MAX } from "../../protocol/settings.ts";
 import { CONFIG_KEYS } from "../config/keys.ts";
 import { RollgymError } from "../errors/catalogue.ts";
 
-export { SEED_MAX };
-
 /** A mistake in the input: one line on stderr, exit status 2 (errors/catalogue.ts `usage`). */
 export class UsageError extends RollgymError<"usage"> {
   constructor(message: string) {

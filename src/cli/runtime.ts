@@ -119,7 +119,7 @@ export interface ProcessSituation {
   env: NodeJS.ProcessEnv;
 }
 
-export function currentSituation(): ProcessSituation {
+function currentSituation(): ProcessSituation {
   return {
     platform: process.platform,
     canExecve: typeof process.execve === "function",
@@ -156,7 +156,8 @@ export function whyNotReexecute(s: ProcessSituation): string | null {
  * signals reach the same server) with the settings it lacks. Returns when nothing is missing,
  * or, having said why on stderr, when re-executing would break what started the process.
  */
-export function applyTunedRuntime(situation: ProcessSituation = currentSituation()): void {
+export function applyTunedRuntime(): void {
+  const situation = currentSituation();
   const missing = missingServeSettings(situation.env, situation.execArgv);
   if (Object.keys(missing.env).length === 0 && missing.flags.length === 0) return;
   const refused = whyNotReexecute(situation);
@@ -168,8 +169,8 @@ export function applyTunedRuntime(situation: ProcessSituation = currentSituation
   }
   process.execve!(
     process.execPath,
-    [process.execPath, ...missing.flags, ...process.execArgv, ...process.argv.slice(1)],
-    { ...process.env, ...missing.env },
+    [process.execPath, ...missing.flags, ...situation.execArgv, ...process.argv.slice(1)],
+    { ...situation.env, ...missing.env },
   );
 }
 

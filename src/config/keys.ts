@@ -379,8 +379,6 @@ export const CONFIG_KEYS = {
   ),
 };
 
-export type ConfigKey = keyof typeof CONFIG_KEYS;
-
 /** Fields of a custom_envs.<Tag> entry, all optional: overlaid on the env registry's entry for the tag. */
 export const CUSTOM_ENV_KEYS = {
   env_type: leaf<string>(nonEmpty(doc("", "the env type the tag plays"))),

@@ -4,7 +4,6 @@
 import type { Static, TSchema } from "typebox";
 import { Compile, type Validator } from "typebox/compile";
 import type {
-  BucketMode,
   ContextWindowMode,
   NormalizationGrouping,
   NormalizationMethod,
@@ -12,33 +11,12 @@ import type {
   FilterMetric as RolloutFilterMetric,
   FilterStrategy as RolloutFilterStrategy,
   FilterType as RolloutFilterType,
-  TopPMode as TopPProbMode,
 } from "../../protocol/settings.ts";
 import { CONFIG_KEYS, CUSTOM_ENV_KEYS, type Leaf } from "./keys.ts";
 
-export {
-  BUCKET_MODES,
-  CONTEXT_WINDOW_MODES,
-  FILTER_METRICS,
-  FILTER_STRATEGIES,
-  FILTER_TYPES,
-  MODES,
-  NORMALIZATION_GROUPINGS,
-  NORMALIZATION_METHODS,
-  TOP_P_MODES as TOP_P_PROB_MODES,
-} from "../../protocol/settings.ts";
-export {
-  CONFIG_KEYS,
-  type ConfigKey,
-  CUSTOM_ENV_KEYS,
-  holdsMapping,
-  type Leaf,
-  OLD_VAL_KEYS,
-  POLICY_NAMES,
-  type PolicyName,
-} from "./keys.ts";
+export { CONTEXT_WINDOW_MODES } from "../../protocol/settings.ts";
+export { holdsMapping, type Leaf, OLD_VAL_KEYS, type PolicyName } from "./keys.ts";
 export type {
-  BucketMode,
   ContextWindowMode,
   NormalizationGrouping,
   NormalizationMethod,
@@ -46,7 +24,6 @@ export type {
   RolloutFilterMetric,
   RolloutFilterStrategy,
   RolloutFilterType,
-  TopPProbMode,
 };
 
 /** A leaf schema, as the key table holds it (the old name, kept for callers). */

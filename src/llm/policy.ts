@@ -63,6 +63,14 @@ export const TEMPLATE_TOKENS_PER_MESSAGE = 32;
  */
 export const TEMPLATE_OWN_TOKENS = 256;
 
+/** Tokens `messages` can take at most inside a prompt: their UTF-8 bytes plus the template's per message. */
+export function messagesBound(messages: readonly ChatMessage[]): number {
+  let bound = 0;
+  for (const message of messages)
+    bound += Buffer.byteLength(message.content, "utf8") + TEMPLATE_TOKENS_PER_MESSAGE;
+  return bound;
+}
+
 /**
  * An upper bound on the tokens of a whole chat prompt without asking the engine: every token of
  * a byte-level BPE covers at least one byte, each message and the generation prompt get
@@ -76,9 +84,11 @@ export function promptUpperBound(
   prefill: string,
   rendering: Readonly<Record<string, unknown>> = {},
 ): number {
-  let bound = TEMPLATE_OWN_TOKENS + TEMPLATE_TOKENS_PER_MESSAGE + Buffer.byteLength(prefill, "utf8");
-  for (const message of messages)
-    bound += Buffer.byteLength(message.content, "utf8") + TEMPLATE_TOKENS_PER_MESSAGE;
+  let bound =
+    TEMPLATE_OWN_TOKENS +
+    TEMPLATE_TOKENS_PER_MESSAGE +
+    Buffer.byteLength(prefill, "utf8") +
+    messagesBound(messages);
   for (const value of Object.values(rendering)) {
     if (value === undefined || value === null) continue;
     bound += Buffer.byteLength(JSON.stringify(value), "utf8");

@@ -1,8 +1,9 @@
 // The shape of a played batch as episode files, group frames and the page carry it: episodes
 // with their turns and token logs, groups with the filter's verdict. Rollouts fill it; the
 // episode-file writer and reader, the server and the CLI read it.
+import type { Mode } from "../../protocol/settings.ts";
 
-export type RolloutMode = "train" | "val";
+export type RolloutMode = Mode;
 
 /** Why an episode stopped taking turns. */
 export type EndReason = "done" | "action_budget" | "max_turn" | "context_full" | "failed";

@@ -8,11 +8,11 @@ import type { ChatMessage, SamplingParams } from "../llm/chat.ts";
 import {
   ContextLimitChanged,
   type EpisodeView,
+  messagesBound,
   type Policy,
   type PolicyResponse,
   type PromptMeter,
   requestSeed,
-  TEMPLATE_TOKENS_PER_MESSAGE,
 } from "../llm/policy.ts";
 import { turnSlot } from "../llm/slices.ts";
 import type { TokenEngine } from "../llm/token-engine.ts";
@@ -174,8 +174,6 @@ export interface KnownPrompt {
   tokens: number;
 }
 
-export { TEMPLATE_TOKENS_PER_MESSAGE };
-
 /**
  * An upper bound on the tokens of `messages` (plus the same prefill), from a known prompt they
  * extend: its tokens, plus the UTF-8 bytes of every added message (a byte-level BPE token is at
@@ -188,10 +186,7 @@ export function extendedPromptBound(known: KnownPrompt, messages: readonly ChatM
   for (let i = 0; i < old.length; i++) {
     if (messages[i].role !== old[i].role || messages[i].content !== old[i].content) return null;
   }
-  let bound = known.tokens;
-  for (let i = old.length; i < messages.length; i++)
-    bound += Buffer.byteLength(messages[i].content, "utf8") + TEMPLATE_TOKENS_PER_MESSAGE;
-  return bound;
+  return known.tokens + messagesBound(messages.slice(old.length));
 }
 
 /**
@@ -383,7 +378,7 @@ function tallyContext(tally: ReturnType<typeof emptyTally>, record: EpisodeRecor
   if (record.end_reason === "context_full") tally["rollgym/context_full_episodes"]++;
   if (record.tokens) {
     tally["rollgym/prompt_drift_requests"] += record.tokens.prompt_drift;
-    tally["rollgym/logprobs_missing"] += record.tokens.logprobs_missing ?? 0;
+    tally["rollgym/logprobs_missing"] += record.tokens.logprobs_missing;
     if (record.tokens.template_drift !== null) tally["rollgym/template_drift_episodes"]++;
   }
 }

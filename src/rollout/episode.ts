@@ -11,8 +11,6 @@ import type { EndReason, EpisodeRecord, TurnRecord } from "../record/episode-rec
 import { mapActions, parseResponse } from "./parse.ts";
 import { formatInstruction, INVALID_ACTION_WARNING, systemPrompt, turnBlock } from "./prompt.ts";
 
-export type { ContextWindowMode };
-
 export interface EpisodeSettings {
   maxTurn: number;
   maxActionsPerTurn: number;

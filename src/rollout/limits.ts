@@ -8,7 +8,6 @@ import { codeOf } from "../errors/boundary.ts";
 import { type Code, RollgymError } from "../errors/catalogue.ts";
 
 /** Seeds are unsigned 32-bit: NumPy's legacy seeding (Sokoban) takes [0, 2^32). */
-export { SEED_MAX };
 
 export interface RolloutLimits {
   /** Groups one rollout may ask for. */

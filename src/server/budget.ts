@@ -159,7 +159,7 @@ interface Waiter {
 const waiting = new WeakMap<ServerState, Set<Waiter>>();
 
 /** The callback a new session reports its changes to. */
-export function budgetReporter(state: ServerState): (delta: number) => void {
+function budgetReporter(state: ServerState): (delta: number) => void {
   return (delta) => {
     state.episodesInFlight += delta;
     if (delta < 0) admitWaiting(state);

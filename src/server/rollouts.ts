@@ -74,10 +74,6 @@ export class Rollout implements SessionRollout {
   }
 
   /** Still playing: its batch frame is not built yet. */
-  get running(): boolean {
-    return this.batch === null;
-  }
-
   /** Episodes in the whole rollout. */
   get episodes(): number {
     return this.request.tags.reduce((n, t) => n + t.groups, 0) * this.request.groupSize;

@@ -3,14 +3,8 @@
 import { describe, expect, it } from "vitest";
 import { createRegistry } from "../../envs/catalog.ts";
 import { oraclePolicy, randomPolicy } from "../../src/llm/builtin.ts";
-import type { Policy } from "../../src/llm/policy.ts";
-import {
-  type BatchRequest,
-  extendedPromptBound,
-  runBatch,
-  TEMPLATE_TOKENS_PER_MESSAGE,
-  trainBatchSeed,
-} from "../../src/rollout/batch.ts";
+import { type Policy, TEMPLATE_TOKENS_PER_MESSAGE } from "../../src/llm/policy.ts";
+import { type BatchRequest, extendedPromptBound, runBatch, trainBatchSeed } from "../../src/rollout/batch.ts";
 import { DEFAULT_FILTER } from "../../src/rollout/filter.ts";
 import { defaultBatchRequest } from "../../src/rollout/request.ts";
 

@@ -144,7 +144,7 @@ function checkUpload(text: string): { episodes: number } {
 /** Uploads up to this size are parsed on the event loop (a few milliseconds at most). */
 const OFF_LOOP_BYTES = 256 << 10;
 /** Heap a checking worker may use: a hostile line of nested arrays costs far more than its bytes. */
-export const CHECK_HEAP_MIB = 384;
+const CHECK_HEAP_MIB = 384;
 /** Checks running at once; more wait their turn (uploads being received are capped anyway). */
 const CHECKS_AT_ONCE = 2;
 /** A check taking longer than this is stopped and the upload refused. */
@@ -158,7 +158,7 @@ const waitingChecks: (() => void)[] = [];
  * (JSON.parse of a 30 MB line takes seconds) never freezes the event loop, and a line built to
  * blow up the parser costs at most CHECK_HEAP_MIB and is refused.
  */
-export async function checkOffLoop(body: Buffer): Promise<{ episodes: number; bytes: Buffer }> {
+async function checkOffLoop(body: Buffer): Promise<{ episodes: number; bytes: Buffer }> {
   if (checking >= CHECKS_AT_ONCE) await new Promise<void>((resolve) => waitingChecks.push(resolve));
   checking++;
   try {

@@ -124,7 +124,7 @@ export async function buildServer(options: ServerOptions = {}): Promise<RollgymS
   });
   const registry = options.registry ?? createRegistry();
   const policy = instrumentPolicy(options.policy ?? oraclePolicy(), metrics);
-  const watch = new WatchHub(options.watch);
+  const watch = new WatchHub(options.watch ?? {}, (socket) => guard.lastFrame(socket));
   const state: ServerState = {
     options: {
       ...limits,

@@ -206,6 +206,11 @@ export class ConnectionGuard {
     return ticket;
   }
 
+  /** When the client of a WebSocket past its hello last sent a frame (performance.now()). */
+  lastFrame(ws: WebSocket): number | undefined {
+    return this.talking.get(ws)?.last;
+  }
+
   /** Drops every pending connection (at shutdown, so closing the server does not wait on them). */
   dropPending(): void {
     for (const drop of [...this.pending.values()]) drop();

@@ -34,10 +34,6 @@ const GAP_POLL_MS = 200;
 
 interface Watcher {
   socket: WebSocket;
-  /** When its client last sent a frame (performance.now()). */
-  last: number;
-  /** Stops listening for its client's frames. */
-  untrack: () => void;
   dropped: number;
   streams: Set<number>;
   timer: NodeJS.Timeout | null;
@@ -56,8 +52,15 @@ export class WatchHub {
   private readonly running = new Map<number, WatchedRollout>();
   private lastStream = 0;
 
-  constructor(limits: Partial<WatchLimits> = {}) {
+  /**
+   * `lastFrame` tells when a socket's client last sent a frame (performance.now()): the
+   * connection guard keeps that for every connection past its hello, as every watcher is.
+   */
+  private readonly lastFrame: (socket: WebSocket) => number | undefined;
+
+  constructor(limits: Partial<WatchLimits>, lastFrame: (socket: WebSocket) => number | undefined) {
     this.limits = { ...DEFAULT_WATCH_LIMITS, ...limits };
+    this.lastFrame = lastFrame;
   }
 
   get size(): number {
@@ -87,19 +90,7 @@ export class WatchHub {
   subscribe(socket: WebSocket): boolean {
     if (!this.watchers.has(socket)) {
       if (this.watchers.size >= this.limits.maxWatchers && !this.endIdle()) return false;
-      const watcher: Watcher = {
-        socket,
-        last: performance.now(),
-        untrack: () => socket.off("message", touch),
-        dropped: 0,
-        streams: new Set(),
-        timer: null,
-      };
-      const touch = () => {
-        watcher.last = performance.now();
-      };
-      socket.on("message", touch);
-      this.watchers.set(socket, watcher);
+      this.watchers.set(socket, { socket, dropped: 0, streams: new Set(), timer: null });
     }
     const watching: Watching = {
       type: "watching",
@@ -116,7 +107,6 @@ export class WatchHub {
   unsubscribe(socket: WebSocket): void {
     const watcher = this.watchers.get(socket);
     if (watcher?.timer) clearInterval(watcher.timer);
-    watcher?.untrack();
     this.watchers.delete(socket);
   }
 
@@ -132,7 +122,14 @@ export class WatchHub {
   private endIdle(): boolean {
     const before = performance.now() - this.limits.idleMs;
     let idle: Watcher | null = null;
-    for (const w of this.watchers.values()) if (w.last <= before && (!idle || w.last < idle.last)) idle = w;
+    let idleSince = before;
+    for (const w of this.watchers.values()) {
+      const last = this.lastFrame(w.socket) ?? Number.POSITIVE_INFINITY;
+      if (last <= idleSince) {
+        idle = w;
+        idleSince = last;
+      }
+    }
     if (!idle) return false;
     this.unsubscribe(idle.socket);
     if (idle.socket.readyState === idle.socket.OPEN)
@@ -141,7 +138,7 @@ export class WatchHub {
           type: "error",
           code: "limit",
           field: "watch_idle_s",
-          message: `max_watchers is ${this.limits.maxWatchers} and this watch sent nothing for ${Math.round((performance.now() - idle.last) / 1000)} s (watch_idle_s is ${this.limits.idleMs / 1000}); it ended to make room for a new one: send watch again to resubscribe`,
+          message: `max_watchers is ${this.limits.maxWatchers} and this watch sent nothing for ${Math.round((performance.now() - idleSince) / 1000)} s (watch_idle_s is ${this.limits.idleMs / 1000}); it ended to make room for a new one: send watch again to resubscribe`,
         }),
       );
     return true;

@@ -52,7 +52,7 @@ export function admitRollout(state: ServerState, session: Session, frame: Rollou
   const over = stream
     ? budgetRefusal(state, session, request.groupSize, "a stream rollout's next group")
     : budgetRefusal(state, session, episodes, "this batch-delivery rollout");
-  if (over) throw new RollgymError("episode_budget", { message: over.message });
+  if (over) throw new RollgymError("episode_budget", { message: over });
 
   playable(() => validateBatchRequest(request));
   if (stream && !groupLocalScores(request)) throw new RollgymError("stream_scores", {});
@@ -92,7 +92,7 @@ export function admitEnvSession(
     throw error;
   }
   const over = budgetRefusal(state, session, frame.groups * frame.group_size, "this env session");
-  if (over) throw new RollgymError("episode_budget", { message: over.message });
+  if (over) throw new RollgymError("episode_budget", { message: over });
   let tokens: TokenEngine | null = null;
   try {
     tokens = frame.tokens ? (policy.tokenEngine?.() ?? null) : null;

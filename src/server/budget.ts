@@ -73,17 +73,11 @@ export class MemoryBudget implements ServerMemory {
   }
 
   /** Why holding `bytes` more would pass the share or the total, or null when it fits. */
-  refusal(account: SessionMemory, bytes: number, what: string): { limit: string; message: string } | null {
+  refusal(account: SessionMemory, bytes: number, what: string): string | null {
     if (this.held + bytes > this.max)
-      return {
-        limit: "max_held_bytes",
-        message: `max_held_bytes is ${this.max}; ${this.held} bytes are held over all sessions (${this.describe(this.kinds)}) and ${what} needs ${bytes}`,
-      };
+      return `max_held_bytes is ${this.max}; ${this.held} bytes are held over all sessions (${this.describe(this.kinds)}) and ${what} needs ${bytes}`;
     if (account.held + bytes > this.share)
-      return {
-        limit: "max_held_bytes_per_connection",
-        message: `max_held_bytes_per_connection is ${this.share}; this session holds ${account.held} bytes (${this.describe(account.kinds)}) and ${what} needs ${bytes}`,
-      };
+      return `max_held_bytes_per_connection is ${this.share}; this session holds ${account.held} bytes (${this.describe(account.kinds)}) and ${what} needs ${bytes}`;
     return null;
   }
 
@@ -197,20 +191,12 @@ export function budgetRefusal(
   session: Session,
   episodes: number,
   what: string,
-): { limit: string; message: string } | null {
+): string | null {
   const { maxEpisodesPerConnection: share, maxEpisodesInFlight: total } = state.options;
-  if (state.episodesInFlight + episodes > total) {
-    return {
-      limit: "max_episodes_in_flight",
-      message: `max_episodes_in_flight is ${total}; ${state.episodesInFlight} are held over all sessions and ${what} needs ${episodes}`,
-    };
-  }
-  if (session.episodesHeld + episodes > share) {
-    return {
-      limit: "max_episodes_per_connection",
-      message: `max_episodes_per_connection is ${share}; this session holds ${session.episodesHeld} episodes (running rollouts, unacknowledged groups, open env sessions) and ${what} needs ${episodes}`,
-    };
-  }
+  if (state.episodesInFlight + episodes > total)
+    return `max_episodes_in_flight is ${total}; ${state.episodesInFlight} are held over all sessions and ${what} needs ${episodes}`;
+  if (session.episodesHeld + episodes > share)
+    return `max_episodes_per_connection is ${share}; this session holds ${session.episodesHeld} episodes (running rollouts, unacknowledged groups, open env sessions) and ${what} needs ${episodes}`;
   return state.memory.refusal(session.memory, episodes * EPISODE_BYTES, `${what} (${episodes} episodes)`);
 }
 

@@ -193,6 +193,7 @@ export class ConnectionGuard {
     });
     const ticket: ConnectionTicket = {
       hello: () => {
+        if (this.talking.has(ws)) return; // OpenEnv sockets call it for every well-formed message
         clearTimeout(timer);
         this.pending.delete(socket);
         this.talking.set(ws, { last: performance.now(), ticket });

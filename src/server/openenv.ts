@@ -26,6 +26,7 @@ import {
   errorFrame,
   type FieldError,
   MESSAGE_TYPES,
+  refuse,
 } from "./openenv-messages.ts";
 import { Outbound } from "./outbound.ts";
 import type { ServerState } from "./state.ts";
@@ -104,12 +105,11 @@ class Episode {
 
   state(): Record<string, unknown> {
     return {
+      ...freshState(this.tag),
       episode_id: this.id,
       step_count: this.steps,
-      tag: this.tag.spec.tag,
       seed: this.seed,
       done: this.done,
-      max_actions_per_traj: this.tag.spec.max_actions_per_traj,
     };
   }
 }
@@ -200,21 +200,16 @@ export class OpenEnvServer {
     let episode: Episode | null = null;
     ticket.holding = () => episode !== null && !episode.done;
     const idleMs = this.state.options.envIdleMs;
-    let idle: NodeJS.Timeout | null = null;
-    const touched = () => {
-      if (idle) clearTimeout(idle);
-      idle = setTimeout(() => {
-        out.sendEncoded(
-          errorFrame("SESSION_ERROR", `no message for ${idleMs / 1000} s (env_idle_s); session closed`),
-        );
-        ws.close(CLOSE_CODES.normal, "idle");
-      }, idleMs);
-      idle.unref();
-    };
-    touched();
+    const idle = setTimeout(() => {
+      out.sendEncoded(
+        errorFrame("SESSION_ERROR", `no message for ${idleMs / 1000} s (env_idle_s); session closed`),
+      );
+      ws.close(CLOSE_CODES.normal, "idle");
+    }, idleMs).unref();
+    const touched = () => idle.refresh();
     ws.once("close", () => {
       this.active--;
-      if (idle) clearTimeout(idle);
+      clearTimeout(idle);
     });
 
     const answer = (message: ClientMessage): string | null => {
@@ -324,10 +319,7 @@ export class OpenEnvServer {
       const checked =
         typeof body === "object" && !Array.isArray(body)
           ? checkResetRequest(body as Record<string, unknown>, ["body"])
-          : {
-              ok: false as const,
-              errors: [{ type: "dict_type", loc: ["body"], msg: "must be an object", input: body }],
-            };
+          : refuse("dict_type", ["body"], "must be an object", body);
       if (!checked.ok) return reply.code(422).send({ detail: checked.errors });
       return new Episode(tag, checked.value.seed, checked.value.episodeId).reset();
     });
@@ -338,12 +330,7 @@ export class OpenEnvServer {
       const action =
         typeof body === "object" && body !== null && "action" in body
           ? checkAction((body as { action: unknown }).action, ["body", "action"])
-          : {
-              ok: false as const,
-              errors: [
-                { type: "missing", loc: ["body", "action"], msg: "Field required", input: body ?? null },
-              ],
-            };
+          : refuse("missing", ["body", "action"], "Field required", body ?? null);
       if (!action.ok) return reply.code(422).send({ detail: action.errors });
       return reply.code(409).send({
         detail: `POST ${PREFIX}/${request.params.tag}/step would step a fresh, never reset env: rollgym episodes need a seeded reset, so they live on ${PREFIX}/${request.params.tag}/ws (send reset, then step)`,

@@ -85,7 +85,7 @@ export interface ServerMemory {
   /** Whether `bytes` more fit the account's share and the total. */
   fits(account: SessionMemory, bytes: number): boolean;
   /** Why holding `bytes` more would pass a bound (naming it), or null. */
-  refusal(account: SessionMemory, bytes: number, what: string): { limit: string; message: string } | null;
+  refusal(account: SessionMemory, bytes: number, what: string): string | null;
 }
 
 /** The limits as `welcome.limits` sends them (PROTOCOL.md "Handshake"). */

@@ -42,7 +42,7 @@ export function onEnvOpen(c: Connection, frame: EnvOpen): void {
         const over = state.memory.refusal(session.memory, 0, "this env session's prompt token ids");
         if (over)
           throw new RollgymError("memory_budget_prompts", {
-            message: `${over.message} (${envs.heldBytes} bytes with them): open fewer episodes`,
+            message: `${over} (${envs.heldBytes} bytes with them): open fewer episodes`,
           });
       })
       .then(
@@ -68,7 +68,7 @@ export function onEnvStep(c: Connection, frame: EnvStep): void {
   const over = state.memory.refusal(session.memory, adds, "this step");
   if (over)
     throw new RollgymError("memory_budget_step", {
-      message: `${over.message}: close an env session, or wait for others to`,
+      message: `${over}: close an env session, or wait for others to`,
     });
   // Counted now, so steps queued behind this one are checked against it too.
   envs.charge(adds);

@@ -126,20 +126,20 @@ export class ProgressBar {
     this.detail = detail;
     this.timer = setInterval(
       () => {
-        if (detail() !== null) this.draw(Date.now());
+        const now = detail();
+        if (now !== null) this.draw(Date.now(), now);
       },
       this.tty ? 1000 : 5000,
     );
     this.timer.unref();
   }
 
-  private draw(now: number): void {
+  private draw(now: number, detail = this.detail()): void {
     this.last = now;
     this.shown = this.done_;
     const width = 30;
     const filled = Math.round((width * this.done_) / Math.max(this.total, 1));
     const rate = this.done_ / Math.max((now - this.started) / 1000, 1e-3);
-    const detail = this.detail();
     const text =
       `${this.label} [${"#".repeat(filled)}${"-".repeat(width - filled)}] ${this.done_}/${this.total} ${this.unit}` +
       `${this.failed ? `, ${this.failed} failed` : ""}, ${rate.toFixed(1)}/s${detail ? `; ${detail}` : ""}`;

@@ -233,9 +233,9 @@ async function play(
       `rollgym.max_obs_length=${config.rollgym.max_obs_length} has no effect: observations are never cut (RAGEN's renders are far below old RAGEN's limits)`,
     );
   }
-  const logprobs =
-    request.tokens && policy instanceof ChatPolicy ? logprobsSource(policy.engineDialect) : null;
+  let logprobs: ReturnType<typeof logprobsSource> | null = null;
   if (request.tokens && policy instanceof ChatPolicy) {
+    logprobs = logprobsSource(policy.engineDialect);
     const warning = logprobsWarning(policy.engineDialect, request.sampling);
     if (warning) say(warning);
   }

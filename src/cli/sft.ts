@@ -4,7 +4,7 @@
 // solver's <think>…</think><answer>…</answer> turns and the environment's real replies.
 import { spawn } from "node:child_process";
 import { once } from "node:events";
-import { createWriteStream } from "node:fs";
+import { writeFile } from "node:fs/promises";
 import { armMixPolicy, oraclePolicy } from "../llm/builtin.ts";
 import type { ChatMessage } from "../llm/chat.ts";
 import type { Policy, PolicyRequest, PolicyResponse } from "../llm/policy.ts";
@@ -143,7 +143,7 @@ export async function sftCommand(argv: readonly string[]): Promise<number> {
   const { loaded, registry } = await setup(args, overrides);
   if (loaded.config.rollgym.llm.base_url !== null)
     throw new UsageError(
-      "sft: the examples come from the built-in solvers; remove --llm (rollgym.llm.base_url)",
+      "sft: the examples come from the built-in solvers; remove rollgym.llm.base_url (set by --config or key=value)",
     );
   const request = checkedRequest(loaded, registry);
   if (request.episode.contextWindowMode !== "full")
@@ -198,12 +198,11 @@ export async function sftCommand(argv: readonly string[]): Promise<number> {
 }
 
 async function writeText(path: string, text: string): Promise<void> {
-  const stream = createWriteStream(path);
-  const failed = once(stream, "error").then(([error]) => {
+  try {
+    await writeFile(path, text);
+  } catch (error) {
     throw new CommandFailure(`--out: cannot write ${JSON.stringify(path)}: ${(error as Error).message}`);
-  });
-  stream.end(text);
-  await Promise.race([once(stream, "finish"), failed]);
+  }
 }
 
 /** JSON lines in, one parquet file out: pyarrow infers messages as list<struct<role, content>>. */

@@ -9,8 +9,8 @@ samples many steps of ``groups × group_size`` episodes, computes GRPO advantage
 the policy gradient on the arm logit, Σ A·(1[high] − p) over valid kept episodes per step.
 Positive: toward the high-risk arm.
 
-    python bench/closed-loop/bandit_gradient.py                       # the table in bench/RESULTS.md
-    python bench/closed-loop/bandit_gradient.py --groups 16 --group-size 8
+    python bench/closed-loop/bandit_gradient.py --steps 2000          # the table in bench/RESULTS.md
+    python bench/closed-loop/bandit_gradient.py --steps 2000 --groups 16 --group-size 8
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ import { decodeFrame } from "../../protocol/codec.ts";
 import { ChatPolicy } from "../../src/llm/openai-chat.ts";
 import { type MockEngine, startMockEngine } from "../../src/mock-engine/server.ts";
 import { buildServer, type RollgymServer } from "../../src/server/app.ts";
-import { type Frame, TestClient, until } from "../helpers/ws-client.ts";
+import { type Frame, rolloutFrame, TestClient, until } from "../helpers/ws-client.ts";
 
 const FIXTURE = new URL("../fixtures/transcript/conversation.json", import.meta.url);
 const ENGINE_FIXTURE = new URL("../fixtures/transcript/engine-conversation.json", import.meta.url);
@@ -61,15 +61,7 @@ function withoutSessions(raw: Buffer, sessions: string[]): Buffer {
 
 /** A train rollout of one Bandit group of two, with `change` laid over it. */
 function banditRollout(id: string, change: Record<string, unknown> = {}): Record<string, unknown> {
-  return {
-    type: "rollout",
-    id,
-    tags: [{ tag: "Bandit", groups: 1 }],
-    mode: "train",
-    group_size: 2,
-    delivery: "batch",
-    ...change,
-  };
+  return rolloutFrame(id, 1, 2, { tags: [{ tag: "Bandit", groups: 1 }], ...change });
 }
 
 /** The conversation; returns every frame each client received except `progress` (paced by time). */

@@ -168,9 +168,8 @@ def pack_batch(
     out["loss_mask"] = scatter(mask, np.int64)
     out["position_ids"] = np.clip(np.cumsum(out["attention_mask"], axis=1) - 1, 0, None)
     logprobs = flat("logprobs")
-    known = (mask != 0) & ~np.isnan(logprobs)
     out["old_logprobs"] = scatter(np.where(np.isnan(logprobs), np.float32(0), logprobs), np.float32)
-    out["logprob_mask"] = scatter(known.astype(np.int64), np.int64)
+    out["logprob_mask"] = scatter(flat("logprob_mask"), np.int64)
     out["token_rewards"] = scatter(flat("rewards"), np.float32)
 
     scores = np.concatenate([g.scores for g in groups]).astype(np.float32) if groups else np.empty(0, np.float32)

@@ -1,7 +1,8 @@
 """A tiny decoder-only transformer over the byte vocabulary (pre-norm blocks, rotary positions
-as in Qwen and Llama, tied embeddings). The engine samples from it with a KV cache; the trainer scores whole token
-logs with :meth:`TinyLM.token_logprobs`, which must give the engine's logprobs back (the
-on-policy check), so both paths share every weight and the same float32 arithmetic."""
+as in Qwen and Llama, tied embeddings). The engine samples from it with a KV cache; the trainer
+scores token logs with :meth:`TinyLM.suffix_logprobs` (each group's prompt run once), which,
+like the plain whole-sequence :meth:`TinyLM.token_logprobs`, must give the engine's logprobs
+back (the on-policy check), so every path shares every weight and the same float32 arithmetic."""
 
 from __future__ import annotations
 

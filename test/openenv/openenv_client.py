@@ -8,10 +8,14 @@ OpenEnv's own EnvClient does (docs/openenv.md "The client"), with Debian's pytho
 
 import asyncio
 import json
+import warnings
 from dataclasses import dataclass
 from typing import Any, Dict, Optional
 
-import websockets
+with warnings.catch_warnings():
+    # The legacy client (extra_headers) on websockets 10 to 17, as rollgym_client's.
+    warnings.simplefilter("ignore", DeprecationWarning)
+    from websockets.legacy.client import connect as ws_connect
 
 
 def ws_url(base_url: str) -> str:
@@ -50,7 +54,7 @@ class OpenEnvClient:
         self.ws = None
 
     async def connect(self) -> "OpenEnvClient":
-        self.ws = await websockets.connect(self.url, max_size=100 * 1024 * 1024, extra_headers=self.headers)
+        self.ws = await ws_connect(self.url, max_size=100 * 1024 * 1024, extra_headers=self.headers)
         return self
 
     async def send(self, message: Dict[str, Any]) -> Dict[str, Any]:

@@ -19,10 +19,17 @@ import json
 import multiprocessing
 import random
 import uuid
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-import websockets
+import websockets.exceptions as wsx
+
+with warnings.catch_warnings():
+    # websockets >= 14 made a new asyncio server the default, whose process_request takes other
+    # arguments; this server is written for the legacy one (path, headers), as the client is.
+    warnings.simplefilter("ignore", DeprecationWarning)
+    from websockets.legacy.server import serve as ws_serve
 
 from .env import TextEnv
 
@@ -269,7 +276,7 @@ class OpenEnvProvider:
         return status, [("Content-Type", "application/json")], json.dumps(body).encode()
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> "OpenEnvProvider":
-        self.server = await websockets.serve(self._session, host, port, process_request=self._http, max_size=self.max_frame_bytes)
+        self.server = await ws_serve(self._session, host, port, process_request=self._http, max_size=self.max_frame_bytes)
         self.port = self.server.sockets[0].getsockname()[1]
         return self
 
@@ -303,7 +310,7 @@ class OpenEnvProvider:
                 await ws.send(reply)
         except WorkerDied as error:
             await ws.send(_error("SESSION_ERROR", str(error)))
-        except websockets.ConnectionClosed:
+        except wsx.ConnectionClosed:
             pass
         finally:
             self.active -= 1

@@ -9,21 +9,25 @@ export class ContextLimit {
   /** Per replica URL, as last reported. */
   private readonly lengths = new Map<string, number>();
 
+  /** The limit in force (read on every request; changes only in note()). */
+  private current: number | null;
+
   constructor(configured: number | "auto") {
     this.configured = configured === "auto" ? null : configured;
+    this.current = this.configured;
   }
 
   /** The limit in force; null when neither the config nor any replica gives one. */
   get value(): number | null {
-    const reported = [...this.lengths.values()];
-    const engine = reported.length > 0 ? Math.min(...reported) : null;
-    const configured = this.configured;
-    return configured !== null && engine !== null ? Math.min(configured, engine) : (configured ?? engine);
+    return this.current;
   }
 
   /** Records what a replica reported; an answer without a length changes nothing. */
   note(url: string, length: number | null): void {
-    if (length !== null) this.lengths.set(url, length);
+    if (length === null) return;
+    this.lengths.set(url, length);
+    const engine = Math.min(...this.lengths.values());
+    this.current = this.configured === null ? engine : Math.min(this.configured, engine);
   }
 }
 

@@ -140,6 +140,9 @@ describe("waiting on the engine is visible", () => {
       "rollgym.llm.retry_budget_s=7",
     ]);
     expect(result.code, result.stderr).toBe(1);
-    expect(result.stderr).toMatch(/waiting on the engine: 2 requests retrying \(last error: HTTP 50[03]/);
+    // Whether the replica is already marked down at the tick that prints depends on timing.
+    expect(result.stderr).toMatch(
+      /waiting on the engine: (1\/1 replicas down, )?2 requests retrying \(last error: HTTP 50[03]/,
+    );
   }, 60_000);
 });

@@ -5,6 +5,7 @@ import type { ResolvedTag } from "../../envs/registry.ts";
 import type { ChatMessage, SamplingParams } from "./chat.ts";
 import type { ReplicaSnapshot } from "./replicas.ts";
 import type { TokenEngine } from "./token-engine.ts";
+import type { TurnVersions, WeightUpdates } from "./versions.ts";
 
 /** What a built-in policy may know about the episode; remote policies never see it. */
 export interface EpisodeView {
@@ -48,6 +49,8 @@ export interface PolicyResponse {
    * (e.g. `content: null`); `text` is the best reading and the turn is flagged.
    */
   ambiguousSplit?: boolean;
+  /** The weight versions in force at dispatch and at completion (policies with updates()). */
+  versions?: TurnVersions;
 }
 
 /**
@@ -129,6 +132,8 @@ export interface Policy {
   engineStatus?(): EngineStatus;
   /** The episode behind `affinity` is over (frees routing state). */
   forget?(affinity: string): void;
+  /** Pauses and resumes the engines around the trainer's weight updates (issue #22). */
+  updates?(): WeightUpdates;
   /** Why the policy cannot play these tags as its name promises (null: it can). */
   cannotPlay?(tags: readonly ResolvedTag[]): string | null;
   close?(): Promise<void>;

@@ -37,6 +37,8 @@ export interface TurnRecord {
   context_dropped?: number;
   /** The engine's reasoning/content split could not be undone exactly (see docs/rollouts.md). */
   ambiguous_split?: true;
+  /** Weight version ordinals at dispatch and completion; they differ when an update fell inside the turn. */
+  version?: { dispatch: number; completion: number };
 }
 
 export interface EpisodeRecord {
@@ -96,6 +98,11 @@ export interface TokenRecord {
   template_drift: number | null;
   /** Present (false) when the engine could not render the conversation for the drift check. */
   template_checked?: false;
+  /**
+   * The weight version ordinal that sampled each id, aligned with `ids` (-1 at prompt and
+   * inserted ids); present once the trainer has versions (issue #22).
+   */
+  versions?: number[];
 }
 
 export interface GroupResult {

@@ -145,12 +145,16 @@ export function openSession(state: ServerState): Session {
 interface Waiter {
   session: Session;
   episodes: number;
+  /** Charges what the group holds, in the same step as its episodes are held. */
+  held: () => void;
   /** Called once its episodes are held. */
   admitted: () => void;
 }
 
 /** Stream groups waiting for budget, per server, oldest first. */
 const waiting = new WeakMap<ServerState, Set<Waiter>>();
+/** Servers whose waiting groups are to be admitted once the current step is done. */
+const admitting = new WeakSet<ServerState>();
 
 /** The callback a new session reports its changes to. */
 function budgetReporter(state: ServerState): (delta: number) => void {
@@ -160,16 +164,27 @@ function budgetReporter(state: ServerState): (delta: number) => void {
   };
 }
 
-/** Holds the episodes of every waiting group that fits now, oldest first. */
+/**
+ * Holds the episodes of every waiting group that fits, oldest first, once the current step is
+ * done: an acknowledgement gives back episodes and bytes, one group after another, and the
+ * waiting groups are looked at once for all of it.
+ */
 export function admitWaiting(state: ServerState): void {
   const set = waiting.get(state);
-  if (!set) return;
-  for (const waiter of set) {
-    if (!fitsBudget(state, waiter.session, waiter.episodes)) continue;
-    set.delete(waiter);
-    waiter.session.hold(waiter.episodes);
-    waiter.admitted();
-  }
+  if (!set || set.size === 0 || admitting.has(state)) return;
+  admitting.add(state);
+  queueMicrotask(() => {
+    admitting.delete(state);
+    for (const waiter of set) {
+      if (!fitsBudget(state, waiter.session, waiter.episodes)) continue;
+      set.delete(waiter);
+      // Held and charged before the next waiter is looked at, so each fits against what the
+      // ones before it took, not against the same free room.
+      waiter.session.hold(waiter.episodes);
+      waiter.held();
+      waiter.admitted();
+    }
+  });
 }
 
 /** Whether `episodes` more (and their EPISODE_BYTES) fit the session's share and the server's total. */
@@ -200,16 +215,22 @@ export function budgetRefusal(
   return state.memory.refusal(session.memory, episodes * EPISODE_BYTES, `${what} (${episodes} episodes)`);
 }
 
-/** Resolves once `episodes` fit the session's share and the server's total, holding them (true), or when `signal` aborts (false). */
+/**
+ * Resolves once `episodes` fit the session's share and the server's total, holding them (true),
+ * or when `signal` aborts (false). `held` runs when they are held, before anything else is
+ * admitted (it charges the group's bytes).
+ */
 export function holdWhenRoom(
   state: ServerState,
   session: Session,
   episodes: number,
   signal: AbortSignal,
+  held: () => void,
 ): Promise<boolean> {
   if (signal.aborted) return Promise.resolve(false);
   if (fitsBudget(state, session, episodes)) {
     session.hold(episodes);
+    held();
     return Promise.resolve(true);
   }
   const set = waiting.get(state) ?? new Set<Waiter>();
@@ -222,6 +243,7 @@ export function holdWhenRoom(
     const waiter: Waiter = {
       session,
       episodes,
+      held,
       admitted: () => {
         signal.removeEventListener("abort", abort);
         resolve(true);

@@ -31,8 +31,12 @@ export interface RolloutContext {
   watch?: WatchHub;
 }
 
-/** Waits for room for `episodes` in the budget and holds them; false when `signal` aborted first. */
-export type WaitForRoom = (episodes: number, signal: AbortSignal) => Promise<boolean>;
+/**
+ * Waits for room for `episodes` in the budget and holds them; false when `signal` aborted first.
+ * `held` runs in the same step as the hold, so the bytes it charges count before the budget
+ * admits anyone else.
+ */
+export type WaitForRoom = (episodes: number, signal: AbortSignal, held: () => void) => Promise<boolean>;
 
 /**
  * A rollout of one session. Budget: batch delivery holds the whole rollout when it starts (its
@@ -165,10 +169,10 @@ export class Rollout implements SessionRollout {
         admitGroup: stream
           ? async (group) => {
               await this.room(ctx.maxBufferedGroups);
-              if (await waitForRoom(request.groupSize, this.abort.signal)) {
+              await waitForRoom(request.groupSize, this.abort.signal, () => {
                 this.reserved += request.groupSize;
                 meter.admit(group, request.groupSize);
-              }
+              });
             }
           : undefined,
         onTurn: (episode) => {

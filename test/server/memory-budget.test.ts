@@ -7,6 +7,7 @@ import { afterEach, describe, expect, it } from "vitest";
 import { oraclePolicy } from "../../src/llm/builtin.ts";
 import type { Policy } from "../../src/llm/policy.ts";
 import { buildServer, type RollgymServer } from "../../src/server/app.ts";
+import { holdWhenRoom, openSession } from "../../src/server/budget.ts";
 import { EPISODE_BYTES } from "../../src/server/memory-costs.ts";
 import type { Session } from "../../src/server/session.ts";
 import { type Frame, playToVerdict, rolloutFrame, TestClient, until } from "../helpers/ws-client.ts";
@@ -166,5 +167,36 @@ describe("one memory budget", () => {
     expect(await (await fetch(`${url}/healthz`)).json()).toMatchObject({ status: "ok" });
     hog.close();
     bystander.close();
+  });
+
+  it("admits waiting groups one after another against what each took: room for one admits one", async () => {
+    const group = 2 * EPISODE_BYTES; // a group of 2 episodes, as a stream rollout's meter charges it
+    server = await buildServer({ maxHeldBytes: 4 * group, maxHeldBytesPerConnection: 4 * group });
+    const { state } = server;
+    const filler = state.memory.account();
+    filler.charge("env", 4 * group); // the budget is full
+    const abort = new AbortController();
+    const admitted: number[] = [];
+    const waits = [0, 1, 2].map((i) => {
+      const session = openSession(state);
+      // What a stream rollout does once its group is held: charge the group's episodes.
+      const held = () => session.memory.charge("rollouts", group);
+      return holdWhenRoom(state, session, 2, abort.signal, held).then((ok) => ok && admitted.push(i));
+    });
+    const settle = () => new Promise((resolve) => setTimeout(resolve, 10));
+    await settle();
+    expect(admitted).toEqual([]);
+    // Room for one group: only the oldest waiter gets it, and the total stays within the bound.
+    filler.charge("env", -group);
+    await settle();
+    expect(admitted).toEqual([0]);
+    expect(state.memory.held).toBe(4 * group);
+    expect(state.memory.shed).toBe(0);
+    filler.charge("env", -group);
+    await settle();
+    expect(admitted).toEqual([0, 1]);
+    abort.abort();
+    await Promise.all(waits);
+    expect(admitted).toEqual([0, 1]);
   });
 });

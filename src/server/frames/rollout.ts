@@ -9,8 +9,8 @@ import type { Connection } from "./context.ts";
 
 export function onRollout({ state, session }: Connection, frame: RolloutRequest): void {
   const { request, tokenEngine } = admitRollout(state, session, frame);
-  new Rollout(session, frame, request, tokenEngine).start(state.rolloutContext, (episodes, signal) =>
-    holdWhenRoom(state, session, episodes, signal),
+  new Rollout(session, frame, request, tokenEngine).start(state.rolloutContext, (episodes, signal, held) =>
+    holdWhenRoom(state, session, episodes, signal, held),
   );
 }
 

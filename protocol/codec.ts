@@ -1,4 +1,5 @@
 import { Decoder, Encoder } from "@msgpack/msgpack";
+import { decodedSize } from "./decoded-size.ts";
 
 /** WebSocket close codes of PROTOCOL.md ("Close codes"). */
 export const CLOSE_CODES = {
@@ -57,6 +58,14 @@ const decoder = new Decoder();
  */
 export const MAX_CLIENT_MAP_KEYS = 256;
 const clientDecoder = new Decoder({ maxMapLength: MAX_CLIENT_MAP_KEYS });
+/**
+ * Heap bytes a client frame may decode to, estimated from its bytes before it is decoded
+ * (decoded-size.ts). The protocol's largest frames stay well under it (a megabyte of token ids:
+ * 8 MiB; an env_step of 16,384 responses: under 5 MiB), while a megabyte of empty maps would be
+ * 64 MiB and of new map keys several hundred. The server decodes one frame at a time, so this
+ * bounds what decoded frames hold at once (docs/server.md "Memory bounds, from the limits").
+ */
+export const MAX_CLIENT_DECODED_BYTES = 16 << 20;
 
 /** Encodes one message as msgpack; Uint8Array values become `bin`. */
 export function encodeMessage(message: object): Uint8Array {
@@ -67,9 +76,11 @@ export function encodeMessage(message: object): Uint8Array {
  * Decodes one binary frame. Throws FrameDecodeError on invalid msgpack, truncation, trailing bytes,
  * `__proto__` keys or nesting deeper than MAX_FRAME_DEPTH. Does not check the value's shape: that is
  * validateClientMessage's job. `bin` values are views into `data` (no copy). A frame `from` a
- * client may not hold maps of more than MAX_CLIENT_MAP_KEYS keys.
+ * client may not hold maps of more than MAX_CLIENT_MAP_KEYS keys, nor decode to more than
+ * MAX_CLIENT_DECODED_BYTES (both refused before the value is built).
  */
 export function decodeFrame(data: Uint8Array, from: "client" | "any" = "any"): unknown {
+  if (from === "client") checkDecodedSize(data);
   let value: unknown;
   try {
     value = (from === "client" ? clientDecoder : decoder).decode(data);
@@ -80,6 +91,16 @@ export function decodeFrame(data: Uint8Array, from: "client" | "any" = "any"): u
   }
   if (typeof value === "object" && value !== null) checkDepth(value);
   return value;
+}
+
+function checkDecodedSize(data: Uint8Array): void {
+  const bytes = decodedSize(data, MAX_CLIENT_DECODED_BYTES, MAX_CLIENT_MAP_KEYS, MAX_FRAME_DEPTH);
+  if (bytes === Number.POSITIVE_INFINITY)
+    throw new FrameDecodeError(`undecodable frame: nesting deeper than ${MAX_FRAME_DEPTH}`);
+  if (bytes > MAX_CLIENT_DECODED_BYTES)
+    throw new FrameDecodeError(
+      `undecodable frame: its ${data.byteLength} bytes would decode to more than ${MAX_CLIENT_DECODED_BYTES} bytes of memory (MAX_CLIENT_DECODED_BYTES; many small maps, arrays, strings or new map keys)`,
+    );
 }
 
 // Iterative so that the check itself cannot overflow the stack.

@@ -43,9 +43,12 @@ describe("encodeMessage / decodeFrame", () => {
   const schemas = { ...CLIENT_MESSAGE_SCHEMAS, ...SERVER_MESSAGE_SCHEMAS };
   for (const [type, schema] of Object.entries(schemas)) {
     it(`round-trips arbitrary valid ${type} messages`, () => {
+      const fromClient = type in CLIENT_MESSAGE_SCHEMAS;
       fc.assert(
         fc.property(arbitraryFor(schema), (message) => {
           expect(roundTrip(message as object)).toEqual(message);
+          // Within the client decoder's bounds too (map keys, decoded size).
+          if (fromClient) expect(decodeFrame(encodeMessage(message as object), "client")).toEqual(message);
         }),
         { numRuns: 150 },
       );
@@ -139,9 +142,9 @@ describe("encodeMessage / decodeFrame", () => {
 
   it("either decodes or throws FrameDecodeError on arbitrary bytes", () => {
     fc.assert(
-      fc.property(fc.uint8Array({ maxLength: 64 }), (bytes) => {
+      fc.property(fc.uint8Array({ maxLength: 64 }), fc.constantFrom("any", "client"), (bytes, from) => {
         try {
-          decodeFrame(bytes);
+          decodeFrame(bytes, from as "any" | "client");
         } catch (err) {
           expect(err).toBeInstanceOf(FrameDecodeError);
         }

@@ -1,8 +1,10 @@
-// CPU per frame (issue 19.7): a client frame may not hold a map of more keys than any message
-// needs, refused at the map's header before a key is decoded, so a 1 MiB map of 90,000 keys
-// costs no more than any other frame of its size; the connection that sent it is closed (1002).
-// A frame that costs much to decode (a million empty maps) paces its own client, so a bystander
-// keeps going beside two clients sending nothing else.
+// CPU and memory per frame (issue 19.7): a client frame may not hold a map of more keys than any
+// message needs, refused at the map's header before a key is decoded, so a 1 MiB map of 90,000
+// keys costs no more than any other frame of its size; nor decode to more than
+// MAX_CLIENT_DECODED_BYTES of heap (a megabyte of empty maps), refused before it is decoded. The
+// connection that sent either is closed (1002). A frame within both that still costs much to
+// decode (200,000 empty maps) paces its own client, so a bystander keeps going beside two
+// clients sending nothing else.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { decodeFrame, encodeMessage, MAX_CLIENT_MAP_KEYS } from "../../protocol/codec.ts";
 import { buildServer, type RollgymServer } from "../../src/server/app.ts";
@@ -33,12 +35,21 @@ describe("maps in client frames", () => {
     expect(() => decodeFrame(wide(90_000))).not.toThrow();
   });
 
-  it("a 90,000-key map closes its own connection with 1002; others carry on", async () => {
-    const hostile = await TestClient.connect(url);
+  it("a 90,000-key map, or a megabyte of empty maps, closes its own connection with 1002; others carry on", async () => {
+    const hostile = await Promise.all([TestClient.connect(url), TestClient.connect(url)]);
     const bystander = await TestClient.connect(url);
-    hostile.ws.send(wide(90_000));
-    await hostile.closed();
-    expect(hostile.closeCode).toBe(1002);
+    const emptyMaps = encodeMessage({
+      type: "credit",
+      groups: 1,
+      xs: Array.from({ length: 1_000_000 }, () => ({})),
+    });
+    hostile[0].ws.send(wide(90_000));
+    hostile[1].ws.send(emptyMaps);
+    for (const h of hostile) {
+      await h.closed();
+      expect(h.closeCode).toBe(1002);
+    }
+    expect(hostile[1].closeReason).toMatch(/would decode to more than/);
     bystander.send({ type: "env_open", id: "b", tag: "Bandit", groups: 1, group_size: 1 });
     expect(await bystander.next((f) => f.id === "b")).toMatchObject({ type: "env_opened" });
     bystander.close();
@@ -47,11 +58,12 @@ describe("maps in client frames", () => {
 
 describe("costly frames", () => {
   it("pace the client that sends them: a bystander completes its rollouts while few of them are handled", async () => {
-    // 0.95 MiB of a million empty maps: within every limit, and the costliest bytes to decode.
+    // 200,000 empty maps: within every limit (12 MiB decoded, under MAX_CLIENT_DECODED_BYTES),
+    // and the costliest bytes to decode.
     const costly = encodeMessage({
       type: "credit",
       groups: 1,
-      xs: Array.from({ length: 1_000_000 }, () => ({})),
+      xs: Array.from({ length: 200_000 }, () => ({})),
     });
     const outbounds: Outbound[] = [];
     const run = (Outbound.prototype as unknown as { run: (task: () => void) => void }).run;

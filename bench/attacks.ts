@@ -25,8 +25,22 @@ import { createInterface } from "node:readline";
 import { parseArgs } from "node:util";
 import WebSocket from "ws";
 import { encodeMessage } from "../protocol/codec.ts";
+import { DEFAULT_CONNECTION_LIMITS } from "../src/server/connections.ts";
+import { DEFAULT_LIMITS } from "../src/server/state.ts";
 import { servingUrl } from "../test/helpers/cli.ts";
 import { EMPTY_FILE_LINES } from "../test/web/fixtures.ts";
+import {
+  bound,
+  episodes,
+  frames,
+  heldText,
+  nonReaders,
+  shareOfEpisodes,
+  sockets,
+  text,
+  uploads,
+  watchers,
+} from "./attacks/bounds.ts";
 import {
   type Client,
   connect,
@@ -74,8 +88,8 @@ interface Attack {
   token?: boolean;
   /** An engine the server must talk to: started before the server, its URL appended as --llm. */
   engine?: () => Promise<{ url: string; stop(): Promise<void> }>;
-  /** RSS growth bound in MiB when it is not #10's 300 MiB (documented in bench/RESULTS.md). */
-  rssBoundMiB?: number;
+  /** RSS growth bound in MiB, derived from the limits (bench/attacks/bounds.ts, docs/server.md "Memory bounds, from the limits"). */
+  rssBoundMiB: number;
   /** How long the attack may take, when not ATTACK_TIMEOUT_MS (rows that must fill 512 MiB). */
   timeoutMs?: number;
   /** The bystander is expected to be refused (a documented policy, e.g. four sessions at their share). */
@@ -329,6 +343,7 @@ const attacks: Attack[] = [
   {
     name: "baseline_no_attack",
     covers: "noise floor",
+    rssBoundMiB: bound(), // nothing held: the headroom alone
     async run(ctx) {
       // Only the bystander, for 15 s: what the machine's load alone does to the figures.
       await sleep(15_000);
@@ -338,6 +353,7 @@ const attacks: Attack[] = [
   {
     name: "env_open_huge_and_at_limits",
     covers: "#10.1",
+    rssBoundMiB: bound(2 * shareOfEpisodes(), frames(2)), // two sessions at their share of episodes
     async run(ctx) {
       const c = await connect(ctx.url);
       c.send({ type: "env_open", id: "huge", tag: "SimpleSokoban", groups: 4096, group_size: 4096 });
@@ -398,6 +414,7 @@ const attacks: Attack[] = [
   {
     name: "env_step_1MB_parser",
     covers: "#10.2",
+    rssBoundMiB: bound(frames(1), text(4 * MiB)), // four 1 MB responses held
     async run(ctx) {
       const c = await connect(ctx.url);
       c.send({ type: "env_open", id: "s", tag: "SimpleSokoban", groups: 4, group_size: 1, seed: 1 });
@@ -430,6 +447,7 @@ const attacks: Attack[] = [
   {
     name: "unacked_groups_across_rollouts",
     covers: "#10.3",
+    rssBoundMiB: bound(shareOfEpisodes(), frames(1)), // one session's share held as groups
     async run(ctx) {
       const c = await connect(ctx.url);
       c.send({ type: "credit", groups: 1_000_000 });
@@ -468,6 +486,7 @@ const attacks: Attack[] = [
   {
     name: "no_read_env_open_close_flood",
     covers: "#10.4",
+    rssBoundMiB: bound(nonReaders(1), shareOfEpisodes(), frames(1)), // a non-reader's send buffer and its session's share
     async run(ctx) {
       const c = await connect(ctx.url, "flooder");
       const limits = welcomeLimits(c);
@@ -514,6 +533,7 @@ const attacks: Attack[] = [
   {
     name: "one_hog_paused_stream",
     covers: "#10.5",
+    rssBoundMiB: bound(shareOfEpisodes(), frames(1)), // one session at its share
     async run(ctx) {
       // No credit: the rollout fills its buffer and pauses, holding its reservation.
       const hog = await connect(ctx.url, "hog");
@@ -532,6 +552,7 @@ const attacks: Attack[] = [
   {
     name: "four_hogs_at_their_share",
     covers: "#10.5 (policy)",
+    rssBoundMiB: bound(4 * shareOfEpisodes(), frames(4)), // four sessions at their share: max_episodes_in_flight
     bystanderRefusedOk: true,
     async run(ctx) {
       const hogs = await Promise.all([0, 1, 2, 3].map((i) => connect(ctx.url, `hog${i}`)));
@@ -550,6 +571,9 @@ const attacks: Attack[] = [
   {
     name: "silent_and_half_open_sockets",
     covers: "#10.6",
+    rssBoundMiB: bound(
+      sockets(DEFAULT_CONNECTION_LIMITS.maxConnections + DEFAULT_CONNECTION_LIMITS.maxPendingConnections),
+    ), // every WebSocket and pending place taken
     token: true,
     async run(ctx) {
       const n = SOCKETS;
@@ -606,6 +630,7 @@ const attacks: Attack[] = [
   {
     name: "env_hosting_sessions_and_growing_chat",
     covers: "#10.7",
+    rssBoundMiB: bound(shareOfEpisodes(), text(DEFAULT_LIMITS.maxHeldBytesPerConnection), frames(1)), // one session at its share of episodes and of bytes
     async run(ctx) {
       const c = await connect(ctx.url);
       const limits = welcomeLimits(c);
@@ -664,6 +689,7 @@ const attacks: Attack[] = [
   {
     name: "signals_and_shutdown_deadline",
     covers: "#10.8",
+    rssBoundMiB: bound(nonReaders(1), shareOfEpisodes(), frames(1)), // a non-reader's send buffer and its session's share
     async run(ctx) {
       ctx.notes.push(await signalThroughWrapper("npm", ["start", "--", "--port", "0"]));
       ctx.notes.push(await signalThroughWrapper("npx", ["rollgym", "serve", "--port", "0"]));
@@ -706,7 +732,7 @@ const attacks: Attack[] = [
     // Legitimate work, not an attack on memory: about 42,000 episodes held at once, bounded by
     // the documented 16 KiB per held episode at the peak (docs/server.md "Memory behind a slow
     // client": serve's full GCs let the heap reach 3x what survived, then give it back).
-    rssBoundMiB: Math.ceil(((16_384 + 200 * 128) * 16) / 1024),
+    rssBoundMiB: bound(episodes(16_384 + 200 * 128), sockets(200)),
     async run(ctx) {
       const big = await connect(ctx.url, "big");
       big.send({ type: "credit", groups: 1_000_000 });
@@ -748,6 +774,7 @@ const attacks: Attack[] = [
   {
     name: "seed_past_2^32",
     covers: "#10.10 (seeds)",
+    rssBoundMiB: bound(frames(1)), // one client's frames
     async run(ctx) {
       const c = await connect(ctx.url);
       c.send({ type: "credit", groups: 100 });
@@ -776,6 +803,7 @@ const attacks: Attack[] = [
   {
     name: "rollout_id_reuse_while_queued",
     covers: "#10.10 (id reuse)",
+    rssBoundMiB: bound(shareOfEpisodes(), frames(1)), // one session at its share
     async run(ctx) {
       const c = await connect(ctx.url);
       // No credit: the first rollout's groups and batch frame stay queued.
@@ -814,6 +842,7 @@ const attacks: Attack[] = [
   {
     name: "cancel_paused_stream",
     covers: "#10.10 (cancel)",
+    rssBoundMiB: bound(shareOfEpisodes(), frames(1)), // one session at its share
     async run(ctx) {
       const c = await connect(ctx.url);
       const perConnection = welcomeLimits(c).max_episodes_per_connection ?? 65_536;
@@ -842,6 +871,7 @@ const attacks: Attack[] = [
   {
     name: "hung_inference_request",
     covers: "#10.10 (hung engine)",
+    rssBoundMiB: bound(shareOfEpisodes(), frames(1)), // one session at its share
     // 30% of requests never answer (an hour's delay); requests time out after 2 s.
     engine: () => startMockEngine(["--slow-rate", "0.3", "--slow-ms", "3600000"]),
     serveArgs: ["--model", "mock/qwen-toy", "rollgym.llm.timeout_s=2", "rollgym.llm.retry_budget_s=20"],
@@ -868,6 +898,7 @@ const attacks: Attack[] = [
   {
     name: "uploads_at_and_over_limits",
     covers: "#9 uploads",
+    rssBoundMiB: bound(uploads(), sockets(16)), // uploads kept, received and checked
     async run(ctx) {
       const limits = { maxUploadBytes: 32 * MiB, maxUploads: 16 }; // docs/server.md defaults
       const { header, summary } = EMPTY_FILE_LINES;
@@ -934,6 +965,7 @@ const attacks: Attack[] = [
   {
     name: "watchers_max+1_and_idle",
     covers: "#9 watch",
+    rssBoundMiB: bound(watchers(), sockets(34), shareOfEpisodes()), // every watcher's buffer, and the trainer's session
     async run(ctx) {
       const clients = await Promise.all(Array.from({ length: 33 }, () => connect(ctx.url, "watcher")));
       for (const c of clients) c.send({ type: "watch" });
@@ -972,9 +1004,8 @@ const attacks: Attack[] = [
   {
     name: "env_bytes_across_connections",
     covers: "#19.1",
-    // max_held_bytes (512 MiB) of text at 1.1 × in RSS, plus #10's 300 MiB for buffers and GC
-    // headroom (docs/server.md "Memory bounds, from the limits").
-    rssBoundMiB: 863,
+    // max_held_bytes (512 MiB) of text at 1.1 × in RSS (docs/server.md "Memory bounds, from the limits").
+    rssBoundMiB: bound(heldText(), frames(16)),
     // 512 MiB of 900 kB steps: about a minute on an idle machine, several under load.
     timeoutMs: 300_000,
     async run(ctx) {
@@ -999,8 +1030,8 @@ const attacks: Attack[] = [
   {
     name: "memory_budget_mixed_sessions",
     covers: "#19.1 (one budget)",
-    // The memory budget's RSS line, 1,024 MiB, plus #10's 300 (docs/server.md "Memory bounds").
-    rssBoundMiB: 1024 + 300,
+    // The memory budget's RSS line (docs/server.md "Memory bounds, from the limits").
+    rssBoundMiB: bound(Math.max(heldText(), episodes(DEFAULT_LIMITS.maxEpisodesInFlight)), frames(10)),
     timeoutMs: 300_000,
     async run(ctx) {
       // Two sessions hold 4,096 episodes each as unacknowledged groups (read, never
@@ -1028,6 +1059,7 @@ const attacks: Attack[] = [
   {
     name: "env_empty_steps_16k_episodes",
     covers: "#19.1 (empty steps, big steps)",
+    rssBoundMiB: bound(shareOfEpisodes(), text(DEFAULT_LIMITS.maxHeldBytesPerConnection), frames(1)), // one session at its share of episodes and of bytes
     async run(ctx) {
       const c = await connect(ctx.url);
       c.send({ type: "env_open", id: "e", tag: "FrozenLake", groups: 1024, group_size: 16, max_turn: 1000 });
@@ -1061,6 +1093,7 @@ const attacks: Attack[] = [
   {
     name: "cross_origin_page_requests",
     covers: "#19.2",
+    rssBoundMiB: bound(sockets(DEFAULT_CONNECTION_LIMITS.maxPendingConnections)), // refused before any body: sockets only
     async run(ctx) {
       // What a page of another origin (or one rebinding its name to us) makes a browser send.
       const evil = {
@@ -1110,6 +1143,7 @@ const attacks: Attack[] = [
   {
     name: "tokenless_uploads_on_token_server",
     covers: "#19.4",
+    rssBoundMiB: bound(uploads(), sockets(DEFAULT_CONNECTION_LIMITS.maxPendingConnections)), // uploads with the token; tokenless ones refused at the headers
     token: true,
     async run(ctx) {
       // 144 uploads announcing 32 MiB without the token, all at once (the issue's 5.2 GiB), each
@@ -1147,6 +1181,7 @@ const attacks: Attack[] = [
   {
     name: "idle_hellod_sockets_fill_max_connections",
     covers: "#19.6",
+    rssBoundMiB: bound(sockets(DEFAULT_CONNECTION_LIMITS.maxConnections)), // max_connections sockets
     // Until the attackers' sockets have been idle for idle_drop_s, max_connections refuses the
     // bystander too (the documented cap); then idle ones make room.
     bystanderRefusedOk: true,
@@ -1188,6 +1223,7 @@ const attacks: Attack[] = [
   {
     name: "idle_watchers_hold_max_watchers",
     covers: "#19.6 (watchers)",
+    rssBoundMiB: bound(watchers(), sockets(34)), // every watcher's buffer
     async run(ctx) {
       // max_watchers (32) idle watch subscriptions; a newcomer at once, then past watch_idle_s.
       const idle = await Promise.all(
@@ -1222,8 +1258,8 @@ const attacks: Attack[] = [
   {
     name: "uploads_30MB_lines_parse",
     covers: "#19.5",
-    // max_concurrent_uploads (4) × 32 MiB bodies, 2 checking workers × 384 MiB heap, plus #10's 300.
-    rssBoundMiB: 300 + 4 * 32 + 2 * 384,
+    // Uploads kept, being received (max_concurrent_uploads × 32 MiB, twice) and being checked.
+    rssBoundMiB: bound(uploads()),
     async run(ctx) {
       const { header, summary } = EMPTY_FILE_LINES;
       const n = 15 * MiB;
@@ -1263,6 +1299,7 @@ const attacks: Attack[] = [
   {
     name: "crafted_episode_file_markup",
     covers: "#19.3",
+    rssBoundMiB: bound(uploads()), // uploads kept, received and checked
     async run(ctx) {
       // Markup in every string and number field of an episode file: the server takes or refuses
       // it, serves it back only as NDJSON that browsers must not sniff, and its page runs only its
@@ -1331,6 +1368,7 @@ const attacks: Attack[] = [
   {
     name: "symlink_swap_in_share",
     covers: "#19.8",
+    rssBoundMiB: bound(sockets(DEFAULT_CONNECTION_LIMITS.maxPendingConnections)), // shared files are streamed: sockets only
     serveArgs: ["--share", SHARE_DIR],
     async run(ctx) {
       // Flip a shared name between a regular file and a link to a file outside the directory.
@@ -1369,39 +1407,57 @@ const attacks: Attack[] = [
   {
     name: "wide_maps_and_connection_storm",
     covers: "#19.7",
+    // Two attacking connections at a time: each holds at most one frame being received
+    // (max_frame_bytes) and one socket read, and the server decodes one frame at a time, at most
+    // MAX_CLIENT_DECODED_BYTES; then 200 sockets (docs/server.md "Memory bounds, from the limits").
+    rssBoundMiB: bound(frames(2), sockets(200)),
     async run(ctx) {
-      // Two clients sending 1 MiB maps of 90,000 keys for 10 s (reconnecting when closed), two
-      // sending frames of a million empty maps (the costliest bytes to decode) for 10 s, then
-      // 200 clients connecting at once.
+      // Two clients sending 1 MiB maps of 90,000 keys for 10 s, then two sending frames of a
+      // million empty maps (64 MiB once decoded) for 10 s, both reconnecting when closed; then
+      // two sending frames of 200,000 empty maps (within every bound, and the costliest bytes
+      // to decode) for 10 s, paced; then 200 clients connecting at once.
       const wide = encodeMessage({
         type: "credit",
         groups: 1,
         ...Object.fromEntries(Array.from({ length: 90_000 }, (_, i) => [`k${i}`, i])),
       });
-      const costly = encodeMessage({
+      const expanding = encodeMessage({
         type: "credit",
         groups: 1,
         xs: Array.from({ length: 1_000_000 }, () => ({})),
       });
-      let sent = 0;
+      const costly = encodeMessage({
+        type: "credit",
+        groups: 1,
+        xs: Array.from({ length: 200_000 }, () => ({})),
+      });
       const closes = new Map<number, number>();
-      const stop = performance.now() + 10_000;
-      await Promise.all(
-        [0, 1].map(async (i) => {
-          while (performance.now() < stop) {
-            const c = await connect(ctx.url, `wide${i}`).catch(() => null);
-            if (!c) continue;
-            while (c.closeCode === null && performance.now() < stop) {
-              c.ws.send(wide);
-              sent++;
-              await sleep(5);
+      /** Two clients sending `frame` every 5 ms for 10 s, reconnecting when closed; frames sent. */
+      const flood = async (frame: Uint8Array, name: string): Promise<number> => {
+        let sent = 0;
+        const stop = performance.now() + 10_000;
+        await Promise.all(
+          [0, 1].map(async (i) => {
+            while (performance.now() < stop) {
+              const c = await connect(ctx.url, `${name}${i}`).catch(() => null);
+              if (!c) continue;
+              while (c.closeCode === null && performance.now() < stop) {
+                c.ws.send(frame);
+                sent++;
+                await sleep(5);
+              }
+              await Promise.race([c.closed(), sleep(1000)]);
+              if (c.closeCode !== null) closes.set(c.closeCode, (closes.get(c.closeCode) ?? 0) + 1);
+              c.ws.terminate();
             }
-            await Promise.race([c.closed(), sleep(1000)]);
-            if (c.closeCode !== null) closes.set(c.closeCode, (closes.get(c.closeCode) ?? 0) + 1);
-            c.ws.terminate();
-          }
-        }),
-      );
+          }),
+        );
+        return sent;
+      };
+      const sent = await flood(wide, "wide");
+      const wideCloses = closes.get(1002) ?? 0;
+      const expandingSent = await flood(expanding, "expanding");
+      const expandingCloses = (closes.get(1002) ?? 0) - wideCloses;
       const costlyClients = await Promise.all([0, 1].map((i) => connect(ctx.url, `costly${i}`)));
       let costlySent = 0;
       const costlyStop = performance.now() + 10_000;
@@ -1422,9 +1478,15 @@ const attacks: Attack[] = [
       const welcomed = storm.filter((r) => r.status === "fulfilled").length;
       for (const r of storm) if (r.status === "fulfilled") r.value.close();
       ctx.observed.push(
-        `wide maps: ${sent} sent, closes ${[...closes].map(([k, v]) => `${v}× ${k}`).join(", ")}; costly frames: ${costlyHandled} of ${costlySent} answered in 10 s; storm: ${welcomed}/200 welcomed`,
+        `wide maps: ${sent} sent, ${wideCloses}× close 1002; a million empty maps: ${expandingSent} sent, ${expandingCloses}× close 1002; 200,000 empty maps: ${costlyHandled} of ${costlySent} answered in 10 s; storm: ${welcomed}/200 welcomed`,
       );
-      expect(ctx, (closes.get(1002) ?? 0) > 0, "a wide map closes its connection with 1002");
+      expect(ctx, wideCloses > 0, "a wide map closes its connection with 1002");
+      expect(
+        ctx,
+        expandingCloses > 0,
+        "a frame decoding past MAX_CLIENT_DECODED_BYTES closes its connection with 1002",
+      );
+      expect(ctx, costlyHandled > 0, "frames within the bounds are answered");
       expect(ctx, welcomed === 200, "all 200 storm clients get in");
     },
   },
@@ -1438,6 +1500,8 @@ interface Result {
   healthz_failures: number;
   rss_growth_mib: number;
   rss_peak_growth_mib: number;
+  /** The row's RSS bound, derived from the limits (bench/attacks/bounds.ts). */
+  rss_bound_mib: number;
   /** The server's CPU use during the attack, in cores (1 = one core busy the whole time). */
   server_cpu: number;
   bystander: ProbeReport;
@@ -1491,7 +1555,7 @@ async function runOne(attack: Attack): Promise<Result> {
   await engine?.stop();
   const rssGrowth = (rssAfter - rssBefore) / MiB;
   const peakGrowth = (Math.max(hwmAfter, hwmBefore) - rssBefore) / MiB;
-  const bound = attack.rssBoundMiB ?? 300;
+  const bound = attack.rssBoundMiB;
   const over: string[] = [];
   if (!up) over.push(`down${crashed}`);
   if (!(bystander.healthz_worst_ms < 1000)) over.push("/healthz ≥ 1 s");
@@ -1506,6 +1570,7 @@ async function runOne(attack: Attack): Promise<Result> {
     healthz_failures: bystander.healthz_failures,
     rss_growth_mib: Math.round(rssGrowth),
     rss_peak_growth_mib: Math.round(peakGrowth),
+    rss_bound_mib: bound,
     server_cpu: Number(cpuShare.toFixed(2)),
     bystander,
     offender: ctx.observed.join("; "),
@@ -1527,6 +1592,7 @@ console.log(
     "up",
     "worst /healthz ms",
     "RSS growth MiB (peak)",
+    "bound MiB",
     "server CPU (cores)",
     "bystander rollouts ok/failed",
     "offending client saw",
@@ -1535,7 +1601,7 @@ console.log(
     "notes",
   ]),
 );
-console.log(row(["---", "---", "---", "---:", "---:", "---:", "---", "---", "---", "---", "---"]));
+console.log(row(["---", "---", "---", "---:", "---:", "---:", "---:", "---", "---", "---", "---", "---"]));
 for (const attack of selected) {
   const r = await runOne(attack).catch(
     (error: Error): Result => ({
@@ -1546,6 +1612,7 @@ for (const attack of selected) {
       healthz_failures: Number.NaN,
       rss_growth_mib: Number.NaN,
       rss_peak_growth_mib: Number.NaN,
+      rss_bound_mib: attack.rssBoundMiB,
       server_cpu: Number.NaN,
       bystander: probeReport(Number.NaN),
       offender: "",
@@ -1563,6 +1630,7 @@ for (const attack of selected) {
       r.up ? "yes" : "no",
       `${r.healthz_worst_ms}${b.healthz_over_1s ? ` (${b.healthz_over_1s} ≥ 1 s, worst at ${b.healthz_worst_at_s} s)` : ""}${r.healthz_failures ? ` (${r.healthz_failures} failed)` : ""}`,
       `${r.rss_growth_mib} (${r.rss_peak_growth_mib})`,
+      r.rss_bound_mib,
       r.server_cpu,
       `${b.rollouts_completed}/${b.rollouts_failed}${b.last_failure ? ` (${b.last_failure.slice(0, 100)})` : ""}`,
       r.offender,

@@ -10,7 +10,7 @@
 //   the budget, 1 MB responses, unacknowledged groups, a flood without reading, cancelling a
 //   paused stream, reusing a rollout id, junk bytes), and issue #19's limits: an env session
 //   filled until the memory budget refuses, max_watchers + 1 watchers, frames that are costly to
-//   decode (paced).
+//   decode (paced) and frames that would decode past the bound (closed).
 // A bystander process (bench/attacks/prober.ts) polls /healthz every 50 ms throughout.
 // Usage: node bench/soak.ts [--minutes 10] [--json FILE]
 import { writeFileSync } from "node:fs";
@@ -215,12 +215,11 @@ const firstDoses = [
   ...["memory", "memory", "watchers", "costly"],
 ];
 
-/** A frame of a million empty maps: the costliest bytes to decode (the server paces its sender). */
-const costlyFrame = encodeMessage({
-  type: "credit",
-  groups: 1,
-  xs: Array.from({ length: 1_000_000 }, () => ({})),
-});
+/** Frames of empty maps, the costliest bytes to decode: 200,000 (within every bound: the server paces its sender) and a million (refused before decoding, 1002). */
+const emptyMaps = (n: number) =>
+  encodeMessage({ type: "credit", groups: 1, xs: Array.from({ length: n }, () => ({})) });
+const costlyFrame = emptyMaps(200_000);
+const expandingFrame = emptyMaps(1_000_000);
 
 /** One dose of one of #10's attacks, or a burst of bad frames. */
 async function hostileDose(): Promise<void> {
@@ -348,6 +347,8 @@ async function hostileDose(): Promise<void> {
       case "costly":
         for (let i = 0; i < 3 && c.closeCode === null; i++) c.ws.send(costlyFrame);
         await c.next((f) => f.type === "error" && c.of("error").length >= 3, 60_000).catch(() => null);
+        if (c.closeCode === null) c.ws.send(expandingFrame);
+        await Promise.race([c.closed(), sleep(10_000)]);
         break;
       case "reuse":
         c.send({

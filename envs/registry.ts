@@ -1,6 +1,6 @@
 // Env types and tags by name. A tag is RAGEN's `custom_envs` entry: an env type, its config,
 // the action budget and the instruction text. Users add their own types and tags here.
-import type { Env, EnvType, Solution } from "./types.ts";
+import type { AsyncEnv, Env, EnvType, Solution } from "./types.ts";
 import { EnvConfigError } from "./types.ts";
 
 /** One entry of RAGEN's config/envs.yaml `custom_envs`. */
@@ -23,8 +23,12 @@ export interface ResolvedTag {
   readonly spec: TagSpec;
   readonly type: EnvType<object>;
   readonly config: object;
+  /** The env stepped in process (envs play, the web page); throws EnvUsageError for a remote type. */
   make(): Env;
-  solve(env: Env): Solution | null;
+  /** The env a rollout plays: in process, or in another process answering through promises. */
+  open(): AsyncEnv;
+  /** The episode solved by the type's solver, or null when the type has none. */
+  solve(env: AsyncEnv): Solution | null;
 }
 
 /** Edits (insert, delete, substitute) between `a` and `b`, case ignored. */
@@ -100,7 +104,9 @@ export class EnvRegistry {
       type,
       config,
       make: () => type.create(config),
-      solve: (env) => (type.solve ? type.solve(env, spec.max_actions_per_traj) : null),
+      open: type.open ? () => type.open!(config) : () => type.create(config),
+      // Only in-process types have solvers, and their envs are the ones `open` made.
+      solve: (env) => (type.solve ? type.solve(env as Env, spec.max_actions_per_traj) : null),
     };
     this.tags.set(spec.tag, resolved);
     return resolved;

@@ -22,18 +22,37 @@ export interface StepResult {
   info: StepInfo;
 }
 
+/** A value now, or later (a promise of it). */
+export type Awaitable<T> = T | Promise<T>;
+
 /**
- * One live episode of an environment. Action ids are 1-based as in RAGEN: id i names
- * `actionNames[i - 1]`. Environments are synchronous, deterministic functions of the seed.
+ * One live episode of an environment, the contract every rollout plays. An in-process env
+ * (`Env`) answers reset and step at once; an env in another process (env_type openenv) answers
+ * with promises, which callers await only when they get one, so in-process envs pay nothing for
+ * it. Action ids are 1-based as in RAGEN: id i names `actionNames[i - 1]`; an env with
+ * `textActions` has no fixed list and takes each parsed answer as text instead.
  */
-export interface Env {
-  reset(seed: number): string;
-  step(action: number): StepResult;
+export interface AsyncEnv {
+  reset(seed: number): Awaitable<string>;
+  step(action: number | string): Awaitable<StepResult>;
+  /** The current observation, known without asking (a remote env keeps its last one). */
   render(): string;
   /** Names of the actions of the current episode (Bandit's arm names change per reset). */
   readonly actionNames: readonly string[];
+  /** The episode takes free-text actions: step gets each parsed action as a string. */
+  readonly textActions?: boolean;
   readonly done: boolean;
-  /** A JSON snapshot from which `restore` continues the episode exactly. */
+  /** A JSON snapshot from which `restore` continues the episode exactly (when the env has them). */
+  snapshot?(): JsonValue;
+  restore?(snapshot: JsonValue): void;
+  /** Releases what the episode holds (a remote session); nothing is called on the env after it. */
+  close?(): void;
+}
+
+/** An in-process environment: synchronous, a deterministic function of the seed, with snapshots. */
+export interface Env extends AsyncEnv {
+  reset(seed: number): string;
+  step(action: number): StepResult;
   snapshot(): JsonValue;
   restore(snapshot: JsonValue): void;
 }
@@ -62,6 +81,11 @@ export interface EnvType<Config> {
   /** Merge user keys over the defaults; throws EnvConfigError naming a bad key. */
   resolveConfig(overrides: Record<string, unknown>): Config;
   create(config: Config): Env;
+  /**
+   * Envs of this type answer through promises (they run in another process): `open` replaces
+   * `create`, and callers that step synchronously (envs play, the web page) refuse the type.
+   */
+  open?(config: Config): AsyncEnv;
   /** Rewards are Python ints (FrozenLake); matters for how reward text prints. */
   readonly integerRewards: boolean;
   /** The vocabulary the tag's own config defines. */

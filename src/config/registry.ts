@@ -9,6 +9,7 @@ import { pathToFileURL } from "node:url";
 import { createRegistry } from "../../envs/catalog.ts";
 import type { EnvRegistry, TagSpec } from "../../envs/registry.ts";
 import { EnvConfigError } from "../../envs/types.ts";
+import { openenv } from "../remote-envs/openenv-remote.ts";
 import { originOf } from "./load.ts";
 import { ConfigError, type CustomEnvEntry, formatValue, type RollgymConfig } from "./schema.ts";
 
@@ -217,6 +218,8 @@ export async function buildRegistry(
 ): Promise<EnvRegistry> {
   const origins = options.origins ?? {};
   const registry = createRegistry();
+  // Remote envs are a type like the in-process ones: custom_envs.X.env_type: openenv.
+  registry.registerType(openenv);
   const fromConfig = config.rollgym.plugins.map((module) => ({
     module,
     from: `rollgym.plugins${suffix(origins, "rollgym.plugins")}`,

@@ -154,12 +154,14 @@ async function playChatEpisode(
         throw error;
       }
       await turnSlot();
-      episode.applyResponse(episode.prefill + response.text, response.finishReason, {
+      const applied = episode.applyResponse(episode.prefill + response.text, response.finishReason, {
         prompt: response.promptTokens,
         completion: response.completionTokens,
         dropped,
         ambiguousSplit: response.ambiguousSplit,
       });
+      // Only a remote env's turn is a promise: an in-process one costs no extra microtask.
+      if (applied instanceof Promise) await applied;
       // The engine's own count of this prompt is exact; without one, the count or bound it was fitted on.
       const exact = response.promptTokens ?? tokens;
       known = exact === null ? null : { messages, tokens: exact };
@@ -296,9 +298,14 @@ export async function playBatch(
         episodes.map(async (episode) => {
           const affinity = `${batchId}:${episode.envId}`;
           let tokens: TokenLog | null = null;
-          if (request.tokens)
-            tokens = await playTokenEpisode(episode, request, tokenEngine!, hooks, affinity);
-          else await playChatEpisode(episode, request, policy, hooks, affinity);
+          try {
+            if (episode.ready) await episode.ready;
+            if (request.tokens)
+              tokens = await playTokenEpisode(episode, request, tokenEngine!, hooks, affinity);
+            else await playChatEpisode(episode, request, policy, hooks, affinity);
+          } finally {
+            episode.close();
+          }
           policy.forget?.(affinity);
           const record = episode.record();
           if (tokens) record.tokens = tokens.record();

@@ -4,7 +4,7 @@
 
 import { pyNumberRepr } from "../../envs/pyrepr.ts";
 import type { ResolvedTag } from "../../envs/registry.ts";
-import type { Env, StepInfo } from "../../envs/types.ts";
+import type { AsyncEnv, StepInfo, StepResult } from "../../envs/types.ts";
 import type { ContextWindowMode } from "../../protocol/settings.ts";
 import type { ChatMessage } from "../llm/chat.ts";
 import type { EndReason, EpisodeRecord, TurnRecord } from "../record/episode-record.ts";
@@ -28,13 +28,39 @@ export interface EpisodeSettings {
   truncation?: "turns" | "ragen";
 }
 
+/** Token counts a turn reports with its response. */
+export interface TurnUsage {
+  prompt?: number;
+  completion?: number;
+  cached?: number;
+  dropped?: number;
+  ambiguousSplit?: boolean;
+}
+
+/** A turn between parsing and its record: the actions to step and what the steps gave so far. */
+interface PendingTurn {
+  raw: string;
+  finishReason: string;
+  usage: TurnUsage;
+  parsed: ReturnType<typeof parseResponse>;
+  penalised: boolean;
+  noValidAction: boolean;
+  /** Action ids (or texts, for free-text envs) within the action budget. */
+  allowed: (number | string)[];
+  executed: string[];
+  reward: number;
+  rawReward: number;
+  info: Record<string, number | boolean>;
+  envDone: boolean;
+}
+
 export class Episode {
   readonly tag: ResolvedTag;
   readonly envId: number;
   readonly groupId: number;
   readonly seed: number;
   private readonly settings: EpisodeSettings;
-  private readonly env: Env;
+  private readonly env: AsyncEnv;
   private readonly system: string;
   private readonly integerRewards: boolean;
   private readonly turns: TurnRecord[] = [];
@@ -47,6 +73,11 @@ export class Episode {
   private failure: string | null = null;
   private contextFull = false;
   private budgetSpent = false;
+  /**
+   * Settles when the env's reset has answered (null for an env that answered at once): await it
+   * before the first prompt. A reset that fails fails the episode; the promise never rejects.
+   */
+  readonly ready: Promise<void> | null = null;
 
   constructor(tag: ResolvedTag, envId: number, groupId: number, seed: number, settings: EpisodeSettings) {
     this.tag = tag;
@@ -54,8 +85,18 @@ export class Episode {
     this.groupId = groupId;
     this.seed = seed;
     this.settings = settings;
-    this.env = tag.make();
-    this.state = this.env.reset(seed);
+    this.env = tag.open();
+    const first = this.env.reset(seed);
+    if (typeof first === "string") this.state = first;
+    else {
+      this.state = "";
+      this.ready = first.then(
+        (text) => {
+          this.state = text;
+        },
+        (error) => this.fail(`reset: ${error instanceof Error ? error.message : String(error)}`),
+      );
+    }
     this.integerRewards = tag.type.integerRewards;
     this.system = systemPrompt(tag, {
       think: settings.think,
@@ -133,60 +174,88 @@ export class Episode {
     return messages;
   }
 
-  /** Apply the model's turn: `raw` is the prefill followed by the generated text. */
-  applyResponse(
-    raw: string,
-    finishReason: string,
-    usage: {
-      prompt?: number;
-      completion?: number;
-      cached?: number;
-      dropped?: number;
-      ambiguousSplit?: boolean;
-    } = {},
-  ): TurnRecord {
+  /**
+   * Apply the model's turn: `raw` is the prefill followed by the generated text. The turn is
+   * recorded at once when the env answers at once; a remote env's steps make it a promise (which
+   * rejects, leaving no turn, when a step fails).
+   */
+  applyResponse(raw: string, finishReason: string, usage: TurnUsage = {}): TurnRecord | Promise<TurnRecord> {
     if (!this.active) throw new Error(`episode ${this.envId} is not active`);
     const { maxActionsPerTurn, actionSep, think, formatPenalty } = this.settings;
     const parsed = parseResponse(raw, { think, actionSep, maxActionsPerTurn });
-    const mapped = mapActions(parsed.parsed, this.env.actionNames);
-    const allowed = mapped.ids.slice(0, this.actionsLeft);
-
-    let reward = 0;
-    let rawReward = 0;
-    let info: Record<string, number | boolean> = {};
-    const executed: string[] = [];
-    let envDone = false;
-    for (const id of allowed) {
-      const result = this.env.step(id);
-      reward += result.reward;
-      rawReward += typeof result.info.raw_reward === "number" ? result.info.raw_reward : 0;
-      info = { ...(result.info as StepInfo) };
-      executed.push(this.env.actionNames[id - 1]);
-      if (result.terminated || result.truncated) {
-        envDone = true;
-        break;
-      }
+    let actions: (number | string)[];
+    let penalised: boolean;
+    if (this.env.textActions) {
+      // Free-text actions: every parsed action goes to the env as written.
+      actions = parsed.parsed;
+      penalised = actions.length === 0;
+    } else {
+      const mapped = mapActions(parsed.parsed, this.env.actionNames);
+      actions = mapped.ids;
+      penalised = mapped.formatPenalty;
     }
-    info.raw_reward = rawReward;
-    const noValidAction = mapped.ids.length === 0;
-    if (noValidAction) info.manager_invalid_action = true;
-    if (mapped.formatPenalty) this.penalty += formatPenalty;
+    if (penalised) this.penalty += formatPenalty;
+    const turn: PendingTurn = {
+      raw,
+      finishReason,
+      usage,
+      parsed,
+      penalised,
+      noValidAction: actions.length === 0,
+      allowed: actions.slice(0, this.actionsLeft),
+      executed: [],
+      reward: 0,
+      rawReward: 0,
+      info: {},
+      envDone: false,
+    };
+    return this.stepFrom(turn, 0);
+  }
+
+  /** Steps the turn's actions from `next` on, awaiting only an env that answers later. */
+  private stepFrom(turn: PendingTurn, next: number): TurnRecord | Promise<TurnRecord> {
+    for (let k = next; k < turn.allowed.length; k++) {
+      const result = this.env.step(turn.allowed[k]);
+      if (result instanceof Promise)
+        return result.then((r) =>
+          this.took(turn, k, r) ? this.finishTurn(turn) : this.stepFrom(turn, k + 1),
+        );
+      if (this.took(turn, k, result)) break;
+    }
+    return this.finishTurn(turn);
+  }
+
+  /** Adds one step's result to the turn; true when the env ended the episode. */
+  private took(turn: PendingTurn, k: number, result: StepResult): boolean {
+    turn.reward += result.reward;
+    turn.rawReward += typeof result.info.raw_reward === "number" ? result.info.raw_reward : 0;
+    turn.info = { ...(result.info as StepInfo) };
+    const action = turn.allowed[k];
+    turn.executed.push(typeof action === "string" ? action : this.env.actionNames[action - 1]);
+    turn.envDone = result.terminated || result.truncated;
+    return turn.envDone;
+  }
+
+  private finishTurn(pending: PendingTurn): TurnRecord {
+    const { info, executed, reward, usage } = pending;
+    info.raw_reward = pending.rawReward;
+    if (pending.noValidAction) info.manager_invalid_action = true;
 
     const turn: TurnRecord = {
       turn: this.turns.length + 1,
       state: this.state,
       actions_left: this.actionsLeft,
       warned: this.warnNext,
-      raw_response: raw,
-      response: parsed.llmResponse,
-      parsed: parsed.parsed,
+      raw_response: pending.raw,
+      response: pending.parsed.llmResponse,
+      parsed: pending.parsed.parsed,
       actions: executed,
       reward,
       // RAGEN's turn reward starts as the int 0, so it prints as an int until a float is added.
       reward_text: pyNumberRepr(reward, executed.length === 0 || this.integerRewards),
-      format_penalty: mapped.formatPenalty,
+      format_penalty: pending.penalised,
       info,
-      finish_reason: finishReason,
+      finish_reason: pending.finishReason,
     };
     if (usage.prompt !== undefined) turn.prompt_tokens = usage.prompt;
     if (usage.completion !== undefined) turn.completion_tokens = usage.completion;
@@ -197,8 +266,8 @@ export class Episode {
 
     this.numActions += executed.length;
     this.state = this.env.render();
-    this.warnNext = noValidAction;
-    if (envDone) {
+    this.warnNext = pending.noValidAction;
+    if (pending.envDone) {
       this.terminated = true;
       this.truncated = info.success !== true;
     } else if (this.numActions >= this.tag.spec.max_actions_per_traj) {
@@ -207,6 +276,11 @@ export class Episode {
       this.budgetSpent = true;
     }
     return turn;
+  }
+
+  /** Releases the env (a remote env's session); called once the episode is over or abandoned. */
+  close(): void {
+    this.env.close?.();
   }
 
   /** Not even the current turn fits the engine's context: end like max_turn, scored, truncated. */

@@ -61,11 +61,12 @@ export async function playTokenEpisode(
       lastId: sample.ids.at(-1),
       stoppedOnToken: sample.finishReason === "stop" && !sample.stoppedOnString,
     };
-    const record = episode.applyResponse(raw, sample.finishReason, {
+    let record = episode.applyResponse(raw, sample.finishReason, {
       prompt: promptTokens,
       completion: sample.ids.length,
       ...(sample.cachedTokens === null ? {} : { cached: sample.cachedTokens }),
     });
+    if (record instanceof Promise) record = await record;
     log.reward(record.reward);
     if (!episode.active) return;
     const messages = episode.promptMessages();

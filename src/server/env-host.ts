@@ -8,7 +8,7 @@ import type { EnvStep } from "../../protocol/messages.ts";
 import { RollgymError } from "../errors/catalogue.ts";
 import type { ChatMessage } from "../llm/chat.ts";
 import type { TokenEngine } from "../llm/token-engine.ts";
-import type { EpisodeRecord } from "../record/episode-record.ts";
+import type { EpisodeRecord, TurnRecord } from "../record/episode-record.ts";
 import { type BatchRequest, groupEpisodes, groupTags, tagMetrics } from "../rollout/batch.ts";
 import type { Episode } from "../rollout/episode.ts";
 import { TokenLog } from "../rollout/token-log.ts";
@@ -84,7 +84,11 @@ export class HostedEnvs {
     let sliceStart = performance.now();
     for (const [group, tag] of groupTags(this.request).entries()) {
       if (this.stop.signal.aborted) throw new Error("env session closed");
-      this.episodes.push(...groupEpisodes(this.registry, this.request, group, tag));
+      const built = groupEpisodes(this.registry, this.request, group, tag);
+      this.episodes.push(...built);
+      // A remote env's reset answers later; the group's resets run together.
+      const resets = built.flatMap((e) => (e.ready ? [e.ready] : []));
+      if (resets.length > 0) await Promise.all(resets);
       sinceYield += this.request.groupSize;
       // Sokoban levels take milliseconds each to generate: a slice also ends after 5 ms.
       if (sinceYield >= OPEN_SLICE_EPISODES || performance.now() - sliceStart > 5) {
@@ -115,6 +119,7 @@ export class HostedEnvs {
   /** Ends the session's engine work (a closed session or connection), its routing state and its bytes. */
   dispose(): void {
     this.stop.abort(new Error("env session closed"));
+    for (const episode of this.episodes) episode.close();
     this.forget(this.affinity);
     this.charge(-this.heldBytes);
     if (this.idleTimer) clearTimeout(this.idleTimer);
@@ -193,8 +198,11 @@ export class HostedEnvs {
     const results: Record<string, unknown>[] = [];
     for (let i = 0; i < responses.length; i += OPEN_SLICE_EPISODES) {
       if (i > 0) await new Promise<void>((resolve) => setImmediate(resolve));
-      for (const { env_id, text } of responses.slice(i, i + OPEN_SLICE_EPISODES))
-        results.push(this.apply(env_id, text));
+      const slice = responses
+        .slice(i, i + OPEN_SLICE_EPISODES)
+        .map(({ env_id, text }) => this.apply(env_id, text));
+      // Remote envs step concurrently; in-process ones answered already.
+      for (const result of slice) results.push(result instanceof Promise ? await result : result);
     }
     return results;
   }
@@ -205,14 +213,17 @@ export class HostedEnvs {
     const signal = this.stop.signal;
     if (!engine) throw new Error("not a token session");
     this.check(responses);
-    const results = responses.map(({ env_id, text, sampled_ids, logprobs }) => {
-      const log = this.logs[env_id];
-      // Unknown logprobs stay unknown (NaN), never a made-up certainty.
-      log.sampled(sampled_ids!, logprobs ?? new Array<number>(sampled_ids!.length).fill(Number.NaN));
-      const result = this.apply(env_id, text);
-      log.reward(result.reward as number);
-      return result;
-    });
+    const results = await Promise.all(
+      responses.map(async ({ env_id, text, sampled_ids, logprobs }) => {
+        const log = this.logs[env_id];
+        // Unknown logprobs stay unknown (NaN), never a made-up certainty.
+        log.sampled(sampled_ids!, logprobs ?? new Array<number>(sampled_ids!.length).fill(Number.NaN));
+        let result = this.apply(env_id, text);
+        if (result instanceof Promise) result = await result;
+        log.reward(result.reward as number);
+        return result;
+      }),
+    );
     return Promise.all(
       results.map(async (result, i) => {
         const { env_id } = responses[i];
@@ -238,21 +249,43 @@ export class HostedEnvs {
     );
   }
 
-  private apply(envId: number, text: string): Record<string, unknown> {
+  /** One response applied; a promise only when the episode's env is remote. */
+  private apply(envId: number, text: string): Record<string, unknown> | Promise<Record<string, unknown>> {
     const episode = this.episodes[envId];
     const before = this.messagesMode === "new" ? episode.promptMessages() : null;
     const turn = episode.applyResponse(episode.prefill + text, "stop");
+    if (turn instanceof Promise)
+      return turn.then(
+        (t) => this.applied(episode, before, t),
+        (error) => {
+          // The remote env failed the step: the episode ends failed (env_closed's record says why).
+          episode.fail(
+            `turn ${episode.turnIndex + 1}: ${error instanceof Error ? error.message : String(error)}`,
+          );
+          return this.applied(episode, before, null);
+        },
+      );
+    return this.applied(episode, before, turn);
+  }
+
+  private applied(
+    episode: Episode,
+    before: ChatMessage[] | null,
+    turn: TurnRecord | null,
+  ): Record<string, unknown> {
+    const envId = episode.envId;
+    if (!episode.active) episode.close();
     const record = episode.active ? null : episode.record();
     const next = episode.active ? episode.promptMessages() : null;
     // "new": only what changed since the previous turn's chat, so replies stay the size of a turn.
     const keep = before && next ? commonPrefix(before, next) : 0;
     return {
       env_id: envId,
-      parsed: turn.parsed,
-      actions: turn.actions,
-      reward: turn.reward,
-      reward_text: turn.reward_text,
-      format_penalty: turn.format_penalty,
+      parsed: turn?.parsed ?? [],
+      actions: turn?.actions ?? [],
+      reward: turn?.reward ?? 0,
+      reward_text: turn?.reward_text ?? "0",
+      format_penalty: turn?.format_penalty ?? false,
       done: !episode.active,
       success: record?.success ?? false,
       messages: next && before ? next.slice(keep) : next,

@@ -86,7 +86,9 @@ describe("custom_envs in the registry", () => {
     );
     const type = await registryError([], ["custom_envs.Bandit.env_type=slots"]);
     expect(type.key).toBe("custom_envs.Bandit.env_type");
-    expect(type.message).toContain('"slots" is not a registered env type (sokoban, frozen_lake, bandit)');
+    expect(type.message).toContain(
+      '"slots" is not a registered env type (sokoban, frozen_lake, bandit, openenv)',
+    );
     expect(type.message).toContain('set in override "custom_envs.Bandit.env_type=slots"');
   });
 

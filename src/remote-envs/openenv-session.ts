@@ -1,0 +1,247 @@
+// One OpenEnv session as a client holds it (docs/openenv.md): a WebSocket on BASE/ws, JSON
+// requests answered one at a time. Everything that can go wrong on the wire ends as an
+// OpenEnvFailure whose reason names it (the server closed or died, no answer in time, an answer
+// that is not OpenEnv's, a full server), so an episode fails with that reason instead of hanging.
+import WebSocket from "ws";
+import { EnvUsageError } from "../../envs/types.ts";
+
+/** Why a remote episode could not go on; each starts the failure's message. */
+export type OpenEnvReason =
+  | "openenv_connect"
+  | "openenv_closed"
+  | "openenv_timeout"
+  | "openenv_garbage"
+  | "openenv_capacity"
+  | "openenv_session_error"
+  | "openenv_seed_ignored";
+
+export class OpenEnvFailure extends Error {
+  readonly reason: OpenEnvReason;
+  constructor(reason: OpenEnvReason, message: string) {
+    super(`${reason}: ${message}`);
+    this.name = "OpenEnvFailure";
+    this.reason = reason;
+  }
+}
+
+/** A full server's CAPACITY_REACHED, with the counts it gave. */
+export class OpenEnvCapacity extends OpenEnvFailure {
+  readonly maxSessions: number | null;
+  constructor(url: string, message: string, maxSessions: number | null) {
+    super("openenv_capacity", `${url} answered CAPACITY_REACHED: ${message}`);
+    this.maxSessions = maxSessions;
+  }
+}
+
+/**
+ * The server refused one request and the session goes on (EXECUTION_ERROR: the env raised, or
+ * the episode is over; VALIDATION_ERROR: the action does not fit its model).
+ */
+export class OpenEnvRefused extends EnvUsageError {
+  readonly code: string;
+  constructor(url: string, code: string, message: string) {
+    super(`openenv_refused: ${code} from ${url}: ${message}`);
+    this.name = "OpenEnvRefused";
+    this.code = code;
+  }
+}
+
+/** What OpenEnv's reset and step answer: `{observation, reward, done}`. */
+export interface ObservationAnswer {
+  observation: Record<string, unknown>;
+  reward: number | null;
+  done: boolean;
+}
+
+/** Error codes after which the server goes on with the session. */
+const REQUEST_ERRORS = new Set(["EXECUTION_ERROR", "VALIDATION_ERROR", "INVALID_JSON", "UNKNOWN_TYPE"]);
+const MAX_FRAME_BYTES = 100 * 1024 * 1024; // OpenEnv's client allows 100 MB frames.
+
+interface Pending {
+  what: string;
+  resolve: (answer: ObservationAnswer) => void;
+  reject: (error: Error) => void;
+  timer: NodeJS.Timeout;
+}
+
+export class OpenEnvSession {
+  readonly url: string;
+  private readonly ws: WebSocket;
+  private pending: Pending | null = null;
+  /** A frame that came before any request (a full server's CAPACITY_REACHED), answered to the next one. */
+  private early: string | null = null;
+  /** Why the socket is gone, once it is. */
+  private gone: OpenEnvFailure | null = null;
+
+  private constructor(url: string, ws: WebSocket) {
+    this.url = url;
+    this.ws = ws;
+    ws.on("message", (data, isBinary) => this.received(isBinary ? null : data.toString()));
+    ws.on("close", (code, reason) => {
+      const why = `${code}${reason.length ? ` ${reason.toString()}` : ""}`;
+      this.lost(new OpenEnvFailure("openenv_closed", `${url} closed the session (${why})`));
+    });
+    ws.on("error", (error) => this.lost(new OpenEnvFailure("openenv_closed", `${url}: ${error.message}`)));
+  }
+
+  /** Opens a session on `url` (ws://…/ws), or fails with openenv_connect within `timeoutMs`. */
+  static connect(url: string, timeoutMs: number): Promise<OpenEnvSession> {
+    return new Promise((resolve, reject) => {
+      const ws = new WebSocket(url, {
+        handshakeTimeout: timeoutMs,
+        maxPayload: MAX_FRAME_BYTES,
+        perMessageDeflate: false,
+      });
+      const fail = (message: string) => {
+        ws.removeAllListeners();
+        ws.on("error", () => {});
+        ws.terminate();
+        reject(new OpenEnvFailure("openenv_connect", `cannot open a session on ${url}: ${message}`));
+      };
+      ws.once("open", () => {
+        ws.removeAllListeners();
+        resolve(new OpenEnvSession(url, ws));
+      });
+      ws.once("error", (error) => fail(error.message));
+      ws.once("unexpected-response", (_request, response) =>
+        fail(`HTTP ${response.statusCode} at the upgrade`),
+      );
+    });
+  }
+
+  /** Sends `message` and waits for its observation, at most `timeoutMs`. */
+  request(message: Record<string, unknown>, what: string, timeoutMs: number): Promise<ObservationAnswer> {
+    if (this.gone) return Promise.reject(this.gone);
+    if (this.pending)
+      return Promise.reject(new Error(`a ${this.pending.what} is still waiting for its answer`));
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.pending = null;
+        const seconds = timeoutMs / 1000;
+        this.lost(
+          new OpenEnvFailure("openenv_timeout", `no answer to ${what} from ${this.url} within ${seconds} s`),
+        );
+        reject(
+          new OpenEnvFailure(
+            "openenv_timeout",
+            `no answer to ${what} from ${this.url} within ${seconds} s (step_timeout_s)`,
+          ),
+        );
+      }, timeoutMs);
+      this.pending = { what, resolve, reject, timer };
+      if (this.early !== null) {
+        const frame = this.early;
+        this.early = null;
+        this.received(frame);
+        return;
+      }
+      this.ws.send(JSON.stringify(message));
+    });
+  }
+
+  /** Ends the session as OpenEnv's client does (a close message, then the socket). */
+  close(): void {
+    if (this.gone) return;
+    const why = new OpenEnvFailure("openenv_closed", `rollgym closed the session on ${this.url}`);
+    this.gone = why;
+    if (this.ws.readyState === WebSocket.OPEN) {
+      this.ws.send(JSON.stringify({ type: "close" }));
+      this.ws.close(1000);
+    } else this.ws.terminate();
+    const pending = this.pending;
+    this.pending = null;
+    if (pending) {
+      clearTimeout(pending.timer);
+      pending.reject(why);
+    }
+  }
+
+  private received(frame: string | null): void {
+    const pending = this.pending;
+    if (pending === null) {
+      // Answered later, to the request that comes next (or dropped once the session is gone).
+      if (this.early === null && frame !== null) this.early = frame;
+      return;
+    }
+    this.pending = null;
+    clearTimeout(pending.timer);
+    const answer = this.answerOf(frame, pending.what);
+    if (answer instanceof OpenEnvRefused) pending.reject(answer);
+    else if (answer instanceof OpenEnvFailure) {
+      // After a garbage answer the session's state is unknown: it is not used again.
+      this.lost(answer);
+      pending.reject(answer);
+    } else pending.resolve(answer);
+  }
+
+  /** The observation a frame carries, or the error it is. */
+  private answerOf(frame: string | null, what: string): ObservationAnswer | OpenEnvFailure | OpenEnvRefused {
+    const garbage = (why: string) =>
+      new OpenEnvFailure("openenv_garbage", `${this.url} answered ${what} with ${why}`);
+    if (frame === null) return garbage("a binary frame (OpenEnv answers are JSON text)");
+    let value: unknown;
+    try {
+      value = JSON.parse(frame);
+    } catch {
+      return garbage(`text that is not JSON: ${preview(frame)}`);
+    }
+    if (!isObject(value) || !isObject(value.data))
+      return garbage(`${preview(frame)}, not {"type": …, "data": {…}}`);
+    const data = value.data;
+    if (value.type === "error") {
+      const code = String(data.code ?? "");
+      const message = String(data.message ?? "");
+      if (code === "CAPACITY_REACHED")
+        return new OpenEnvCapacity(
+          this.url,
+          message,
+          typeof data.max_sessions === "number" ? data.max_sessions : null,
+        );
+      if (REQUEST_ERRORS.has(code)) return new OpenEnvRefused(this.url, code, message);
+      return new OpenEnvFailure("openenv_session_error", `${code || "error"} from ${this.url}: ${message}`);
+    }
+    if (value.type !== "observation")
+      return garbage(`a ${JSON.stringify(value.type)} message, not an observation`);
+    if (!isObject(data.observation))
+      return garbage(`data.observation ${preview(JSON.stringify(data.observation))}, not an object`);
+    if (
+      data.reward !== null &&
+      data.reward !== undefined &&
+      !(typeof data.reward === "number" && Number.isFinite(data.reward))
+    )
+      return garbage(`data.reward ${preview(JSON.stringify(data.reward))}, not a number or null`);
+    if (typeof data.done !== "boolean")
+      return garbage(`data.done ${preview(JSON.stringify(data.done))}, not a boolean`);
+    return {
+      observation: data.observation,
+      reward: (data.reward as number | null | undefined) ?? null,
+      done: data.done,
+    };
+  }
+
+  /** The socket is gone (or unusable): a waiting request fails with why, later ones too. */
+  private lost(why: OpenEnvFailure): void {
+    this.gone ??= why;
+    const pending = this.pending;
+    if (pending) {
+      this.pending = null;
+      clearTimeout(pending.timer);
+      pending.reject(
+        new OpenEnvFailure(
+          why.reason,
+          `${why.message.slice(why.reason.length + 2)} while ${pending.what} waited for its answer`,
+        ),
+      );
+    }
+    if (this.ws.readyState !== WebSocket.CLOSED) this.ws.terminate();
+  }
+}
+
+function isObject(value: unknown): value is Record<string, unknown> {
+  return typeof value === "object" && value !== null && !Array.isArray(value);
+}
+
+function preview(text: string | undefined): string {
+  const t = text ?? "undefined";
+  return t.length > 80 ? `${t.slice(0, 77)}...` : t;
+}

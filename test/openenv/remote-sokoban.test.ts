@@ -1,0 +1,91 @@
+// rollgym hosting a remote OpenEnv environment (env_type openenv), end to end: one rollgym
+// serves its CoordSokoban under /openenv, a second registry hosts it as a custom tag, and a
+// batch rolled out on the remote tag equals the same batch on the in-process tag, seed for
+// seed, turn by turn (states, actions, rewards, success, scores).
+import { afterEach, describe, expect, it } from "vitest";
+import { createRegistry } from "../../envs/catalog.ts";
+import { randomPolicy } from "../../src/llm/builtin.ts";
+import type { EpisodeRecord } from "../../src/record/episode-record.ts";
+import { openenvPool } from "../../src/remote-envs/openenv-remote.ts";
+import { runBatch } from "../../src/rollout/batch.ts";
+import { defaultBatchRequest } from "../../src/rollout/request.ts";
+import { buildServer, type RollgymServer } from "../../src/server/app.ts";
+import { remoteRegistry } from "../helpers/openenv-remote.ts";
+
+let server: RollgymServer | null = null;
+afterEach(async () => {
+  await server?.shutdown();
+  server = null;
+});
+
+/** A registry with RemoteSokoban: CoordSokoban's tag spec, its env on `base`. */
+function remoteSokoban(base: string, envConfig: Record<string, unknown> = {}) {
+  return remoteRegistry("RemoteSokoban", "CoordSokoban", {
+    url: base,
+    max_sessions: 64,
+    actions: ["Up", "Down", "Left", "Right"],
+    ...envConfig,
+  });
+}
+
+/** What must match between an in-process and a remote episode (the tag name aside). */
+function played(e: EpisodeRecord) {
+  return {
+    seed: e.seed,
+    env_id: e.env_id,
+    turns: e.turns.map((t) => ({
+      state: t.state,
+      actions: t.actions,
+      reward: t.reward,
+      reward_text: t.reward_text,
+      success: t.info.success,
+      format_penalty: t.format_penalty,
+    })),
+    final_state: e.final_state,
+    success: e.success,
+    reward: e.reward,
+    score: e.score,
+    end_reason: e.end_reason,
+    failure: e.failure,
+  };
+}
+
+describe("env_type openenv: a remote CoordSokoban", () => {
+  it("rolls out groups identical to the in-process tag, seed for seed", async () => {
+    server = await buildServer({});
+    const base = `${await server.listen()}/openenv/CoordSokoban`;
+    const registry = await remoteSokoban(base);
+    const batch = (tag: string) =>
+      defaultBatchRequest("train", { tags: [{ tag, groups: 6 }], groupSize: 4, seed: 4242 });
+    const policy = randomPolicy({ noise: 0.2, malformed: 0.1 });
+    const local = await runBatch(createRegistry(), batch("CoordSokoban"), policy);
+    const remote = await runBatch(registry, batch("RemoteSokoban"), policy);
+
+    expect(remote.failed).toBe(0);
+    expect(remote.episodes.map(played)).toEqual(local.episodes.map(played));
+    // A real game was played: moves, rewards, some ends.
+    expect(remote.episodes.flatMap((e) => e.turns).length).toBeGreaterThan(24);
+    expect(new Set(remote.episodes.map((e) => e.seed)).size).toBe(6);
+    expect(remote.groups.map((g) => g.kept)).toEqual(local.groups.map((g) => g.kept));
+    // Every session was given back.
+    expect(openenvPool(registry.tag("RemoteSokoban").config)?.counts).toMatchObject({ open: 0, waiting: 0 });
+  });
+
+  it("holds no more sessions than max_sessions, the others waiting their turn", async () => {
+    server = await buildServer({});
+    const base = `${await server.listen()}/openenv/CoordSokoban`;
+    const registry = await remoteSokoban(base, { max_sessions: 3 });
+    const pool = () => openenvPool(registry.tag("RemoteSokoban").config)!;
+    let most = 0;
+    const result = await runBatch(
+      registry,
+      defaultBatchRequest("train", { tags: [{ tag: "RemoteSokoban", groups: 4 }], groupSize: 4, seed: 7 }),
+      randomPolicy(),
+      { onTurn: () => (most = Math.max(most, pool().counts.open)) },
+    );
+    expect(result.failed).toBe(0);
+    expect(result.episodes).toHaveLength(16);
+    expect(most).toBeGreaterThan(0);
+    expect(most).toBeLessThanOrEqual(3);
+  });
+});

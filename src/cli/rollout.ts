@@ -172,6 +172,7 @@ function buildPolicy(config: RollgymConfig): Policy {
       maxModelLen: config.actor_rollout_ref.rollout.max_model_len,
       countTokens: llm.count_tokens,
       requestSeeds: llm.request_seeds,
+      cacheSalt: llm.cache_salt,
     });
   }
   const options = { noise: policy.noise, malformed: policy.malformed };

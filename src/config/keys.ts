@@ -317,6 +317,11 @@ export const CONFIG_KEYS = {
     true,
     "send each request's seed, derived from (batch seed, env id, turn), so a deterministic engine replays a batch; false sends seed: null (vLLM's faster batched sampling, no replay)",
   ),
+  "rollgym.llm.cache_salt": choice(
+    ["version", "off"],
+    "version",
+    "version: once a trainer has named a weight version, vLLM requests carry cache_salt = its label, so KV cached under old weights is never reused for new ones (llama.cpp has no salt); off: no cache_salt",
+  ),
   "rollgym.context.truncation": choice(
     ["turns", "ragen"],
     "turns",

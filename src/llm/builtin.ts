@@ -5,6 +5,8 @@ import seedrandom from "seedrandom";
 import type { ResolvedTag } from "../../envs/registry.ts";
 import type { Policy, PolicyRequest, PolicyResponse } from "./policy.ts";
 import { turnSlot } from "./slices.ts";
+import { VersionBook } from "./updates.ts";
+import type { WeightUpdates } from "./versions.ts";
 
 export interface BuiltinPolicyOptions {
   /** Probability that an answer is random valid actions instead of the plan. */
@@ -57,6 +59,8 @@ class BuiltinPolicy implements Policy {
   private readonly choose: Choose;
   private readonly noise: number;
   private readonly malformed: number;
+  /** No engine to pause: versions, and turns held while an update is open, so servers test without one. */
+  private readonly book = new VersionBook();
 
   constructor(name: string, choose: Choose, options: BuiltinPolicyOptions) {
     this.name = name;
@@ -78,15 +82,33 @@ class BuiltinPolicy implements Policy {
     );
   }
 
+  updates(): WeightUpdates {
+    return this.book;
+  }
+
   async generate(request: PolicyRequest): Promise<PolicyResponse> {
+    // Only an open update costs an await: a batch's turn order stays as it was without one.
+    const held = this.book.admit(request.signal);
+    if (held) await held;
+    const dispatch = this.book.current.ordinal;
     // No I/O here: without a slot a batch would play on in microtasks and never let the loop turn.
-    await turnSlot();
+    this.book.inFlight++;
+    try {
+      await turnSlot();
+    } finally {
+      this.book.inFlight--;
+    }
     // Seeded by the request seed, so a batch replays identically.
     const rng = seedrandom(`${this.name}:${request.sampling.seed}`);
     const noisy = rng() < this.noise;
     const broken = rng() < this.malformed;
     const { thought, actions } = noisy ? chooseRandom(request, rng) : this.choose(request, rng);
-    return { text: format(request, thought, actions, broken), finishReason: "stop", attempts: 1 };
+    return {
+      text: format(request, thought, actions, broken),
+      finishReason: "stop",
+      attempts: 1,
+      versions: this.book.stamp(dispatch),
+    };
   }
 }
 

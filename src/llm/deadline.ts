@@ -8,6 +8,18 @@
 // with 10,000 requests in flight on one rollout signal a listener per request would make each
 // request cost O(requests in flight); a Set makes joining and leaving O(1).
 
+/**
+ * Time that does not count against limits: the spans in which a weight update holds the
+ * engines (issue #22). A deadline on such a clock stretches by the time paused inside it.
+ */
+export interface PauseClock {
+  /** Milliseconds paused so far, a pause in progress counted up to now. */
+  pausedMs(): number;
+  readonly paused: boolean;
+  /** Calls `fn` once, when the pause in progress ends; returns the unsubscribe. */
+  onResume(fn: () => void): () => void;
+}
+
 export interface Deadline {
   readonly signal: AbortSignal;
   /** True when the time limit (not the parent) ended it. */
@@ -42,17 +54,40 @@ export function onParentAbort(parent: AbortSignal, onAbort: () => void): () => v
   };
 }
 
-export function deadline(timeoutMs: number, parent?: AbortSignal): Deadline {
+export function deadline(timeoutMs: number, parent?: AbortSignal, clock?: PauseClock): Deadline {
   const controller = new AbortController();
   let expired = false;
+  let timer: NodeJS.Timeout | undefined;
+  let leaveResume: (() => void) | null = null;
+  const started = Date.now();
+  const pausedAtStart = clock?.pausedMs() ?? 0;
+  const expire = (): void => {
+    expired = true;
+    controller.abort(new DOMException(`timed out after ${timeoutMs} ms`, "TimeoutError"));
+  };
   // setTimeout fires at once past 2^31 − 1 ms (24.8 days); such a limit means "never" here.
-  const timer = setTimeout(
-    () => {
-      expired = true;
-      controller.abort(new DOMException(`timed out after ${timeoutMs} ms`, "TimeoutError"));
-    },
-    Math.min(timeoutMs, 2 ** 31 - 1),
-  );
+  const arm = (ms: number): void => {
+    timer = setTimeout(check, Math.min(ms, 2 ** 31 - 1));
+  };
+  // Without a clock the first firing ends it; with one, paused time is given back first.
+  function check(): void {
+    timer = undefined;
+    if (clock === undefined) {
+      expire();
+      return;
+    }
+    if (clock.paused) {
+      leaveResume = clock.onResume(() => {
+        leaveResume = null;
+        check();
+      });
+      return;
+    }
+    const spent = Date.now() - started - (clock.pausedMs() - pausedAtStart);
+    if (spent >= timeoutMs) expire();
+    else arm(timeoutMs - spent);
+  }
+  arm(timeoutMs);
   let leave: (() => void) | null = null;
   if (parent?.aborted) controller.abort(parent.reason);
   else if (parent) leave = onParentAbort(parent, () => controller.abort(parent.reason));
@@ -63,6 +98,7 @@ export function deadline(timeoutMs: number, parent?: AbortSignal): Deadline {
     },
     dispose() {
       clearTimeout(timer);
+      leaveResume?.();
       leave?.();
     },
   };

@@ -5,7 +5,7 @@
 // of its own rather than with fetch, which costs about four times the CPU per request and, with
 // thousands of requests in flight, scans every open connection to dispatch one (README).
 import { Client } from "undici";
-import { deadline } from "./deadline.ts";
+import { deadline, type PauseClock } from "./deadline.ts";
 
 /** An engine request that did not produce a usable answer. */
 export class EngineError extends Error {
@@ -58,6 +58,8 @@ export interface RequestOptions {
   headers?: Record<string, string>;
   /** The connections to send on (a policy's own); default: one set shared by all callers. */
   connections?: EngineConnections;
+  /** Time paused on it (a weight update) does not count against timeoutMs. */
+  clock?: PauseClock;
 }
 
 /** One keep-alive connection and the idle stack of its origin it returns to. */
@@ -169,22 +171,28 @@ function describeCause(error: unknown): string {
   return typeof code === "string" && !text.includes(code) ? `${code}: ${text}` : text;
 }
 
+/** What came back: the status, Retry-After, and the body (empty when it was read as events). */
+interface Exchanged {
+  status: number;
+  retryAfter: string | null;
+  text: string;
+}
+
 /**
- * Sends one request and returns the parsed JSON body of a 2xx answer. Throws EngineError for
- * anything else; rethrows the caller's abort reason unchanged when `signal` aborts.
+ * Sends one request and reads the answer: whole, or (with `onEvent`, for a 2xx) as server-sent
+ * events, each `data:` line's JSON handed over as it arrives. Throws EngineError when no answer
+ * comes; rethrows the caller's abort reason unchanged when `signal` aborts, even mid-stream.
  */
-export async function requestJson(
+async function exchange(
   method: "GET" | "POST",
   url: string,
   body: unknown,
   options: RequestOptions,
-): Promise<unknown> {
-  const limit = deadline(options.timeoutMs, options.signal);
+  onEvent?: (event: unknown) => void,
+): Promise<Exchanged> {
+  const limit = deadline(options.timeoutMs, options.signal, options.clock);
   const connections = options.connections ?? shared();
   let connection: Connection | null = null;
-  let status: number;
-  let retryAfter: string | string[] | undefined;
-  let text: string;
   try {
     connection = connections.take(url);
     const response = await connection.client.request({
@@ -195,32 +203,91 @@ export async function requestJson(
       body: body === undefined ? undefined : JSON.stringify(body),
       signal: limit.signal,
     });
-    status = response.statusCode;
-    retryAfter = response.headers["retry-after"];
-    text = await response.body.text();
+    const status = response.statusCode;
+    const header = response.headers["retry-after"];
+    const retryAfter = (Array.isArray(header) ? header[0] : header) ?? null;
+    if (onEvent === undefined || status < 200 || status > 299)
+      return { status, retryAfter, text: await response.body.text() };
+    let pending = "";
+    for await (const chunk of response.body) {
+      const lines = (pending + (chunk as Buffer).toString("utf8")).split("\n");
+      pending = lines.pop() ?? "";
+      for (const line of lines) readEvent(line, onEvent);
+    }
+    readEvent(pending, onEvent);
+    return { status, retryAfter, text: "" };
   } catch (error) {
     if (options.signal?.aborted) throw options.signal.reason;
     if (limit.expired) throw new EngineError(`request timed out after ${options.timeoutMs / 1000} s`, null);
+    if (error instanceof EngineError) throw error;
     throw new EngineError(`connection error (${describeCause(error)})`, null);
   } finally {
     limit.dispose();
     if (connection !== null) connections.give(connection);
   }
-  let parsed: unknown;
+}
+
+/** One SSE line: `data: {json}` goes to `onEvent`; `data: [DONE]`, comments and blank lines do not. */
+function readEvent(line: string, onEvent: (event: unknown) => void): void {
+  const trimmed = line.trim();
+  if (!trimmed.startsWith("data:")) return;
+  const data = trimmed.slice(5).trim();
+  if (data === "" || data === "[DONE]") return;
+  let event: unknown;
   try {
-    parsed = text === "" ? null : JSON.parse(text);
+    event = JSON.parse(data);
   } catch {
-    parsed = undefined;
+    throw new EngineError(`a streamed event is not JSON (${data.slice(0, 100)})`, 502);
   }
-  if (status < 200 || status > 299) {
-    const fallback = text.trim() === "" ? "(no body)" : text.trim().slice(0, 300);
-    throw new EngineError(
-      `HTTP ${status}: ${errorMessage(parsed, fallback)}`,
-      status,
-      parseRetryAfter((Array.isArray(retryAfter) ? retryAfter[0] : retryAfter) ?? null),
-    );
+  onEvent(event);
+}
+
+function parseBody(text: string): unknown {
+  try {
+    return text === "" ? null : JSON.parse(text);
+  } catch {
+    return undefined;
   }
+}
+
+/** The EngineError of a non-2xx answer. */
+function statusError({ status, retryAfter, text }: Exchanged): EngineError {
+  const fallback = text.trim() === "" ? "(no body)" : text.trim().slice(0, 300);
+  return new EngineError(
+    `HTTP ${status}: ${errorMessage(parseBody(text), fallback)}`,
+    status,
+    parseRetryAfter(retryAfter),
+  );
+}
+
+/**
+ * Sends one request and returns the parsed JSON body of a 2xx answer. Throws EngineError for
+ * anything else; rethrows the caller's abort reason unchanged when `signal` aborts.
+ */
+export async function requestJson(
+  method: "GET" | "POST",
+  url: string,
+  body: unknown,
+  options: RequestOptions,
+): Promise<unknown> {
+  const answer = await exchange(method, url, body, options);
+  if (answer.status < 200 || answer.status > 299) throw statusError(answer);
+  const parsed = parseBody(answer.text);
   if (parsed === undefined)
-    throw new EngineError(`HTTP ${status}: the body is not JSON (${text.slice(0, 100)})`, 502);
+    throw new EngineError(`HTTP ${answer.status}: the body is not JSON (${answer.text.slice(0, 100)})`, 502);
   return parsed;
+}
+
+/**
+ * POSTs a streaming request and hands each event to `onEvent` as it arrives. Throws as
+ * requestJson does; what `onEvent` has seen before an abort stays seen.
+ */
+export async function requestEvents(
+  url: string,
+  body: unknown,
+  options: RequestOptions,
+  onEvent: (event: unknown) => void,
+): Promise<void> {
+  const answer = await exchange("POST", url, body, options, onEvent);
+  if (answer.status < 200 || answer.status > 299) throw statusError(answer);
 }

@@ -10,6 +10,7 @@ import type { ChatMessage } from "./chat.ts";
 import { ContextLimit, isLengthRefusal } from "./context-limit.ts";
 import { type Deadline, deadline } from "./deadline.ts";
 import { type Dialect, describeEngine, type EngineInfo, EngineTokenCounter } from "./engine.ts";
+import { type Dispatch, EngineUpdates, UpdateInterrupted } from "./engine-updates.ts";
 import { extraBodyProblem, renderingFields, requestExtras } from "./extra-body.ts";
 import { checkFinishReason, samplingFields } from "./generation.ts";
 import { EngineConnections, EngineError, requestJson, UnusableAnswer } from "./http.ts";
@@ -23,8 +24,9 @@ import {
   type PromptMeter,
   promptUpperBound,
 } from "./policy.ts";
-import { ReplicaPool } from "./replicas.ts";
+import { type Lease, ReplicaPool } from "./replicas.ts";
 import { type EngineTransport, TokenEngine } from "./token-engine.ts";
+import type { WeightUpdates } from "./versions.ts";
 
 export interface ChatPolicyOptions {
   /** One base URL per engine replica (…/v1). */
@@ -70,6 +72,11 @@ export interface ChatPolicyOptions {
   countTokens?: "engine" | "usage";
   /** Send each request's seed (default); false sends `seed: null`, so vLLM samples the batch without per-request generators. */
   requestSeeds?: boolean;
+  /**
+   * "version" (default): once a trainer has named a weight version, vLLM generation requests
+   * carry `cache_salt` = its label, so no prefix cached under other weights is reused. "off": never.
+   */
+  cacheSalt?: "version" | "off";
 }
 
 /** Why token mode cannot run with count_tokens=usage. */
@@ -132,7 +139,11 @@ export class ChatPolicy implements Policy {
     ambiguousSplits: 0,
     /** Prompts fitted on an upper bound instead of an engine count (see countRequests). */
     countsAvoided: 0,
+    /** Requests ended by a weight update, to be continued or asked again after it. */
+    interrupted: 0,
   };
+  /** Pauses and resumes the replicas around the trainer's weight updates. */
+  private readonly weights: EngineUpdates;
   /** Per replica: requests answered, for reports (never written into episode files). */
   readonly served = new Map<string, number>();
 
@@ -152,6 +163,7 @@ export class ChatPolicy implements Policy {
       failureThreshold: 3,
       countTokens: "engine",
       requestSeeds: true,
+      cacheSalt: "version",
       // An option given as undefined keeps its default.
       ...(Object.fromEntries(Object.entries(rest).filter(([, value]) => value !== undefined)) as typeof rest),
     };
@@ -171,6 +183,31 @@ export class ChatPolicy implements Policy {
         this.limit.note(url, info.contextLength);
       },
     });
+    this.weights = new EngineUpdates({
+      urls: this.urls,
+      control: (method, url, body) =>
+        requestJson(method, url, body, {
+          timeoutMs: this.options.timeoutMs,
+          headers: this.headers,
+          connections: this.connections,
+        }),
+      isHealthy: (url) => this.pool.isHealthy(url),
+      takeOut: (url) => this.pool.takeOutByURL(url),
+    });
+  }
+
+  /**
+   * The weight-update bracket (issue #22). Asking for it arms the fallback: from then on token
+   * requests to replicas without /pause stream, so an interruption keeps what was sampled.
+   */
+  updates(): WeightUpdates {
+    this.weights.armed = true;
+    return this.weights;
+  }
+
+  /** The updates as the token engine uses them (versions, streaming per replica). */
+  get versions(): EngineUpdates {
+    return this.weights;
   }
 
   /** Prompt counts sent to the engine (/tokenize, input_tokens). */
@@ -244,7 +281,7 @@ export class ChatPolicy implements Policy {
               // shared count takes no lease: its "ok" would hide a dead replica's failures.
               (messages, prefill, countSignal, affinity) =>
                 counter.count(messages, prefill, countSignal, (send) =>
-                  this.routed(affinity ?? null, countSignal, send, "aux"),
+                  this.routed(affinity ?? null, countSignal, (url) => send(url), "aux"),
                 ),
         fittedByBound: () => {
           this.stats.countsAvoided++;
@@ -298,10 +335,10 @@ export class ChatPolicy implements Policy {
     return this.routed(
       request.affinity ?? null,
       request.signal,
-      async (url, attempt) => ({
-        ...(await this.once(url, request)),
-        attempts: attempt + 1,
-      }),
+      async (url, attempt, sent) => {
+        const answer = await this.once(url, request, sent);
+        return { ...answer, attempts: attempt + 1, versions: this.weights.stamp(sent.version) };
+      },
       "turn",
       request.fittedTo,
     );
@@ -314,16 +351,26 @@ export class ChatPolicy implements Policy {
   async routed<T>(
     affinity: string | null,
     signal: AbortSignal | undefined,
-    send: (url: string, attempt: number) => Promise<T>,
+    send: (url: string, attempt: number, sent: Sent) => Promise<T>,
     kind: "turn" | "aux" = "turn",
     /** The context length the request was fitted to; default: the one in force now. */
     fittedTo: number | null = this.limit.value,
   ): Promise<T> {
     return this.withRetries(signal, async (attempt, budget) => {
-      const lease = await this.pool.acquire(affinity, budget);
+      const lease = await this.lease(affinity, budget, kind);
       if (kind === "turn") this.stats.requests++;
+      // Generation requests are tracked, so an update can pause or interrupt them.
+      const sent: Sent =
+        kind === "turn"
+          ? { ...this.weights.dispatch(lease.url, signal), ...this.dispatchFields(affinity) }
+          : {
+              signal,
+              version: this.weights.current.ordinal,
+              epoch: this.weights.epoch,
+              headers: this.headers,
+            };
       try {
-        const result = await send(lease.url, attempt);
+        const result = await send(lease.url, attempt, sent);
         lease.release("ok");
         if (kind === "turn") {
           this.served.set(lease.url, (this.served.get(lease.url) ?? 0) + 1);
@@ -331,11 +378,49 @@ export class ChatPolicy implements Policy {
         }
         return result;
       } catch (error) {
+        // An update overtook it (interrupted, or aborted by /pause?mode=abort): asked again after it.
+        const overtaken =
+          kind === "turn" &&
+          !signal?.aborted &&
+          (error instanceof UpdateInterrupted ||
+            (error instanceof EngineError && error.retryable && sent.epoch !== this.weights.epoch));
+        if (overtaken) {
+          lease.release("refused");
+          this.stats.interrupted++;
+          throw error instanceof UpdateInterrupted ? error : new UpdateInterrupted(lease.url);
+        }
         lease.release(error instanceof EngineError && error.replicaFault ? "failed" : "refused");
         if (isLengthRefusal(error)) await this.recheckLength(lease.url, fittedTo, signal);
         throw error;
+      } finally {
+        (sent as Partial<Dispatch>).done?.();
       }
     });
+  }
+
+  /**
+   * What a generation request carries for routers and caches: the session header (vllm-router's
+   * consistent hashing and sticky_least_loaded read X-Session-ID), and cache_salt = the version
+   * label once the trainer has named one, where the engine has the field (vLLM).
+   */
+  private dispatchFields(affinity: string | null): Pick<Sent, "headers" | "body"> {
+    const headers = affinity === null ? this.headers : { ...this.headers, "x-session-id": affinity };
+    const salted = this.options.cacheSalt === "version" && this.dialect === "vllm" && this.weights.named;
+    return { headers, ...(salted ? { body: { cache_salt: this.weights.current.label } } : {}) };
+  }
+
+  /**
+   * A lease on a replica; a turn first waits while a weight update holds admission, and one
+   * that got its slot after an update began gives it back and waits.
+   */
+  private async lease(affinity: string | null, budget: AbortSignal, kind: "turn" | "aux"): Promise<Lease> {
+    for (;;) {
+      const held = kind === "turn" ? this.weights.admit(budget) : null;
+      if (held) await held;
+      const lease = await this.pool.acquire(affinity, budget);
+      if (kind === "aux" || !this.weights.updating) return lease;
+      lease.release("refused");
+    }
   }
 
   engineStatus(): EngineStatus {
@@ -363,6 +448,7 @@ export class ChatPolicy implements Policy {
       grammar: this.options.grammar ?? null,
       extraBody: this.extras,
       rendering: this.renderingFields,
+      clock: this.weights,
     };
   }
 
@@ -381,7 +467,7 @@ export class ChatPolicy implements Policy {
   ): Promise<T> {
     const { retryBudgetMs } = this.options;
     const started = Date.now();
-    const budget = deadline(retryBudgetMs, signal);
+    const budget = deadline(retryBudgetMs, signal, this.weights);
     try {
       return await this.retryLoop(signal, budget, started, attempt);
     } finally {
@@ -397,11 +483,19 @@ export class ChatPolicy implements Policy {
   ): Promise<T> {
     const { retryBudgetMs, backoffMs, maxBackoffMs, maxRetries } = this.options;
     let last: unknown = null;
-    for (let index = 0; ; index++) {
+    const pausedAtStart = this.weights.pausedMs();
+    // Attempts an update interrupted are asked again at once and count against nothing.
+    let interrupted = 0;
+    for (let tries = 0; ; tries++) {
+      const index = tries - interrupted;
       try {
-        return await attempt(index, budget.signal);
+        return await attempt(tries, budget.signal);
       } catch (error) {
         if (signal?.aborted) throw new PolicyError("cancelled");
+        if (error instanceof UpdateInterrupted) {
+          interrupted++;
+          continue;
+        }
         if (budget.expired && !(error instanceof EngineError)) {
           // Waited for a healthy replica until the budget ran out.
           this.stats.failures++;
@@ -421,7 +515,7 @@ export class ChatPolicy implements Policy {
           this.stats.failures++;
           throw new PolicyError(`${error.message} (twice; an answer like this is not retried further)`);
         }
-        const elapsed = Date.now() - started;
+        const elapsed = Date.now() - started - (this.weights.pausedMs() - pausedAtStart);
         const capped = maxRetries !== null && maxRetries !== undefined && index >= maxRetries;
         if (capped || elapsed >= retryBudgetMs) {
           this.stats.failures++;
@@ -471,12 +565,14 @@ export class ChatPolicy implements Policy {
     };
   }
 
-  private async once(url: string, request: PolicyRequest): Promise<PolicyResponse> {
-    const completion = (await requestJson("POST", `${url}/chat/completions`, this.body(request), {
-      signal: request.signal,
+  private async once(url: string, request: PolicyRequest, sent: Sent): Promise<PolicyResponse> {
+    const body = { ...this.body(request), ...sent.body };
+    const completion = (await requestJson("POST", `${url}/chat/completions`, body, {
+      signal: sent.signal,
       timeoutMs: this.options.timeoutMs,
-      headers: this.headers,
+      headers: sent.headers,
       connections: this.connections,
+      clock: this.weights,
     })) as ChatCompletion;
     const choice = completion?.choices?.[0];
     if (!choice?.message) throw new UnusableAnswer("the response has no choices");
@@ -498,6 +594,15 @@ export class ChatPolicy implements Policy {
     };
   }
 }
+
+/** What a routed request is told of its dispatch: its signal (an update's interruption included) and version. */
+export type Sent = Pick<Dispatch, "version" | "epoch"> & {
+  signal: AbortSignal | undefined;
+  /** The policy's headers, with the session header on generation requests. */
+  headers: Record<string, string>;
+  /** Fields a generation request adds to its body (cache_salt). */
+  body?: Record<string, unknown>;
+};
 
 function describe(error: unknown): string {
   return error instanceof Error ? error.message : String(error);

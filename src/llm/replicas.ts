@@ -245,6 +245,21 @@ export class ReplicaPool {
     this.pump();
   }
 
+  /**
+   * Takes a replica out of routing now (it failed to pause or resume for a weight update),
+   * as repeated failures would; its probe brings it back once it answers.
+   */
+  takeOutByURL(url: string): void {
+    const replica = this.replicas.find((r) => r.url === url);
+    if (!replica) throw new RangeError(`${url} is not a replica of this pool`);
+    if (replica.healthy) this.takeOut(replica);
+  }
+
+  /** Whether `url` is in routing now. */
+  isHealthy(url: string): boolean {
+    return this.replicas.some((r) => r.url === url && r.healthy);
+  }
+
   /** True while at least one replica is healthy. */
   get anyHealthy(): boolean {
     return this.replicas.some((replica) => replica.healthy);

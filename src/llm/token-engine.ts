@@ -5,16 +5,20 @@
 // (closing the assistant turn, the next user message, the generation prompt and prefill) are a
 // chat-template delta rendered by the engine itself, so they follow the model's own template.
 import type { ChatMessage, SamplingParams } from "./chat.ts";
-import { onParentAbort } from "./deadline.ts";
+import { onParentAbort, type PauseClock } from "./deadline.ts";
 import { type Dialect, serverRoot } from "./engine.ts";
+import { type EngineUpdates, UpdateInterrupted } from "./engine-updates.ts";
 import { checkFinishReason, samplingFields } from "./generation.ts";
 import {
   type EngineConnections,
   EngineError,
   type RequestOptions,
+  requestEvents,
   requestJson,
   UnusableAnswer,
 } from "./http.ts";
+import type { Sent } from "./openai-chat.ts";
+import type { TurnVersions } from "./versions.ts";
 
 export interface TokenSample {
   /** Exactly the ids the engine sampled, the stop token included when it reports it. */
@@ -36,7 +40,23 @@ export interface TokenSample {
   cachedTokens: number | null;
   /** The engine echoed a prompt that is not the one sent (never expected). */
   promptDrift?: boolean;
+  /**
+   * The weight version ordinal that sampled each of `ids`: exact per segment when a weight
+   * update interrupted the turn and it was continued; in a turn that spans a keep-mode pause
+   * (turnVersions differ) each id has the dispatch ordinal, a lower bound (docs/rollouts.md).
+   */
+  versions: number[];
+  /** The versions at the first segment's dispatch and at the last one's completion. */
+  turnVersions: TurnVersions;
+  /** Segments the turn was sampled in: 1, plus one per weight-update interruption it was continued after. */
+  segments: number;
 }
+
+/** One request's answer: a whole sample, or the part sampled before a weight update interrupted it. */
+type Segment = Omit<TokenSample, "versions" | "turnVersions" | "segments"> & {
+  interrupted: boolean;
+  stamp: TurnVersions;
+};
 
 /** Extra-body fields for the chat route only; token requests go to the completions route. */
 const CHAT_ONLY_FIELDS = new Set([
@@ -103,6 +123,8 @@ export interface EngineTransport {
   grammar: string | null;
   extraBody: Record<string, unknown>;
   rendering: Record<string, unknown>;
+  /** Time paused by a weight update does not count against timeoutMs. */
+  clock: PauseClock;
 }
 
 /** What the token engine uses of the chat policy it runs beside (ChatPolicy): transport, routing, context length. */
@@ -110,10 +132,12 @@ export interface TokenEngineHost {
   readonly engineDialect: Dialect;
   readonly meter: { readonly limit: number } | null;
   readonly transport: EngineTransport;
+  /** Versions and the fallback's streaming per replica. */
+  readonly versions: EngineUpdates;
   routed<T>(
     affinity: string | null,
     signal: AbortSignal | undefined,
-    send: (url: string, attempt: number) => Promise<T>,
+    send: (url: string, attempt: number, sent: Sent) => Promise<T>,
     kind?: "turn" | "aux",
   ): Promise<T>;
 }
@@ -131,6 +155,10 @@ export class TokenEngine {
   promptDrift = 0;
   /** Requests whose answer echoed the prompt ids at all (vLLM's prompt_token_ids), for evidence. */
   promptEchoes = 0;
+  /** Turns continued from their sampled tokens after a weight update interrupted them. */
+  continued = 0;
+  /** Streamed llama.cpp answers that left out held tokens, asked again without streaming. */
+  streamGaps = 0;
 
   constructor(policy: TokenEngineHost) {
     this.policy = policy;
@@ -305,44 +333,97 @@ export class TokenEngine {
     return this.decode(await this.templateIds(messages, false, affinity, signal), affinity, signal);
   }
 
-  /** Samples from `promptIds`. Retried like chat requests (aborts, outages). */
+  /**
+   * Samples from `promptIds`. Retried like chat requests (aborts, outages). A weight update
+   * that interrupts it (the fallback's abort, vLLM's /pause?mode=abort) does not lose what was
+   * sampled: the turn goes on after the update from the prompt plus those ids, with max_tokens
+   * lowered by their number, and the segments are joined (issue #22).
+   */
   async generate(
     promptIds: readonly number[],
     sampling: SamplingParams,
     affinity: string,
     signal?: AbortSignal,
   ): Promise<TokenSample> {
-    const { model, headers, connections, timeoutMs, grammar, extraBody } = this.policy.transport;
+    const segments: Segment[] = [];
+    let prompt: readonly number[] = promptIds;
+    for (;;) {
+      const left = sampling.max_tokens - (prompt.length - promptIds.length);
+      const segment = await this.segment(prompt, { ...sampling, max_tokens: left }, affinity, signal);
+      segments.push(segment);
+      if (!segment.interrupted) break;
+      prompt = [...prompt, ...segment.ids];
+      if (prompt.length - promptIds.length >= sampling.max_tokens) {
+        segment.finishReason = "length";
+        break;
+      }
+      this.continued++;
+    }
+    const sample = joinSegments(segments);
+    if (sample.stoppedOnString) sample.text = await this.decode(sample.ids, affinity, signal);
+    else if (sample.segments > 1) {
+      // Segment texts may split a character at the seam: the text is decoded from the ids,
+      // without the end-of-turn token the engine leaves out of its own text.
+      const ids = sample.finishReason === "stop" ? sample.ids.slice(0, -1) : sample.ids;
+      sample.text = await this.decode(ids, affinity, signal);
+    }
+    return sample;
+  }
+
+  /** One request: a whole answer, or what was sampled before an update interrupted it. */
+  private segment(
+    promptIds: readonly number[],
+    sampling: SamplingParams,
+    affinity: string,
+    signal?: AbortSignal,
+  ): Promise<Segment> {
+    const { model, connections, timeoutMs, grammar, extraBody, clock } = this.policy.transport;
     // The extra body goes along except what only the chat route reads.
     const extra = Object.fromEntries(Object.entries(extraBody).filter(([key]) => !CHAT_ONLY_FIELDS.has(key)));
-    const sample = await this.policy.routed(affinity, signal, async (url) => {
+    const updates = this.policy.versions;
+    return this.policy.routed(affinity, signal, async (url, _attempt, sent) => {
       const fields = samplingFields(sampling, this.dialect);
-      const options = { signal, timeoutMs, headers, connections };
+      const options = { signal: sent.signal, timeoutMs, headers: sent.headers, connections, clock };
+      const stream = await updates.streams(url);
       const sample =
         this.dialect === "vllm"
-          ? await this.vllmSample(url, options, {
-              model,
-              prompt: promptIds,
-              ...fields,
-              logprobs: 0,
-              return_token_ids: true,
-              ...(grammar ? { structured_outputs: { grammar } } : {}),
-              ...extra,
-            })
-          : await this.llamaSample(url, options, {
-              prompt: promptIds,
-              ...fields,
-              n_predict: sampling.max_tokens,
-              n_probs: 1,
-              // Probabilities after the sampling chain (temperature, top-k/p, min-p), the
-              // distribution the token was drawn from, as vLLM's processed_logprobs.
-              post_sampling_probs: true,
-              return_tokens: true,
-              cache_prompt: true,
-              ...(grammar ? { grammar } : {}),
-              ...extra,
-            });
-      checkFinishReason(sample.finishReason);
+          ? await this.vllmSample(
+              url,
+              options,
+              {
+                model,
+                prompt: promptIds,
+                ...fields,
+                logprobs: 0,
+                return_token_ids: true,
+                ...(grammar ? { structured_outputs: { grammar } } : {}),
+                ...extra,
+                ...sent.body,
+              },
+              stream,
+            )
+          : await this.llamaSample(
+              url,
+              options,
+              {
+                prompt: promptIds,
+                ...fields,
+                n_predict: sampling.max_tokens,
+                n_probs: 1,
+                // Probabilities after the sampling chain (temperature, top-k/p, min-p), the
+                // distribution the token was drawn from, as vLLM's processed_logprobs.
+                post_sampling_probs: true,
+                return_tokens: true,
+                cache_prompt: true,
+                ...(grammar ? { grammar } : {}),
+                ...extra,
+              },
+              stream,
+            );
+      // vLLM's /pause?mode=abort ends a request with what it sampled: kept, as an interruption.
+      const interrupted =
+        sample.interrupted || (sample.finishReason === "abort" && sent.epoch !== updates.epoch);
+      if (!interrupted) checkFinishReason(sample.finishReason);
       if (sample.promptIds) {
         this.promptEchoes++;
         const same = sample.promptIds.length === promptIds.length && startsWith(sample.promptIds, promptIds);
@@ -351,10 +432,8 @@ export class TokenEngine {
           sample.promptDrift = true;
         }
       }
-      return sample;
+      return { ...sample, interrupted, stamp: updates.stamp(sent.version) };
     });
-    if (sample.stoppedOnString) sample.text = await this.decode(sample.ids, affinity, signal);
-    return sample;
   }
 
   /** Text of `ids` with special tokens kept, as the engine decodes them. */
@@ -490,16 +569,11 @@ export class TokenEngine {
     url: string,
     options: Options,
     body: Record<string, unknown>,
-  ): Promise<TokenSample> {
+    stream: boolean,
+  ): Promise<Answer> {
+    if (stream) return this.vllmStream(url, options, body);
     const answer = (await requestJson("POST", `${url}/completions`, body, options)) as {
-      choices?: {
-        text?: unknown;
-        token_ids?: unknown;
-        prompt_token_ids?: unknown;
-        finish_reason?: unknown;
-        stop_reason?: unknown;
-        logprobs?: { token_logprobs?: unknown } | null;
-      }[];
+      choices?: VllmChoice[];
     };
     const choice = answer.choices?.[0];
     if (!choice) throw new UnusableAnswer("the response has no choices");
@@ -524,30 +598,64 @@ export class TokenEngine {
       stoppedOnString: typeof choice.stop_reason === "string",
       promptIds: isIdList(choice.prompt_token_ids) ? choice.prompt_token_ids : null,
       cachedTokens: null,
+      interrupted: false,
     };
+  }
+
+  /**
+   * vLLM's completions stream: each chunk carries its token ids and their logprobs, so what an
+   * interruption leaves is a whole, aligned prefix of the answer.
+   */
+  private async vllmStream(url: string, options: Options, body: Record<string, unknown>): Promise<Answer> {
+    const answer: Answer = {
+      ids: [],
+      logprobs: [],
+      text: "",
+      finishReason: "unknown",
+      stoppedOnString: false,
+      promptIds: null,
+      cachedTokens: null,
+      interrupted: false,
+    };
+    const read = (event: unknown): void => {
+      const choice = (event as { choices?: VllmChoice[] })?.choices?.[0];
+      if (!choice) return;
+      const ids = choice.token_ids ?? [];
+      const logprobs = choice.logprobs?.token_logprobs ?? [];
+      if (!isIdList(ids) || !Array.isArray(logprobs) || logprobs.length !== ids.length)
+        throw new UnusableAnswer("a streamed chunk's token_ids and logprobs do not match");
+      answer.ids.push(...ids);
+      for (const v of logprobs) answer.logprobs.push(typeof v === "number" ? v : Number.NaN);
+      if (typeof choice.text === "string") answer.text += choice.text;
+      if (isIdList(choice.prompt_token_ids)) answer.promptIds = choice.prompt_token_ids;
+      if (typeof choice.finish_reason === "string") {
+        answer.finishReason = choice.finish_reason;
+        answer.stoppedOnString = typeof choice.stop_reason === "string";
+      }
+    };
+    try {
+      await requestEvents(`${url}/completions`, { ...body, stream: true }, options, read);
+    } catch (error) {
+      if (!(error instanceof UpdateInterrupted)) throw error;
+      answer.interrupted = true;
+    }
+    return answer;
   }
 
   private async llamaSample(
     url: string,
     options: Options,
     body: Record<string, unknown>,
-  ): Promise<TokenSample> {
-    const answer = (await requestJson("POST", `${serverRoot(url)}/completion`, body, options)) as {
-      content?: unknown;
-      tokens?: unknown;
-      stop_type?: unknown;
-      stopping_word?: unknown;
-      completion_probabilities?: unknown;
-      timings?: { cache_n?: unknown };
-    };
+    stream: boolean,
+  ): Promise<Answer> {
+    if (stream) {
+      const streamed = await this.llamaStream(url, options, body);
+      if (streamed !== null) return streamed;
+      this.streamGaps++;
+    }
+    const answer = (await requestJson("POST", `${serverRoot(url)}/completion`, body, options)) as LlamaAnswer;
     const tokens = answer.tokens;
     if (!isIdList(tokens)) throw new UnusableAnswer("llama.cpp returned no tokens (return_tokens)");
-    const finishReason =
-      answer.stop_type === "limit"
-        ? "length"
-        : answer.stop_type === "eos" || answer.stop_type === "word"
-          ? "stop"
-          : String(answer.stop_type);
     const cached = answer.timings?.cache_n;
     return {
       ids: tokens,
@@ -557,12 +665,119 @@ export class TokenEngine {
         body.post_sampling_probs === true,
       ),
       text: typeof answer.content === "string" ? answer.content : "",
-      finishReason,
+      finishReason: llamaFinishReason(answer.stop_type),
       stoppedOnString: answer.stop_type === "word",
       promptIds: null,
       cachedTokens: typeof cached === "number" ? cached : null,
+      interrupted: false,
     };
   }
+
+  /**
+   * llama.cpp's /completion stream, one chunk per token (closing the connection is its only
+   * cancel, and a closed request answers nothing). A token whose text ends inside a UTF-8
+   * character is never streamed (the next chunk's tokens_predicted counts it): an interrupted
+   * answer keeps the ids before the first such gap; a finished one with a gap is asked again
+   * without streaming (null).
+   */
+  private async llamaStream(
+    url: string,
+    options: Options,
+    body: Record<string, unknown>,
+  ): Promise<Answer | null> {
+    const ids: number[] = [];
+    const entries: unknown[] = [];
+    let text = "";
+    let gapAt: number | null = null;
+    let last: LlamaAnswer | null = null;
+    const read = (event: unknown): void => {
+      const chunk = event as LlamaAnswer & { tokens_predicted?: unknown; stop?: unknown };
+      const tokens = chunk.tokens ?? [];
+      if (!isIdList(tokens)) throw new UnusableAnswer("a streamed chunk's tokens are not ids");
+      if (
+        gapAt === null &&
+        typeof chunk.tokens_predicted === "number" &&
+        chunk.tokens_predicted > ids.length + tokens.length
+      )
+        gapAt = ids.length;
+      ids.push(...tokens);
+      if (Array.isArray(chunk.completion_probabilities)) entries.push(...chunk.completion_probabilities);
+      if (typeof chunk.content === "string") text += chunk.content;
+      if (chunk.stop === true) last = chunk;
+    };
+    let interrupted = false;
+    try {
+      await requestEvents(`${serverRoot(url)}/completion`, { ...body, stream: true }, options, read);
+    } catch (error) {
+      if (!(error instanceof UpdateInterrupted)) throw error;
+      interrupted = true;
+    }
+    if (!interrupted && gapAt !== null) return null;
+    const kept = gapAt ?? ids.length;
+    const final = last as LlamaAnswer | null;
+    const cached = final?.timings?.cache_n;
+    return {
+      ids: ids.slice(0, kept),
+      logprobs: alignLlamaLogprobs(ids, entries, true).slice(0, kept),
+      text,
+      finishReason: interrupted ? "abort" : llamaFinishReason(final?.stop_type),
+      stoppedOnString: final?.stop_type === "word",
+      promptIds: null,
+      cachedTokens: typeof cached === "number" ? cached : null,
+      interrupted,
+    };
+  }
+}
+
+/** A request's answer before its versions are stamped. */
+type Answer = Omit<Segment, "stamp">;
+
+interface VllmChoice {
+  text?: unknown;
+  token_ids?: unknown;
+  prompt_token_ids?: unknown;
+  finish_reason?: unknown;
+  stop_reason?: unknown;
+  logprobs?: { token_logprobs?: unknown } | null;
+}
+
+interface LlamaAnswer {
+  content?: unknown;
+  tokens?: unknown;
+  stop_type?: unknown;
+  stopping_word?: unknown;
+  completion_probabilities?: unknown;
+  timings?: { cache_n?: unknown };
+}
+
+function llamaFinishReason(stopType: unknown): string {
+  if (stopType === "limit") return "length";
+  return stopType === "eos" || stopType === "word" ? "stop" : String(stopType);
+}
+
+/**
+ * The turn's sample from its segments: ids, logprobs and text joined, each id stamped with
+ * its segment's version (the dispatch one where a segment spans a keep-mode pause).
+ */
+function joinSegments(segments: readonly Segment[]): TokenSample {
+  const first = segments[0];
+  const last = segments[segments.length - 1];
+  const versions: number[] = [];
+  for (const segment of segments)
+    for (let i = 0; i < segment.ids.length; i++) versions.push(segment.stamp.dispatch);
+  return {
+    ids: segments.flatMap((s) => s.ids),
+    logprobs: segments.flatMap((s) => s.logprobs),
+    text: segments.map((s) => s.text).join(""),
+    finishReason: last.finishReason,
+    stoppedOnString: last.stoppedOnString,
+    promptIds: first.promptIds,
+    cachedTokens: first.cachedTokens,
+    ...(segments.some((s) => s.promptDrift) ? { promptDrift: true } : {}),
+    versions,
+    turnVersions: { dispatch: first.stamp.dispatch, completion: last.stamp.completion },
+    segments: segments.length,
+  };
 }
 
 /**

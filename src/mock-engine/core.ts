@@ -3,11 +3,13 @@
 import { modelNotFound } from "./errors.ts";
 import type { EngineConfig } from "./options.ts";
 import { EnginePause } from "./pause.ts";
+import { PrefixCache } from "./prefix-cache.ts";
 import { loadQwen3Tokenizer } from "./qwen3-tokenizer.ts";
 import { DecodeScheduler } from "./scheduler.ts";
 import { Slots } from "./slots.ts";
 import { emptyStats, type MockEngineStats } from "./stats.ts";
 import { type MockTokenizer, TOY_TOKENIZER } from "./tokenizer.ts";
+import { EngineWeights } from "./weights.ts";
 
 export interface EngineCore {
   readonly config: EngineConfig;
@@ -17,6 +19,10 @@ export interface EngineCore {
   readonly slots: Slots;
   readonly scheduler: DecodeScheduler;
   readonly pause: EnginePause;
+  /** Version label, loaded weights and the per-token record of which weights made what. */
+  readonly weights: EngineWeights;
+  /** Prefix-cache hit counts per cache_salt. */
+  readonly prefixCache: PrefixCache;
   /** Unix seconds, for the model cards. */
   readonly startedAt: number;
   /** stats() as of now: the decode progress, per-token time and CPU are read at the call. */
@@ -30,6 +36,7 @@ export async function createCore(config: EngineConfig): Promise<EngineCore> {
   const tokenizer = config.tokenizer === "qwen3" ? await loadQwen3Tokenizer() : TOY_TOKENIZER;
   const stats = emptyStats();
   const scheduler = new DecodeScheduler(config.latency);
+  const prefixCache = new PrefixCache();
   return {
     config,
     tokenizer,
@@ -37,6 +44,8 @@ export async function createCore(config: EngineConfig): Promise<EngineCore> {
     slots: new Slots(config.maxConcurrency),
     scheduler,
     pause: new EnginePause(scheduler),
+    weights: new EngineWeights(),
+    prefixCache,
     startedAt: Math.floor(Date.now() / 1000),
     statsNow(): MockEngineStats {
       const cpu = process.cpuUsage();
@@ -45,6 +54,11 @@ export async function createCore(config: EngineConfig): Promise<EngineCore> {
         decodedTokens: scheduler.decodedTokens(),
         perTokenMs: scheduler.perTokenMs,
         cpuSeconds: (cpu.user + cpu.system) / 1e6,
+        prefixCacheQueries: prefixCache.total.queries,
+        prefixCacheHits: prefixCache.total.hits,
+        prefixCacheBySalt: Object.fromEntries(
+          [...prefixCache.bySalt].map(([salt, counts]) => [salt, { ...counts }]),
+        ),
       };
     },
     resolveModel(requested: string | null): string {

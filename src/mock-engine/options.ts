@@ -96,6 +96,12 @@ export interface MockEngineOptions {
    * template, which drops <think> blocks from assistant turns before the last user message.
    */
   chatTemplate?: ChatTemplateName;
+  /**
+   * false: no /pause, /resume, /is_paused, /update_weight_version or /weight_info (404), as on
+   * llama.cpp or a vLLM without VLLM_SERVER_DEV_MODE, for the fallback of weight updates.
+   * Default true.
+   */
+  pauseRoutes?: boolean;
 }
 
 /** The options, checked and with their defaults. */
@@ -124,6 +130,7 @@ export interface EngineConfig {
   retryAfterS: number | null;
   tokenizer: TokenizerName;
   chatTemplate: ChatTemplateName;
+  pauseRoutes: boolean;
 }
 
 export const DEFAULT_MODEL = "mock/qwen-toy";
@@ -195,6 +202,7 @@ export function resolveConfig(o: MockEngineOptions): EngineConfig {
           : checkRange("retryAfterS", o.retryAfterS, 0, 86_400, true),
     tokenizer: o.tokenizer ?? "toy",
     chatTemplate: o.chatTemplate ?? "chatml",
+    pauseRoutes: o.pauseRoutes ?? true,
   };
   if (!TOKENIZER_NAMES.includes(config.tokenizer))
     throw new RangeError(

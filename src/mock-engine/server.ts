@@ -23,10 +23,12 @@ import { tokenizeRoutes } from "./routes/tokenize.ts";
 import type { MockEngineStats } from "./stats.ts";
 import type { MockTokenizer } from "./tokenizer.ts";
 import { type JsonObject, parseJsonBody } from "./validate.ts";
+import type { GenerationRecord } from "./weights.ts";
 
 export { DEFAULT_MODEL, type MockEngineOptions } from "./options.ts";
 export type { PauseMode } from "./pause.ts";
 export type { MockEngineStats } from "./stats.ts";
+export type { GenerationRecord } from "./weights.ts";
 
 /** A whole-server outage for tests: sockets reset without an answer, or 503 to everything. */
 export type Outage = "reset" | "503" | null;
@@ -52,6 +54,12 @@ export interface MockEngine {
   /** As POST /resume. */
   resume(): void;
   isPaused(): boolean;
+  /** As POST /mock/load_weights: a simulated trainer loads `version`, between decode steps. */
+  loadWeights(version: string): void;
+  /** The weights generating tokens now, and the label /weight_info reports. */
+  weights(): { loaded: string; label: string };
+  /** As GET /mock/generations: which loaded weights made each token of each request. */
+  generations(): GenerationRecord[];
 }
 
 export async function startMockEngine(options: MockEngineOptions = {}): Promise<MockEngine> {
@@ -160,6 +168,9 @@ export async function startMockEngine(options: MockEngineOptions = {}): Promise<
     pause: (mode: PauseMode = "abort"): Promise<void> => core.pause.pause(mode),
     resume: (): void => core.pause.resume(),
     isPaused: (): boolean => core.pause.mode !== null,
+    loadWeights: (version: string): void => core.weights.load(version, () => core.scheduler.advance()),
+    weights: () => ({ loaded: core.weights.loaded, label: core.weights.label }),
+    generations: () => core.weights.records().generations,
     close(): Promise<void> {
       closing ??= new Promise<void>((resolve) => {
         const force = setTimeout(() => server.closeAllConnections(), config.closeGraceMs);

@@ -56,6 +56,11 @@ export interface MockEngineStats {
   perTokenMs: number;
   /** CPU seconds (user + system) of the process the engine runs in (process.cpuUsage()). */
   cpuSeconds: number;
+  /** Prompt tokens looked up in the prefix cache, and of those found cached (vLLM's prefix_cache_queries/hits). */
+  prefixCacheQueries: number;
+  prefixCacheHits: number;
+  /** The same per cache_salt ("" for requests without one): salts never share blocks. */
+  prefixCacheBySalt: Record<string, { queries: number; hits: number }>;
 }
 
 export function emptyStats(): MockEngineStats {
@@ -90,5 +95,8 @@ export function emptyStats(): MockEngineStats {
     decodedTokens: 0,
     perTokenMs: 0,
     cpuSeconds: 0,
+    prefixCacheQueries: 0,
+    prefixCacheHits: 0,
+    prefixCacheBySalt: {},
   };
 }

@@ -380,6 +380,8 @@ export interface SamplingFields extends DefaultableSampling {
   skipSpecialTokens: boolean;
   includeStopStr: boolean;
   ignoreEos: boolean;
+  /** Isolates the request's prefix-cache blocks (vLLM's cache_salt); null: none. */
+  cacheSalt: string | null;
 }
 
 export interface ChatRequest extends SamplingFields {
@@ -537,6 +539,7 @@ function readSampling(f: Fields, kind: "chat" | "completion"): SamplingFields {
     skipSpecialTokens: f.bool("skip_special_tokens", false) ?? true,
     includeStopStr: f.bool("include_stop_str_in_output", false) ?? false,
     ignoreEos: f.bool("ignore_eos", false) ?? false,
+    cacheSalt: f.str("cache_salt") ?? null,
   };
 }
 

@@ -159,6 +159,7 @@ async function playChatEpisode(
         completion: response.completionTokens,
         dropped,
         ambiguousSplit: response.ambiguousSplit,
+        versions: response.versions,
       });
       // Only a remote env's turn is a promise: an in-process one costs no extra microtask.
       if (applied instanceof Promise) await applied;

@@ -7,6 +7,7 @@ import type { ResolvedTag } from "../../envs/registry.ts";
 import type { AsyncEnv, StepInfo, StepResult } from "../../envs/types.ts";
 import type { ContextWindowMode } from "../../protocol/settings.ts";
 import type { ChatMessage } from "../llm/chat.ts";
+import type { TurnVersions } from "../llm/versions.ts";
 import type { EndReason, EpisodeRecord, TurnRecord } from "../record/episode-record.ts";
 import { mapActions, parseResponse } from "./parse.ts";
 import { formatInstruction, INVALID_ACTION_WARNING, systemPrompt, turnBlock } from "./prompt.ts";
@@ -35,6 +36,8 @@ export interface TurnUsage {
   cached?: number;
   dropped?: number;
   ambiguousSplit?: boolean;
+  /** The weight versions at dispatch and completion, when the policy stamps them. */
+  versions?: TurnVersions;
 }
 
 /** A turn between parsing and its record: the actions to step and what the steps gave so far. */
@@ -64,6 +67,8 @@ export class Episode {
   private readonly system: string;
   private readonly integerRewards: boolean;
   private readonly turns: TurnRecord[] = [];
+  /** Each turn's weight versions, when the policy stamps them (see record()). */
+  private readonly turnVersions: (TurnVersions | undefined)[] = [];
   private state: string;
   private numActions = 0;
   private terminated = false;
@@ -263,6 +268,7 @@ export class Episode {
     if (usage.dropped) turn.context_dropped = usage.dropped;
     if (usage.ambiguousSplit) turn.ambiguous_split = true;
     this.turns.push(turn);
+    this.turnVersions.push(usage.versions);
 
     this.numActions += executed.length;
     this.state = this.env.render();
@@ -303,7 +309,7 @@ export class Episode {
       group_id: this.groupId,
       tag: this.tag.spec.tag,
       seed: this.seed,
-      turns: this.turns,
+      turns: this.versionedTurns(),
       final_state: this.state,
       num_actions: this.numActions,
       terminated: this.terminated,
@@ -316,6 +322,20 @@ export class Episode {
       failure: this.failure,
       end_reason: this.endReason(),
     };
+  }
+
+  /**
+   * The turns, each with its weight versions once any turn was played under a version the
+   * trainer named (ordinal > 0); before that every version is the initial 0 and the field is
+   * left out, so records of runs without a trainer stay as they were.
+   */
+  private versionedTurns(): TurnRecord[] {
+    const named = this.turnVersions.some((v) => v !== undefined && (v.dispatch > 0 || v.completion > 0));
+    if (!named) return this.turns;
+    return this.turns.map((turn, i) => ({
+      ...turn,
+      version: { ...(this.turnVersions[i] ?? { dispatch: 0, completion: 0 }) },
+    }));
   }
 
   private endReason(): EndReason {

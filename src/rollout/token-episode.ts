@@ -54,7 +54,7 @@ export async function playTokenEpisode(
     await turnSlot();
     if (sample.promptDrift) log.promptDrift++;
     const promptTokens = log.length;
-    log.sampled(sample.ids, sample.logprobs);
+    log.sampled(sample.ids, sample.logprobs, sample.versions);
     const raw = prefill + sample.text;
     conversation.push({ role: "assistant", content: raw });
     const end = {
@@ -65,6 +65,7 @@ export async function playTokenEpisode(
       prompt: promptTokens,
       completion: sample.ids.length,
       ...(sample.cachedTokens === null ? {} : { cached: sample.cachedTokens }),
+      versions: sample.turnVersions,
     });
     if (record instanceof Promise) record = await record;
     log.reward(record.reward);

@@ -4,11 +4,16 @@
 // turn's reward on its last sampled token. It only ever grows: nothing is re-tokenized.
 import type { TokenRecord } from "../record/episode-record.ts";
 
+/** The version entry of ids no weights sampled: the prompt and the ids inserted between turns. */
+export const NOT_SAMPLED = -1;
+
 export class TokenLog {
   readonly ids: number[];
   private readonly mask: number[];
   private readonly logprobs: number[];
   private readonly rewards: number[];
+  /** The weight version ordinal that sampled each id (NOT_SAMPLED elsewhere). */
+  private readonly versions: number[];
   private readonly starts: number[] = [];
   private readonly ends: number[] = [];
   private readonly promptLength: number;
@@ -24,6 +29,7 @@ export class TokenLog {
     this.mask = new Array<number>(prompt.length).fill(0);
     this.logprobs = new Array<number>(prompt.length).fill(0);
     this.rewards = new Array<number>(prompt.length).fill(0);
+    this.versions = new Array<number>(prompt.length).fill(NOT_SAMPLED);
   }
 
   get length(): number {
@@ -35,9 +41,12 @@ export class TokenLog {
     return this.ids[this.ids.length - 1];
   }
 
-  sampled(ids: readonly number[], logprobs: readonly number[]): void {
+  /** Appends a turn's sampled ids; `versions` gives each one's weight version (default: all 0, the initial weights). */
+  sampled(ids: readonly number[], logprobs: readonly number[], versions?: readonly number[]): void {
     if (ids.length !== logprobs.length)
       throw new RangeError(`${ids.length} sampled ids but ${logprobs.length} logprobs`);
+    if (versions !== undefined && versions.length !== ids.length)
+      throw new RangeError(`${ids.length} sampled ids but ${versions.length} versions`);
     this.starts.push(this.ids.length);
     for (let i = 0; i < ids.length; i++) {
       this.ids.push(ids[i]);
@@ -45,6 +54,7 @@ export class TokenLog {
       this.logprobs.push(logprobs[i]);
       if (Number.isNaN(logprobs[i])) this.missing++;
       this.rewards.push(0);
+      this.versions.push(versions?.[i] ?? 0);
     }
     this.ends.push(this.ids.length);
   }
@@ -62,6 +72,7 @@ export class TokenLog {
       this.mask.push(0);
       this.logprobs.push(0);
       this.rewards.push(0);
+      this.versions.push(NOT_SAMPLED);
     }
   }
 
@@ -83,6 +94,8 @@ export class TokenLog {
       prompt_drift: this.promptDrift,
       template_drift: this.templateChecked ? this.templateDrift : null,
       ...(this.templateChecked ? {} : { template_checked: false }),
+      // Only once a version the trainer named sampled something: logs without one stay as they were.
+      ...(this.versions.some((v) => v > 0) ? { versions: this.versions } : {}),
     };
   }
 }

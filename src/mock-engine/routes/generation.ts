@@ -26,6 +26,7 @@ import { type ResponseContext, usageChunk } from "../responses.ts";
 import { mixSeed, Rng } from "../rng.ts";
 import type { DecodeJob } from "../scheduler.ts";
 import { checkLimits, type GenerationRequest, type JsonObject } from "../validate.ts";
+import type { WeightsTracker } from "../weights.ts";
 import type { Route, RouteRequest } from "./route.ts";
 
 /** A stream's chunk for a choice at a decode step. */
@@ -58,7 +59,7 @@ function streamHeaders(headers: Headers): Headers {
 }
 
 export function generationRoute<R extends GenerationRequest>(core: EngineCore, dialect: Dialect<R>): Route {
-  const { config, tokenizer, stats, scheduler, slots, pause } = core;
+  const { config, tokenizer, stats, scheduler, slots, pause, weights, prefixCache } = core;
   const limits = { ...config, vocabSize: tokenizer.vocabSize };
   const lengths = config.latency.responseTokens;
 
@@ -176,9 +177,23 @@ export function generationRoute<R extends GenerationRequest>(core: EngineCore, d
       }
     }
 
+    // The engine-side record of which weights made each token (tests read it, rollgym never).
+    let tracker: WeightsTracker | null = null;
+    let recorded = false;
+    function record(reported: readonly Generation[], finishReason: string): void {
+      if (recorded) return;
+      recorded = true;
+      weights.finish(
+        tracker,
+        { id: requestId, prompt_ids: prompt.ids, cache_salt: parsed.cacheSalt, finish_reason: finishReason },
+        reported.map((g) => g.tokenIds),
+      );
+    }
+
     /** A 200 whose choices stopped after `count` steps (finish_reason "abort" where cut). */
     function respondAborted(count: number): void {
       const reported = partial(count);
+      record(reported, "abort");
       sendJson(res, 200, dialect.body(context(reported)), headers);
       sentTokens = reported.reduce((s, g) => s + g.tokenIds.length, 0);
       stats.completed++;
@@ -231,6 +246,7 @@ export function generationRoute<R extends GenerationRequest>(core: EngineCore, d
     /** End a stream whose choices stopped after `count` steps: abort chunks, usage, [DONE]. */
     function endAbortedStream(count: number): void {
       const reported = partial(count);
+      record(reported, "abort");
       const ctx = context(reported);
       let text = "";
       reported.forEach((g, c) => {
@@ -293,6 +309,8 @@ export function generationRoute<R extends GenerationRequest>(core: EngineCore, d
 
     try {
       stats.promptTokens += prompt.ids.length;
+      prefixCache.lookup(parsed.cacheSalt, prompt.ids);
+      tracker = weights.start(() => job?.produced ?? 0);
       for (let c = 0; c < parsed.n; c++) gens.push(generateChoice(c));
       if (plan.fault === "abort") headers["x-mock-fault"] = "abort";
       const ctx0 = context(gens);
@@ -369,6 +387,7 @@ export function generationRoute<R extends GenerationRequest>(core: EngineCore, d
         return;
       }
       const ctx = context(gens);
+      record(gens, gens[0]?.finishReason ?? "stop");
       if (!parsed.stream) {
         sendJson(res, 200, dialect.body(ctx), headers);
         sentTokens = gens.reduce((s, g) => s + g.tokenIds.length, 0);
@@ -391,12 +410,15 @@ export function generationRoute<R extends GenerationRequest>(core: EngineCore, d
       if (client.signal.aborted) {
         stats.aborted++;
         stats.finishReasons.abort++;
+        // What the engine made before the client left (a stream: what it passed on).
+        record(partial(produced), "client_closed");
         return;
       }
       // /pause?mode=abort: the request ends at once, 200, with what it generated so far.
       stats.pauseAborts++;
       abortNow(produced);
     } finally {
+      if (tracker !== null && !recorded) record(partial(produced), "error");
       if (job !== null) scheduler.remove(job);
       signal.removeEventListener("abort", onAbort);
       stats.generationTokens += sentTokens;

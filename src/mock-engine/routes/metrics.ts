@@ -67,6 +67,16 @@ const FAMILIES: readonly Family[] = [
     samples: (v) =>
       (["stop", "length", "abort"] as const).map((r) => [{ finished_reason: r }, v.stats.finishReasons[r]]),
   },
+  counter(
+    "vllm:prefix_cache_queries_total",
+    "Prefix cache queries, in terms of number of queried tokens.",
+    (v) => v.stats.prefixCacheQueries,
+  ),
+  counter(
+    "vllm:prefix_cache_hits_total",
+    "Prefix cache hits, in terms of number of cached tokens.",
+    (v) => v.stats.prefixCacheHits,
+  ),
   counter("vllm:num_preemptions_total", "Cumulative number of preemption from the engine.", () => 0),
   // Not vLLM's: what the mock did on purpose, for load-test dashboards.
   {

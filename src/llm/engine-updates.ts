@@ -1,0 +1,220 @@
+// Weight updates against real engines (issue #22): every replica is paused directly at its own
+// base URL (never through a router) with vLLM's POST /pause?mode=…, confirmed with GET
+// /is_paused, and resumed with POST /resume after the version label is published (POST
+// /update_weight_version, where the engine has it). An engine without /pause (llama.cpp, vLLM
+// without VLLM_SERVER_DEV_MODE or before 0.12: the route answers 404/405) gets the portable
+// fallback: its in-flight requests are interrupted, to be continued (token mode) or asked again
+// (chat mode) once the update is over. A replica that fails to pause or resume is taken out of
+// routing and its requests are interrupted the same way, so none is left half-updated.
+import { onParentAbort } from "./deadline.ts";
+import { serverRoot } from "./engine.ts";
+import { EngineError } from "./http.ts";
+import { VersionBook } from "./updates.ts";
+import type { PauseMode, PolicyVersion, UpdateBegun } from "./versions.ts";
+
+/** What the updates need of the policy whose replicas they pause. */
+export interface UpdateHost {
+  readonly urls: readonly string[];
+  /** One control request to a replica's server root, with the policy's headers and connections. */
+  control(method: "GET" | "POST", url: string, body?: unknown): Promise<unknown>;
+  isHealthy(url: string): boolean;
+  /** Takes the replica out of routing until a probe finds it answering again. */
+  takeOut(url: string): void;
+}
+
+/** The reason an in-flight request was ended by a weight update: continued or asked again after it, never a failure. */
+export class UpdateInterrupted extends EngineError {
+  constructor(url: string) {
+    super(`interrupted at ${url} by a weight update (continued after it)`, 503, null, false);
+    this.name = "UpdateInterrupted";
+  }
+}
+
+/** One generation request in flight on a replica, as an update sees it. */
+export interface Dispatch {
+  readonly url: string;
+  /** Aborts with UpdateInterrupted when an update interrupts it, or with the caller's reason. */
+  readonly signal: AbortSignal;
+  /** The version ordinal in force when it was sent. */
+  readonly version: number;
+  /** The update epoch it was sent in. */
+  readonly epoch: number;
+  /** Ends its tracking; idempotent. */
+  done(): void;
+}
+
+interface Tracked {
+  readonly controller: AbortController;
+  readonly settled: Promise<void>;
+  settle(): void;
+}
+
+function missingRoute(error: unknown): boolean {
+  return error instanceof EngineError && (error.status === 404 || error.status === 405);
+}
+
+function reason(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}
+
+export class EngineUpdates extends VersionBook {
+  readonly #host: UpdateHost;
+  readonly #inflight = new Map<string, Set<Tracked>>();
+  /** Replicas known to have no /pause (route 404/405): they get the abort-and-continue fallback. */
+  readonly #noPause = new Set<string>();
+  /** Per replica: whether it answers GET /is_paused, asked once (see pausable()). */
+  readonly #pausable = new Map<string, Promise<boolean>>();
+  /** Replicas without POST /update_weight_version (404/405): the label is not sent again. */
+  readonly #noLabel = new Set<string>();
+  #paused: string[] = [];
+  /** Set once updates() is asked for: token requests on replicas without /pause stream from then on. */
+  armed = false;
+  /** Why replicas were taken out, for reports: "url: reason". */
+  readonly problems: string[] = [];
+
+  constructor(host: UpdateHost) {
+    super();
+    this.#host = host;
+  }
+
+  /** Starts tracking a request on `url` (the caller links `parent` for its own aborts). */
+  dispatch(url: string, parent?: AbortSignal): Dispatch {
+    const controller = new AbortController();
+    let settle!: () => void;
+    const settled = new Promise<void>((resolve) => {
+      settle = resolve;
+    });
+    const tracked: Tracked = { controller, settled, settle };
+    let set = this.#inflight.get(url);
+    if (set === undefined) {
+      set = new Set();
+      this.#inflight.set(url, set);
+    }
+    set.add(tracked);
+    this.inFlight++;
+    // One listener per parent signal, shared (deadline.ts): thousands of requests share a rollout's.
+    let leave: (() => void) | null = null;
+    if (parent?.aborted) controller.abort(parent.reason);
+    else if (parent) leave = onParentAbort(parent, () => controller.abort(parent.reason));
+    let ended = false;
+    return {
+      url,
+      signal: controller.signal,
+      version: this.current.ordinal,
+      epoch: this.epoch,
+      done: () => {
+        if (ended) return;
+        ended = true;
+        leave?.();
+        set.delete(tracked);
+        this.inFlight--;
+        settle();
+      },
+    };
+  }
+
+  /**
+   * Whether `url` has vLLM's pause routes, asked once with GET /is_paused (a 404/405 says
+   * no). Only asked once updates() has been called: without a trainer nothing changes.
+   */
+  pausable(url: string): Promise<boolean> {
+    if (this.#noPause.has(url)) return Promise.resolve(false);
+    let known = this.#pausable.get(url);
+    if (known === undefined) {
+      known = this.#host.control("GET", `${serverRoot(url)}/is_paused`).then(
+        () => true,
+        (error: unknown) => {
+          if (missingRoute(error)) {
+            this.#noPause.add(url);
+            return false;
+          }
+          // Not known (the replica is down): asked again next time.
+          this.#pausable.delete(url);
+          return true;
+        },
+      );
+      this.#pausable.set(url, known);
+    }
+    return known;
+  }
+
+  /** Token requests on `url` stream, so an interruption keeps the tokens already sampled. */
+  async streams(url: string): Promise<boolean> {
+    return this.armed && !(await this.pausable(url));
+  }
+
+  /** Ends every request in flight on `url` with UpdateInterrupted and waits until each has let go. */
+  async interrupt(url: string): Promise<number> {
+    const set = this.#inflight.get(url);
+    if (!set || set.size === 0) return 0;
+    const all = [...set];
+    for (const tracked of all) tracked.controller.abort(new UpdateInterrupted(url));
+    await Promise.all(all.map((tracked) => tracked.settled));
+    return all.length;
+  }
+
+  protected override async pauseEngines(mode: PauseMode, inFlight: number): Promise<UpdateBegun> {
+    const begun: UpdateBegun = { paused: 0, aborted: 0, out_of_routing: [], in_flight: inFlight };
+    this.#paused = [];
+    await Promise.all(
+      this.#host.urls.map(async (url) => {
+        // A replica already out is not routed to; its probe brings it back after the update.
+        if (!this.#host.isHealthy(url)) return;
+        const root = serverRoot(url);
+        try {
+          if (!this.#noPause.has(url)) {
+            await this.#host.control("POST", `${root}/pause?mode=${mode}`);
+            const answer = (await this.#host.control("GET", `${root}/is_paused`)) as { is_paused?: unknown };
+            if (answer?.is_paused !== true)
+              throw new Error(`GET ${root}/is_paused answered ${JSON.stringify(answer)} after /pause`);
+            this.#paused.push(url);
+            begun.paused++;
+            return;
+          }
+        } catch (error) {
+          if (!missingRoute(error)) {
+            this.#outOfRouting(url, `pause failed: ${reason(error)}`);
+            begun.out_of_routing.push(url);
+            await this.interrupt(url);
+            return;
+          }
+          this.#noPause.add(url);
+        }
+        await this.interrupt(url);
+        begun.aborted++;
+      }),
+    );
+    begun.out_of_routing.sort();
+    return begun;
+  }
+
+  protected override async resumeEngines(version: PolicyVersion): Promise<void> {
+    const paused = this.#paused;
+    this.#paused = [];
+    await Promise.all(
+      paused.map(async (url) => {
+        const root = serverRoot(url);
+        try {
+          if (!this.#noLabel.has(url)) {
+            await this.#host
+              .control("POST", `${root}/update_weight_version`, { new_version: version.label })
+              .catch((error: unknown) => {
+                if (!missingRoute(error)) throw error;
+                this.#noLabel.add(url);
+              });
+          }
+          await this.#host.control("POST", `${root}/resume`);
+        } catch (error) {
+          // Still paused: requests frozen on it would never finish. They go elsewhere.
+          this.#outOfRouting(url, `resume failed: ${reason(error)}`);
+          await this.interrupt(url);
+        }
+      }),
+    );
+  }
+
+  #outOfRouting(url: string, why: string): void {
+    this.problems.push(`${url}: ${why}`);
+    this.#host.takeOut(url);
+  }
+}

@@ -1,0 +1,152 @@
+// The policy's side of a weight update (issue #22) before any engine is involved: the version
+// in force, the admission gate that holds every new turn while an update is open, and the pause
+// clock that keeps the time held off request timeouts and retry budgets. Remote policies add
+// the engines (engine-updates.ts); the built-in policies use it as it is.
+import { onParentAbort, type PauseClock } from "./deadline.ts";
+import {
+  INITIAL_VERSION,
+  type PauseMode,
+  type PolicyVersion,
+  type TurnVersions,
+  type UpdateBegun,
+  type WeightUpdates,
+} from "./versions.ts";
+
+const PAUSE_MODES: readonly PauseMode[] = ["keep", "wait", "abort"];
+
+/** begin() while an update is open, or end() without one. */
+export class UpdateStateError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "UpdateStateError";
+  }
+}
+
+/** Why a version given to end() is refused, naming the field, the value and what is allowed; null when fine. */
+export function versionProblem(version: PolicyVersion, current: PolicyVersion): string | null {
+  if (typeof version?.label !== "string" || version.label === "")
+    return `version.label ${JSON.stringify(version?.label)} is not a non-empty string`;
+  if (!Number.isSafeInteger(version.ordinal) || version.ordinal < current.ordinal)
+    return `version.ordinal ${JSON.stringify(version.ordinal)} is not an integer ≥ the current ordinal ${current.ordinal}`;
+  if (version.ordinal === current.ordinal && version.label !== current.label)
+    return `version.ordinal ${version.ordinal} is the current one, so its label must stay ${JSON.stringify(current.label)} (got ${JSON.stringify(version.label)}); a new version takes a higher ordinal`;
+  return null;
+}
+
+/**
+ * Versions, the admission gate and the pause clock. Engines are paused and resumed by the
+ * hooks pauseEngines() and resumeEngines(), which do nothing here.
+ */
+export class VersionBook implements WeightUpdates, PauseClock {
+  #current: PolicyVersion = INITIAL_VERSION;
+  #updating = false;
+  #epoch = 0;
+  #pausedTotal = 0;
+  #pausedSince: number | null = null;
+  #open: (() => void) | null = null;
+  #gate: Promise<void> | null = null;
+  readonly #resumeWaiters = new Set<() => void>();
+  /** Turns dispatched and not yet answered, kept by the policy (for UpdateBegun.in_flight). */
+  inFlight = 0;
+
+  get current(): PolicyVersion {
+    return this.#current;
+  }
+
+  get updating(): boolean {
+    return this.#updating;
+  }
+
+  /** Updates begun so far: a request dispatched in another epoch than the one it ends in was overtaken by one. */
+  get epoch(): number {
+    return this.#epoch;
+  }
+
+  /** True once the trainer has named a version: records carry versions from then on. */
+  get named(): boolean {
+    return this.#current !== INITIAL_VERSION;
+  }
+
+  get paused(): boolean {
+    return this.#pausedSince !== null;
+  }
+
+  pausedMs(): number {
+    return this.#pausedTotal + (this.#pausedSince === null ? 0 : Date.now() - this.#pausedSince);
+  }
+
+  onResume(fn: () => void): () => void {
+    if (!this.paused) {
+      queueMicrotask(fn);
+      return () => {};
+    }
+    this.#resumeWaiters.add(fn);
+    return () => {
+      this.#resumeWaiters.delete(fn);
+    };
+  }
+
+  /**
+   * Null while admission is open; otherwise a promise that resolves when the update ends, or
+   * rejects with the signal's reason when it aborts first.
+   */
+  admit(signal?: AbortSignal): Promise<void> | null {
+    const gate = this.#gate;
+    if (gate === null) return null;
+    if (!signal) return gate;
+    signal.throwIfAborted();
+    let leave = (): void => {};
+    const aborted = new Promise<never>((_, reject) => {
+      leave = onParentAbort(signal, () => reject(signal.reason));
+    });
+    return Promise.race([gate, aborted]).finally(leave);
+  }
+
+  /** The versions of a turn dispatched under `dispatch`, completing now. */
+  stamp(dispatch: number): TurnVersions {
+    return { dispatch, completion: this.#current.ordinal };
+  }
+
+  async begin(mode: PauseMode = "keep"): Promise<UpdateBegun> {
+    if (!PAUSE_MODES.includes(mode))
+      throw new RangeError(`pause mode ${JSON.stringify(mode)} is not one of ${PAUSE_MODES.join(", ")}`);
+    if (this.#updating)
+      throw new UpdateStateError(
+        `an update is already open (begun under version ${this.#current.label}); end it before beginning another`,
+      );
+    this.#updating = true;
+    this.#epoch++;
+    this.#pausedSince = Date.now();
+    this.#gate = new Promise<void>((resolve) => {
+      this.#open = resolve;
+    });
+    return this.pauseEngines(mode, this.inFlight);
+  }
+
+  async end(version: PolicyVersion): Promise<void> {
+    if (!this.#updating) throw new UpdateStateError("no update is open: begin() one first");
+    const problem = versionProblem(version, this.#current);
+    if (problem) throw new RangeError(problem);
+    // Answers that complete after the engines resume are the new weights' (keep mode spans).
+    this.#current = { label: version.label, ordinal: version.ordinal };
+    await this.resumeEngines(this.#current);
+    this.#pausedTotal += Date.now() - (this.#pausedSince ?? Date.now());
+    this.#pausedSince = null;
+    this.#updating = false;
+    const open = this.#open;
+    this.#open = null;
+    this.#gate = null;
+    open?.();
+    const waiters = [...this.#resumeWaiters];
+    this.#resumeWaiters.clear();
+    for (const waiter of waiters) waiter();
+  }
+
+  /** Pauses the engines once admission is closed; here there are none. */
+  protected async pauseEngines(_mode: PauseMode, inFlight: number): Promise<UpdateBegun> {
+    return { paused: 0, aborted: 0, out_of_routing: [], in_flight: inFlight };
+  }
+
+  /** Publishes `version` on the engines and resumes them; here there are none. */
+  protected async resumeEngines(_version: PolicyVersion): Promise<void> {}
+}

@@ -87,17 +87,21 @@ class BuiltinPolicy implements Policy {
   }
 
   async generate(request: PolicyRequest): Promise<PolicyResponse> {
-    // Only an open update costs an await: a batch's turn order stays as it was without one.
-    const held = this.book.admit(request.signal);
-    if (held) await held;
-    const dispatch = this.book.current.ordinal;
-    // No I/O here: without a slot a batch would play on in microtasks and never let the loop turn.
-    this.book.inFlight++;
-    try {
-      await turnSlot();
-    } finally {
-      this.book.inFlight--;
+    // No I/O here: without a slot a batch would play on in microtasks and never let the loop
+    // turn. An update that began meanwhile holds the turn; only an open one costs an await, so
+    // a batch's turn order stays as it was without updates.
+    for (;;) {
+      const held = this.book.admit(request.signal);
+      if (held) await held;
+      this.book.inFlight++;
+      try {
+        await turnSlot();
+      } finally {
+        this.book.inFlight--;
+      }
+      if (!this.book.updating) break;
     }
+    const dispatch = this.book.current.ordinal;
     // Seeded by the request seed, so a batch replays identically.
     const rng = seedrandom(`${this.name}:${request.sampling.seed}`);
     const noisy = rng() < this.noise;

@@ -14,6 +14,8 @@ export interface GenerationRecord {
   id: string;
   prompt_ids: number[];
   cache_salt: string | null;
+  /** The X-Session-ID header a router would route on (rollgym sends one per episode); null: none. */
+  session: string | null;
   /** The ids each choice produced before the request ended (all of them, or up to an abort). */
   choices: number[][];
   /** The loaded version that made each decode step (token i of every choice). */

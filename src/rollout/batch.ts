@@ -309,7 +309,8 @@ export async function playBatch(
           }
           policy.forget?.(affinity);
           const record = episode.record();
-          if (tokens) record.tokens = tokens.record();
+          // Versions as the turns have them: once a version the trainer named was played.
+          if (tokens) record.tokens = tokens.record(record.turns.some((t) => t.version !== undefined));
           tallyContext(context, record);
           hooks.onEpisode?.(record);
           return record;

@@ -81,7 +81,8 @@ export class TokenLog {
     return this.ids.filter((_, i) => this.mask[i] === 1);
   }
 
-  record(): TokenRecord {
+  /** The log; `versions` only when the episode's turns carry theirs (a version the trainer named was played). */
+  record(withVersions = false): TokenRecord {
     return {
       ids: this.ids,
       loss_mask: this.mask,
@@ -94,8 +95,7 @@ export class TokenLog {
       prompt_drift: this.promptDrift,
       template_drift: this.templateChecked ? this.templateDrift : null,
       ...(this.templateChecked ? {} : { template_checked: false }),
-      // Only once a version the trainer named sampled something: logs without one stay as they were.
-      ...(this.versions.some((v) => v > 0) ? { versions: this.versions } : {}),
+      ...(withVersions ? { versions: this.versions } : {}),
     };
   }
 }

@@ -185,7 +185,13 @@ export function generationRoute<R extends GenerationRequest>(core: EngineCore, d
       recorded = true;
       weights.finish(
         tracker,
-        { id: requestId, prompt_ids: prompt.ids, cache_salt: parsed.cacheSalt, finish_reason: finishReason },
+        {
+          id: requestId,
+          prompt_ids: prompt.ids,
+          cache_salt: parsed.cacheSalt,
+          session: headerValue(req, "x-session-id") ?? null,
+          finish_reason: finishReason,
+        },
         reported.map((g) => g.tokenIds),
       );
     }

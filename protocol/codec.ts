@@ -10,6 +10,8 @@ export const CLOSE_CODES = {
   noHello: 4000,
   versionMismatch: 4001,
   resumeRefused: 4002,
+  /** A second trainer while the first is connected (PROTOCOL.md "Weight updates"). */
+  trainerTaken: 4003,
   /** The client left the server's replies unread (PROTOCOL.md "Backpressure"). */
   slowReader: 4008,
   /** No valid hello within hello_timeout_s, or dropped as the oldest of too many silent sockets. */
@@ -34,6 +36,8 @@ export const ERROR_CODES = [
   "episode_done",
   "shutting_down",
   "internal",
+  "not_trainer",
+  "update",
 ] as const;
 export type ErrorCode = (typeof ERROR_CODES)[number];
 

@@ -9,6 +9,7 @@ import {
   MODES,
   optionalFields,
   SAMPLING,
+  WIRE_ASYNC,
   WIRE_FILTER,
 } from "./settings.ts";
 import { PROTOCOL_VERSION } from "./version.ts";
@@ -79,6 +80,8 @@ export const HelloSchema = map({
   protocol: Type.Integer({ minimum: 0, maximum: MAX_INT32 }),
   client: Type.String({ maxLength: MAX_ID_LENGTH }),
   resume: Type.Optional(Id),
+  /** "trainer": the one session that may bracket weight updates (PROTOCOL.md "Weight updates"). */
+  role: Type.Optional(Type.Enum(["trainer"])),
 });
 export type Hello = Static<typeof HelloSchema>;
 
@@ -109,6 +112,13 @@ export const RolloutRequestSchema = map({
   delivery: DeliverySchema,
   /** Token in, token out: group frames carry each episode's exact token log. */
   tokens: Type.Optional(Type.Boolean()),
+  /**
+   * Stream delivery only: the rollout has no end. Its tags' groups make one window; windows
+   * follow each other (group k plays seed + k) until `cancel` (PROTOCOL.md "Endless streams").
+   */
+  endless: Type.Optional(Type.Boolean()),
+  // Pacing against the trainer's weight versions (settings.ts ASYNC); omitted: the configured value.
+  ...WIRE_ASYNC,
 });
 export type RolloutRequest = Static<typeof RolloutRequestSchema>;
 
@@ -172,6 +182,32 @@ export type EnvStep = Static<typeof EnvStepSchema>;
 export const EnvCloseSchema = map({ type: Type.Literal("env_close"), id: Id });
 export type EnvClose = Static<typeof EnvCloseSchema>;
 
+/** A weight version as the trainer names it: a label and an ordinal that grows with every update. */
+export const VersionSchema = map({
+  label: Type.String({ minLength: 1, maxLength: MAX_ID_LENGTH }),
+  ordinal: Type.Integer({ minimum: 0, maximum: Number.MAX_SAFE_INTEGER }),
+});
+export type Version = Static<typeof VersionSchema>;
+
+/** vLLM's pause modes (facts/async-rl.md §1.3). */
+export const PauseModeSchema = Type.Enum(["keep", "wait", "abort"]);
+
+/** Trainer only: close admission and pause every engine before the trainer moves its weights. */
+export const BeginUpdateSchema = map({
+  type: Type.Literal("begin_update"),
+  id: Id,
+  mode: Type.Optional(PauseModeSchema),
+});
+export type BeginUpdate = Static<typeof BeginUpdateSchema>;
+
+/** Trainer only: the new weights are in place as `version`; resume the engines and admission. */
+export const EndUpdateSchema = map({
+  type: Type.Literal("end_update"),
+  id: Id,
+  version: VersionSchema,
+});
+export type EndUpdate = Static<typeof EndUpdateSchema>;
+
 /** Read-only subscription to copies of every rollout's groups (PROTOCOL.md "Watch"). */
 export const WatchSchema = map({ type: Type.Literal("watch") });
 export type Watch = Static<typeof WatchSchema>;
@@ -190,6 +226,8 @@ export const ClientMessageSchema = Type.Union([
   EnvCloseSchema,
   WatchSchema,
   UnwatchSchema,
+  BeginUpdateSchema,
+  EndUpdateSchema,
 ]);
 export type ClientMessage = Static<typeof ClientMessageSchema>;
 export type ClientMessageType = ClientMessage["type"];
@@ -206,6 +244,8 @@ export const CLIENT_MESSAGE_SCHEMAS = {
   env_close: EnvCloseSchema,
   watch: WatchSchema,
   unwatch: UnwatchSchema,
+  begin_update: BeginUpdateSchema,
+  end_update: EndUpdateSchema,
 } as const satisfies Record<ClientMessageType, TSchema>;
 export const CLIENT_MESSAGE_TYPES = Object.keys(CLIENT_MESSAGE_SCHEMAS) as ClientMessageType[];
 
@@ -263,6 +303,8 @@ export const WelcomeSchema = map({
   resumed: Type.Boolean(),
   envs: Type.Array(Type.String()),
   limits: LimitsSchema,
+  /** Trainer sessions only: the weight version in force. */
+  version: Type.Optional(VersionSchema),
 });
 export type Welcome = Static<typeof WelcomeSchema>;
 
@@ -291,12 +333,21 @@ export const GroupFrameSchema = map({
   turn_counts_i32: Type.Optional(Bin),
   turn_starts_i32: Type.Optional(Bin),
   turn_ends_i32: Type.Optional(Bin),
+  // Once a trainer has begun a weight update (PROTOCOL.md "Versions"): the oldest and newest
+  // version ordinal that produced the group's turns, and in token mode each id's ordinal (-1 at
+  // prompt and inserted ids), aligned with token_ids_i32.
+  min_version: Type.Optional(Type.Integer({ minimum: 0 })),
+  max_version: Type.Optional(Type.Integer({ minimum: 0 })),
+  token_versions_i32: Type.Optional(Bin),
+  /** Endless streams: the window the group belongs to (its filter verdict comes in that `window` frame). */
+  window: Type.Optional(Count),
+  /** Rollouts with max_staleness: the counts the group was admitted under (PROTOCOL.md "Staleness"). */
+  admitted: Type.Optional(map({ version: Count, accepted: Count, running: Count, capacity: Count })),
 });
 export type GroupFrame = Static<typeof GroupFrameSchema>;
 
-export const BatchFrameSchema = map({
-  type: Type.Literal("batch"),
-  rollout: Type.String(),
+/** A filter verdict over groups (a rollout's in `batch`, an endless stream window's in `window`). */
+const verdictFields = {
   kept: Type.Array(GroupId),
   dropped: Type.Array(GroupId),
   failed_groups: Type.Array(GroupId),
@@ -305,8 +356,51 @@ export const BatchFrameSchema = map({
   failed: Count,
   /** Groups a cancel stopped before they started (also in failed_groups; no group frame comes for them). */
   not_started: Type.Optional(Type.Array(GroupId)),
+  /** drop_older_than: finished groups not sent because they were too old (no group frame comes for them). */
+  stale_dropped: Type.Optional(Type.Array(GroupId)),
+};
+
+export const BatchFrameSchema = map({
+  type: Type.Literal("batch"),
+  rollout: Type.String(),
+  ...verdictFields,
+  /** Endless streams: the windows whose `window` frame was sent. */
+  windows: Type.Optional(Count),
 });
 export type BatchFrame = Static<typeof BatchFrameSchema>;
+
+/** Endless streams: one window's filter verdict and metrics, as a `batch` frame gives a rollout's. */
+export const WindowFrameSchema = map({
+  type: Type.Literal("window"),
+  rollout: Type.String(),
+  window: Count,
+  /** The window's groups: first .. first + groups - 1. */
+  first: GroupId,
+  groups: Count,
+  ...verdictFields,
+});
+export type WindowFrame = Static<typeof WindowFrameSchema>;
+
+/** Every engine is paused (or out of routing) and admission is closed: move the weights now. */
+export const UpdateBegunSchema = map({
+  type: Type.Literal("update_begun"),
+  id: Type.String(),
+  /** The version in force during the update (the one before it). */
+  version: VersionSchema,
+  paused: Count,
+  aborted: Count,
+  out_of_routing: Type.Array(Type.String()),
+  in_flight: Count,
+});
+export type UpdateBegun = Static<typeof UpdateBegunSchema>;
+
+/** The engines run `version` and admission is open again. */
+export const UpdateEndedSchema = map({
+  type: Type.Literal("update_ended"),
+  id: Type.String(),
+  version: VersionSchema,
+});
+export type UpdateEnded = Static<typeof UpdateEndedSchema>;
 
 export const ProgressFrameSchema = map({
   type: Type.Literal("progress"),
@@ -469,6 +563,9 @@ export const ServerMessageSchema = Type.Union([
   WatchGroupSchema,
   WatchBatchSchema,
   WatchGapSchema,
+  WindowFrameSchema,
+  UpdateBegunSchema,
+  UpdateEndedSchema,
 ]);
 export type ServerMessage = Static<typeof ServerMessageSchema>;
 export type ServerMessageType = ServerMessage["type"];
@@ -489,6 +586,9 @@ export const SERVER_MESSAGE_SCHEMAS = {
   watch_group: WatchGroupSchema,
   watch_batch: WatchBatchSchema,
   watch_gap: WatchGapSchema,
+  window: WindowFrameSchema,
+  update_begun: UpdateBegunSchema,
+  update_ended: UpdateEndedSchema,
 } as const satisfies Record<ServerMessageType, TSchema>;
 export const SERVER_MESSAGE_TYPES = Object.keys(SERVER_MESSAGE_SCHEMAS) as ServerMessageType[];
 

@@ -203,6 +203,49 @@ export const EPISODE = {
   }),
 } as const;
 
+const StreamGroups = Type.Integer({ minimum: 1, maximum: MAX_GROUPS });
+const Versions = Type.Integer({ minimum: 0, maximum: MAX_GROUPS });
+
+/**
+ * Asynchronous RL (issue #22): how a stream rollout paces itself against the trainer's weight
+ * versions, by wire name. Configured under `rollgym.async.*` (null: off, or the rollout's own
+ * groups); a rollout request may set each (WIRE_ASYNC: a number, never null).
+ */
+export const ASYNC = {
+  max_staleness: setting(
+    Type.Union([Versions, Type.Null()]),
+    null,
+    "stream rollouts: a group starts only while accepted + running groups <= (max_staleness + v + 1) x groups_per_step, v = weight updates since the rollout began (0 = synchronous); null: no bound",
+    { key: "rollgym.async.max_staleness" },
+  ),
+  groups_per_step: setting(
+    Type.Union([StreamGroups, Type.Null()]),
+    null,
+    "groups the trainer consumes per weight update, for max_staleness; null: the rollout's groups (its tags' groups summed)",
+    { key: "rollgym.async.groups_per_step" },
+  ),
+  drop_older_than: setting(
+    Type.Union([Versions, Type.Null()]),
+    null,
+    "stream rollouts: a finished group whose oldest turn is more than this many versions old is dropped, not sent (counted in rollgym_stale_groups_dropped_total); null: never",
+    { key: "rollgym.async.drop_older_than" },
+  ),
+  in_flight: setting(
+    Type.Union([StreamGroups, Type.Null()]),
+    null,
+    "stream rollouts: groups kept running at once; null: the rollout's groups (one window of an endless stream)",
+    { key: "rollgym.async.in_flight" },
+  ),
+} as const;
+
+/** The async fields a rollout request may carry (omitted: the configured value). */
+export const WIRE_ASYNC = {
+  max_staleness: Type.Optional(Versions),
+  groups_per_step: Type.Optional(StreamGroups),
+  drop_older_than: Type.Optional(Versions),
+  in_flight: Type.Optional(StreamGroups),
+};
+
 /** Each field of a table as optional (omitted: the server's configured value), for a wire map. */
 export function optionalFields<Table extends Record<string, TSchema>>(
   table: Table,

@@ -7,6 +7,7 @@
 // tables beside the wire schemas (protocol/settings.ts), so each is defined once.
 import { type Static, type TSchema, type TUnsafe, Type } from "typebox";
 import {
+  ASYNC,
   BUCKET_MODES,
   CONTEXT_WINDOW_MODES,
   EPISODE,
@@ -348,6 +349,7 @@ export const CONFIG_KEYS = {
     false,
     "token in, token out: episodes keep their exact token logs (remote engines only)",
   ),
+  ...under(ASYNC, "rollgym.async"),
   "rollgym.binary_reward": bool(
     false,
     "episode reward = 1 if solved else 0 (old RAGEN's training.binary_reward)",

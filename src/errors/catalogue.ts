@@ -160,6 +160,61 @@ export const CATALOGUE = {
     message: ({ policy, why }) => `the server's policy ${policy}: ${why}`,
   }),
 
+  /** endless, max_staleness, drop_older_than and in_flight pace a stream; `field` names the one given. */
+  needs_stream: entry<{ field: string }>({
+    frame: "bad_frame",
+    fieldFirst: true,
+    message: ({ field }) => `${field} paces a stream rollout: it needs delivery "stream", not "batch"`,
+  }),
+
+  // Weight updates (PROTOCOL.md "Weight updates"): only the trainer session brackets them.
+  not_trainer: entry<{ type: string }>({
+    frame: "not_trainer",
+    message: ({ type }) =>
+      `${type}: only the trainer session may bracket weight updates, and this session's hello did not say role "trainer"`,
+  }),
+  trainer_taken: entry<{ session: string }>({
+    frame: "not_trainer",
+    close: CLOSE_CODES.trainerTaken,
+    closeReason: "another trainer is connected",
+    message: ({ session }) =>
+      `hello role "trainer": session ${session} is the trainer and is connected; one trainer at a time (a new one takes over only once the old one's connection is gone)`,
+  }),
+  updates_unsupported: entry<{ policy: string; type: string }>({
+    frame: "update",
+    message: ({ policy, type }) =>
+      `${type}: the server's policy ${policy} has no weight updates to coordinate`,
+  }),
+  update_open: entry<{ id: string; open: string }>({
+    frame: "update",
+    message: ({ id, open }) =>
+      `begin_update ${JSON.stringify(id)}: update ${JSON.stringify(open)} is still open; send end_update for it first`,
+  }),
+  no_update: entry<{ id: string }>({
+    frame: "update",
+    message: ({ id }) => `end_update ${JSON.stringify(id)}: no update is open; send begin_update first`,
+  }),
+  update_id: entry<{ id: string; open: string }>({
+    frame: "update",
+    field: "id",
+    fieldFirst: true,
+    message: ({ id, open }) =>
+      `end_update ${JSON.stringify(id)}: the open update is ${JSON.stringify(open)}; end it with that id`,
+  }),
+  update_pausing: entry<{ id: string }>({
+    frame: "update",
+    message: ({ id }) =>
+      `end_update ${JSON.stringify(id)}: the engines are still pausing; wait for update_begun first`,
+  }),
+  version_not_increasing: entry<{ ordinal: number; current: number; label: string }>({
+    frame: "update",
+    field: "version.ordinal",
+    fieldFirst: true,
+    message: ({ ordinal, current, label }) =>
+      `version.ordinal: got ${ordinal}, must be greater than the current ${current} (${JSON.stringify(label)}); the update stays open`,
+  }),
+  update_failed: entry<Said>({ frame: "update", message: said }),
+
   // Env hosting.
   env_id_taken: entry<{ id: string }>({
     frame: "duplicate_id",

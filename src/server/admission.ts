@@ -14,15 +14,20 @@ import {
 } from "../rollout/batch.ts";
 import { checkRolloutShape, isShapeRefusal, type RolloutLimits } from "../rollout/limits.ts";
 import { budgetRefusal } from "./budget.ts";
-import { envOpenRequest, rolloutBatchRequest } from "./requests.ts";
+import type { PaceSettings } from "./pacing.ts";
+import { envOpenRequest, paceSettings, rolloutBatchRequest } from "./requests.ts";
 import type { Session } from "./session.ts";
 import type { ServerState } from "./state.ts";
 
-/** A rollout that passed every check: the request to play and the engine that plays it in token mode. */
+/** A rollout that passed every check: the request to play, the engine that plays it in token mode, its pacing. */
 export interface Admitted {
   request: BatchRequest;
   tokenEngine: TokenEngine | null;
+  pace: PaceSettings;
 }
+
+/** The request fields that pace a stream (PROTOCOL.md "Endless streams", "Staleness"). */
+const STREAM_ONLY = ["endless", "max_staleness", "groups_per_step", "drop_older_than", "in_flight"] as const;
 
 /** Admits `frame` for `session`, or throws the RollgymError of the first check it fails. */
 export function admitRollout(state: ServerState, session: Session, frame: RolloutRequest): Admitted {
@@ -41,13 +46,15 @@ export function admitRollout(state: ServerState, session: Session, frame: Rollou
   if (live >= options.maxRolloutsPerConnection)
     throw new RollgymError("max_rollouts_per_connection", { max: options.maxRolloutsPerConnection });
   checkTags(state, frame.tags, "tags");
+  const stream = frame.delivery === "stream";
+  const pacing = STREAM_ONLY.find((f) => frame[f] !== undefined && frame[f] !== null && frame[f] !== false);
+  if (!stream && pacing !== undefined) throw new RollgymError("needs_stream", { field: pacing }, pacing);
 
   const request = rolloutBatchRequest(state.config, frame);
   // The same limits and seed range the CLI checks (src/rollout/limits.ts).
   checkRolloutShape(request, shapeOnly(options));
   // Batch delivery holds the whole batch from the start; a stream rollout holds each group
   // from just before it starts until it is acknowledged, so it needs room for one now.
-  const stream = frame.delivery === "stream";
   const episodes = request.tags.reduce((n, t) => n + t.groups, 0) * request.groupSize;
   const over = stream
     ? budgetRefusal(state, session, request.groupSize, "a stream rollout's next group")
@@ -60,7 +67,7 @@ export function admitRollout(state: ServerState, session: Session, frame: Rollou
   if (request.tokens && !tokenEngine) throw new RollgymError("tokens_need_engine", { policy: policy.name });
   const why = playable(() => policyRefusal(registry, request, policy));
   if (why) throw new RollgymError("policy_cannot_play", { policy: policy.name, why });
-  return { request, tokenEngine };
+  return { request, tokenEngine, pace: paceSettings(state.config, frame) };
 }
 
 /** An env session that passed every check: its request, and the engine of a token session. */

@@ -31,6 +31,7 @@ import { type OriginOptions, OriginPolicy } from "./origin.ts";
 import { securityHeaders } from "./security-headers.ts";
 import type { Session } from "./session.ts";
 import { DEFAULT_LIMITS, type ServerLimits, type ServerState, wireLimits } from "./state.ts";
+import { UpdateCoordinator } from "./updates.ts";
 import { WatchHub, type WatchLimits } from "./watch.ts";
 import type { FileLimits } from "./web/files.ts";
 import { registerWeb, webOptions } from "./web/routes.ts";
@@ -125,6 +126,7 @@ export async function buildServer(options: ServerOptions = {}): Promise<RollgymS
   const registry = options.registry ?? createRegistry();
   const policy = instrumentPolicy(options.policy ?? oraclePolicy(), metrics);
   const watch = new WatchHub(options.watch ?? {}, (socket) => guard.lastFrame(socket));
+  const updates = new UpdateCoordinator(policy, metrics);
   const state: ServerState = {
     options: {
       ...limits,
@@ -151,7 +153,9 @@ export async function buildServer(options: ServerOptions = {}): Promise<RollgymS
       maxBufferedGroups: limits.maxBufferedGroups,
       groupConcurrency: options.groupConcurrency ?? 64,
       watch,
+      updates,
     },
+    updates,
     limits: () => ({ ...wireLimits(limits), ...guard.wireLimits(), ...watch.wireLimits() }),
   };
 

@@ -132,10 +132,21 @@ function handshake(
     session = found;
     resumed = true;
   } else {
+    // A second trainer is refused before a session is made for it.
+    if (frame.role === "trainer") state.updates.mayClaim(null);
     session = openSession(state);
     state.sessions.set(session.id, session);
-    session.onEnd = () => state.sessions.delete(session.id);
+    session.onEnd = () => {
+      state.sessions.delete(session.id);
+      void state.updates
+        .sessionEnded(session)
+        .catch((error: unknown) =>
+          state.log.error({ err: error }, "resuming the engines after the trainer left failed"),
+        );
+    };
   }
+  // Only a trainer's welcome says anything of versions: other clients see the same bytes as ever.
+  const trainer = frame.role === "trainer" ? state.updates.claimTrainer(session) : {};
   reply({
     type: "welcome",
     protocol: PROTOCOL_VERSION,
@@ -144,6 +155,7 @@ function handshake(
     resumed,
     envs: state.registry.tagNames(),
     limits: state.limits(),
+    ...trainer,
   });
   session.attach(out, resumed);
   return session;

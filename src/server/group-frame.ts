@@ -1,16 +1,29 @@
 // A group frame as the protocol sends it: the episode records as maps, their token logs as
-// typed arrays (PROTOCOL.md "Token logs").
+// typed arrays (PROTOCOL.md "Token logs"), and once a trainer has used weight updates the
+// versions that produced them (PROTOCOL.md "Versions"); before that, frames carry no version
+// field at all, so a client that never heard of versions sees the bytes it always did.
 import { f32Bin, i32Bin, u8Bin } from "../../protocol/codec.ts";
 import type { GroupFrame } from "../../protocol/messages.ts";
 import type { EpisodeRecord } from "../record/episode-record.ts";
 
+/** What a frame adds beyond its episodes. */
+export interface GroupFrameExtras {
+  /** Send versions (per turn, per token, the group's range); false strips any the records hold. */
+  versions?: boolean;
+  window?: number;
+  admitted?: GroupFrame["admitted"];
+}
+
 export function groupFrame(
   rollout: string,
   group: number,
-  episodes: readonly EpisodeRecord[],
+  records: readonly EpisodeRecord[],
   kept: boolean | null,
   score: number | null,
+  extras: GroupFrameExtras = {},
 ): GroupFrame {
+  const episodes = extras.versions ? records : records.map(withoutVersions);
+  const range = extras.versions ? versionRange(episodes) : null;
   return {
     type: "group",
     rollout,
@@ -28,7 +41,49 @@ export function groupFrame(
     penalties_f32: f32Bin(episodes.map((e) => e.penalty)),
     success_u8: u8Bin(episodes.map((e) => (e.success ? 1 : 0))),
     ...tokenArrays(episodes),
+    ...(range ? { min_version: range.min, max_version: range.max } : {}),
+    ...(extras.versions ? tokenVersions(episodes) : {}),
+    ...(extras.window !== undefined ? { window: extras.window } : {}),
+    ...(extras.admitted ? { admitted: extras.admitted } : {}),
   };
+}
+
+/** The oldest and newest ordinal that produced any of the episodes' turns or tokens; null when none is known. */
+export function versionRange(episodes: readonly EpisodeRecord[]): { min: number; max: number } | null {
+  let min = Number.POSITIVE_INFINITY;
+  let max = Number.NEGATIVE_INFINITY;
+  for (const episode of episodes) {
+    for (const turn of episode.turns) {
+      if (!turn.version) continue;
+      min = Math.min(min, turn.version.dispatch);
+      max = Math.max(max, turn.version.completion);
+    }
+    for (const v of episode.tokens?.versions ?? []) {
+      if (v < 0) continue;
+      min = Math.min(min, v);
+      max = Math.max(max, v);
+    }
+  }
+  return Number.isFinite(min) ? { min, max } : null;
+}
+
+/** The record as a client that never used versions knows it (a copy only when it holds any). */
+function withoutVersions(episode: EpisodeRecord): EpisodeRecord {
+  const turnsHave = episode.turns.some((t) => t.version !== undefined);
+  if (!turnsHave && episode.tokens?.versions === undefined) return episode;
+  const copy = { ...episode };
+  if (turnsHave) copy.turns = episode.turns.map(({ version: _v, ...turn }) => turn);
+  if (copy.tokens?.versions !== undefined) {
+    const { versions: _v, ...tokens } = copy.tokens;
+    copy.tokens = tokens;
+  }
+  return copy;
+}
+
+/** Token mode: each id's ordinal, aligned with token_ids_i32 (only when every log has them). */
+function tokenVersions(episodes: readonly EpisodeRecord[]): Partial<GroupFrame> {
+  if (episodes.length === 0 || !episodes.every((e) => e.tokens?.versions)) return {};
+  return { token_versions_i32: i32Bin(episodes.flatMap((e) => e.tokens!.versions!)) };
 }
 
 /** The record without its token arrays (the drift figures stay in the map). */
@@ -37,6 +92,7 @@ function withoutTokenArrays(episode: EpisodeRecord): EpisodeRecord | Record<stri
   const { tokens, ...rest } = episode;
   return {
     ...rest,
+    // The per-id versions travel as token_versions_i32.
     tokens: {
       prompt_drift: tokens.prompt_drift,
       template_drift: tokens.template_drift,

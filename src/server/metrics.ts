@@ -18,6 +18,8 @@ export interface ServerMetrics {
   inference: client.Histogram<"outcome">;
   completionTokens: client.Counter;
   activeRollouts: client.Gauge;
+  staleGroupsDropped: client.Counter;
+  weightUpdates: client.Counter<"outcome">;
 }
 
 export function createMetrics(sources: GaugeSources): ServerMetrics {
@@ -94,6 +96,17 @@ export function createMetrics(sources: GaugeSources): ServerMetrics {
       help: "Rollouts running",
       registers,
     }),
+    staleGroupsDropped: new client.Counter({
+      name: "rollgym_stale_groups_dropped_total",
+      help: "Finished stream groups not sent because drop_older_than found them too old",
+      registers,
+    }),
+    weightUpdates: new client.Counter({
+      name: "rollgym_weight_updates_total",
+      help: "Weight updates by outcome: ended (end_update), failed (pausing failed), abandoned (the trainer left; resumed at the old version)",
+      labelNames: ["outcome"],
+      registers,
+    }),
   };
 }
 
@@ -124,6 +137,7 @@ export function instrumentPolicy(policy: Policy, metrics: ServerMetrics): Policy
     engineStatus: policy.engineStatus?.bind(policy),
     tokenEngine: policy.tokenEngine?.bind(policy),
     forget: policy.forget?.bind(policy),
+    updates: policy.updates?.bind(policy),
     cannotPlay: policy.cannotPlay?.bind(policy),
     close: policy.close?.bind(policy),
   };

@@ -5,6 +5,7 @@ import type { EnvOpen, RolloutRequest } from "../../protocol/messages.ts";
 import type { RollgymConfig } from "../config/index.ts";
 import { type BatchRequest, trainBatchSeed } from "../rollout/batch.ts";
 import { batchRequest } from "../rollout/request.ts";
+import type { PaceSettings } from "./pacing.ts";
 
 type Shape = Partial<
   Pick<RolloutRequest, "mode" | "step" | "seed" | "max_turn" | "max_actions_per_turn" | "think">
@@ -68,4 +69,18 @@ function overlay<T extends object>(configured: T, given: Readonly<Record<string,
 
 export function envOpenRequest(config: RollgymConfig, frame: EnvOpen): BatchRequest {
   return shaped(config, { ...frame, tags: [{ tag: frame.tag, groups: frame.groups }] });
+}
+
+/** How a stream rollout paces itself (pacing.ts): the request's async fields over `rollgym.async.*`. */
+export function paceSettings(config: RollgymConfig, frame: RolloutRequest): PaceSettings {
+  const configured = config.rollgym.async;
+  const groups = frame.tags.reduce((n, t) => n + t.groups, 0);
+  const pick = <K extends keyof typeof configured>(key: K) =>
+    frame[key] !== undefined ? frame[key] : configured[key];
+  return {
+    inFlight: pick("in_flight") ?? groups,
+    maxStaleness: pick("max_staleness") ?? null,
+    groupsPerStep: pick("groups_per_step") ?? groups,
+    dropOlderThan: pick("drop_older_than") ?? null,
+  };
 }

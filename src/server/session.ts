@@ -29,6 +29,8 @@ export interface SessionRollout {
   readonly id: string;
   /** The rollout's final `batch` frame once it is complete. */
   readonly batch: Frame | null;
+  /** What a resumed session gets again: window verdicts kept by an endless stream, then the batch frame. */
+  readonly verdicts: readonly Frame[];
   /** Settles when the batch frame is queued (or the rollout failed). */
   readonly done: Promise<void>;
   cancel(): void;
@@ -140,14 +142,12 @@ export class Session {
     this.credit = 0;
     if (resumed) {
       // Everything unacknowledged goes out again, before newer frames, in seq order; then the
-      // batch frames of complete rollouts the client has not confirmed.
+      // verdicts (window and batch frames) of rollouts the client has not confirmed.
       const again = [...this.inflight.values()].sort((a, b) => a.seq - b.seq);
       this.inflight.clear();
-      const queuedBatches = new Set(this.outbox.filter((f) => !isGroup(f) && f.type === "batch"));
-      const batches = [...this.rollouts.values()]
-        .map((r) => r.batch)
-        .filter((b): b is Frame => b !== null && !queuedBatches.has(b));
-      this.outbox.unshift(...again, ...batches);
+      const queued = new Set(this.outbox.filter((f) => !isGroup(f)));
+      const verdicts = [...this.rollouts.values()].flatMap((r) => r.verdicts.filter((f) => !queued.has(f)));
+      this.outbox.unshift(...again, ...verdicts);
     }
   }
 

@@ -8,6 +8,7 @@ import { DEFAULT_ROLLOUT_LIMITS } from "../rollout/limits.ts";
 import type { ServerMetrics } from "./metrics.ts";
 import type { RolloutContext } from "./rollouts.ts";
 import type { HeldKind, Session, SessionMemory } from "./session.ts";
+import type { UpdateCoordinator } from "./updates.ts";
 
 export interface ServerLimits {
   maxFrameBytes: number;
@@ -127,5 +128,7 @@ export interface ServerState {
   version: string;
   log: FastifyBaseLogger;
   rolloutContext: RolloutContext;
+  /** The trainer's weight updates (updates.ts); also in rolloutContext. */
+  updates: UpdateCoordinator;
   limits(): Record<string, number>;
 }

@@ -102,6 +102,7 @@ describe("defaults", () => {
       step: 0,
       seed: null,
       tokens: false,
+      async: { max_staleness: null, groups_per_step: null, drop_older_than: null, in_flight: null },
       binary_reward: false,
       max_obs_length: null,
       plugins: [],

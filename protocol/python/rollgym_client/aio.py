@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import itertools
 import logging
 import operator
@@ -16,7 +17,7 @@ import time
 import urllib.parse
 import uuid
 import warnings
-from typing import Any, Callable, Deque, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, AsyncIterator, Callable, Deque, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import websockets
 import websockets.exceptions as wsx
@@ -42,7 +43,15 @@ _FATAL_CLOSES = {
     4000: "the first frame was not hello",
     4001: "protocol version mismatch",
     4002: "resume refused (unknown or expired session)",
+    4003: "another trainer session is connected (one trainer at a time)",
 }
+
+#: Error codes about weight updates (PROTOCOL.md "Weight updates"): they answer the oldest
+#: begin_update/end_update waiting.
+_UPDATE_ERRORS = ("update", "not_trainer")
+
+#: vLLM's pause modes, as begin_update takes them.
+PAUSE_MODES = ("keep", "wait", "abort")
 
 _END = object()  # end-of-stream marker in a stream's queue
 
@@ -165,6 +174,11 @@ class _Rollout:
         self.resent = False  # the request went out again after a resume
         self.abandoned = False  # nobody will consume more groups: acknowledge on arrival
         self.cancel_sent = False
+        #: Endless streams: each window's verdict frame, by window number.
+        self.windows: Dict[int, Dict[str, Any]] = {}
+        # An endless stream forgets each group once handed out (its id stays in `delivered`,
+        # enough to drop resends), so memory stays flat however long it runs.
+        self.endless = bool(frame.get("endless"))
 
     @property
     def finished(self) -> bool:
@@ -180,6 +194,13 @@ class _EnvWaiter:
     def __init__(self, reply: str, env_id: str):
         self.reply = reply
         self.id = env_id
+        self.future: asyncio.Future = asyncio.get_running_loop().create_future()
+
+
+class _UpdateWaiter:
+    def __init__(self, reply: str, update_id: str):
+        self.reply = reply
+        self.id = update_id
         self.future: asyncio.Future = asyncio.get_running_loop().create_future()
 
 
@@ -206,6 +227,9 @@ class AsyncClient:
         max_size: largest frame accepted from the server, in bytes (``None``: no limit, the
             default; group frames carry whole episode records and may exceed the server's
             ``max_frame_bytes``, which limits frames *to* the server).
+        trainer: say ``role: "trainer"`` in ``hello``: this session may bracket weight updates
+            (:meth:`begin_update`, :meth:`end_update`, :meth:`update`). One trainer per server
+            at a time.
         protocol_version: the protocol this client speaks (tests only).
     """
 
@@ -224,6 +248,7 @@ class AsyncClient:
         ping_timeout: Optional[float] = 20.0,
         max_size: Optional[int] = None,
         protocol_version: int = PROTOCOL_VERSION,
+        trainer: bool = False,
     ):
         self.url = ws_url(url)
         self.token = token
@@ -238,6 +263,10 @@ class AsyncClient:
         self.ping_timeout = ping_timeout
         self.max_size = max_size
         self.protocol_version = protocol_version
+        self.trainer = bool(trainer)
+        #: The weight version in force, ``{"label", "ordinal"}``, as the server last said
+        #: (trainer sessions: from ``welcome``, ``update_begun`` and ``update_ended``).
+        self.version: Optional[Dict[str, Any]] = None
 
         #: The server's ``welcome`` frame (``server``, ``session``, ``envs``, ``limits``).
         self.welcome: Optional[Dict[str, Any]] = None
@@ -259,6 +288,7 @@ class AsyncClient:
         self._finished: "collections.OrderedDict[str, None]" = collections.OrderedDict()
         self._env_waiters: Deque[_EnvWaiter] = collections.deque()
         self._env_sessions: Dict[str, "EnvSession"] = {}
+        self._update_waiters: Deque[_UpdateWaiter] = collections.deque()
         self._pending_acks: Dict[str, List[int]] = {}  # rollout id → groups to acknowledge (see _ack)
         self._ids = itertools.count(1)
         self._prefix = uuid.uuid4().hex[:8]
@@ -375,6 +405,8 @@ class AsyncClient:
             hello: Dict[str, Any] = {"type": "hello", "protocol": self.protocol_version, "client": self.client_name}
             if resume is not None:
                 hello["resume"] = resume
+            if self.trainer:
+                hello["role"] = "trainer"
             await ws.send(codec.encode(hello))
             try:
                 data = await asyncio.wait_for(ws.recv(), self.open_timeout)
@@ -410,6 +442,8 @@ class AsyncClient:
             raise
 
         self.welcome = frame
+        if "version" in frame:
+            self.version = dict(frame["version"])
         self._ws = ws
         self._epoch += 1
         self._reader = asyncio.get_running_loop().create_task(self._read_loop(ws, self._epoch))
@@ -428,6 +462,8 @@ class AsyncClient:
             return ProtocolError(f"protocol version mismatch: {reason}", code="protocol_version")
         if code == 4002:
             return ConnectionLost(f"resume refused: {reason}", code="unknown_session")
+        if code == 4003:
+            return RollgymError("not_trainer", f"another trainer is connected: {reason}")
         return ProtocolError(f"{self.url} closed the connection during the handshake (code {code}: {reason or 'no reason'})")
 
     async def _send(self, frame: Dict[str, Any]) -> bool:
@@ -548,6 +584,10 @@ class AsyncClient:
                         r.on_progress(frame)
                     except Exception:
                         log.exception("on_progress callback failed")
+        elif kind == "window":
+            self._on_window(frame)
+        elif kind in ("update_begun", "update_ended"):
+            self._on_update_reply(frame)
         elif kind == "error":
             self._on_error(frame)
         elif kind in ("env_opened", "env_stepped", "env_closed"):
@@ -574,7 +614,7 @@ class AsyncClient:
             return
         r.confirmed = True
         r.arrival_epoch[gid] = epoch
-        if gid in r.groups:  # a resent group: the user has it (or will get it) already
+        if gid in r.groups or gid in r.delivered:  # a resent group: the user has it (or will get it) already
             if gid in r.delivered:
                 self._ack(r, gid)
             return
@@ -613,10 +653,43 @@ class AsyncClient:
             r.future.set_result(batch)
         r.queue.put_nowait(_END)
 
+    def _on_window(self, frame: Dict[str, Any]) -> None:
+        """An endless stream's window verdict: kept on the window's groups still held."""
+        r = self._rollouts.get(frame.get("rollout"))
+        window = frame.get("window")
+        if r is None or not isinstance(window, int) or window in r.windows:
+            return  # a resend (the last windows come again after a resume)
+        r.confirmed = True
+        r.windows[window] = frame
+        kept = set(frame.get("kept", []))
+        failed = set(frame.get("failed_groups", []))
+        first, size = int(frame.get("first", 0)), int(frame.get("groups", 0))
+        for gid in range(first, first + size):
+            group = r.groups.get(gid)
+            if group is not None:
+                group.kept = gid in kept
+                group.failed = gid in failed
+
+    def _on_update_reply(self, frame: Dict[str, Any]) -> None:
+        if "version" in frame:
+            self.version = dict(frame["version"])
+        for waiter in self._update_waiters:
+            if waiter.reply == frame["type"] and waiter.id == frame.get("id"):
+                self._update_waiters.remove(waiter)
+                if not waiter.future.done():
+                    waiter.future.set_result(frame)
+                return
+        log.warning("unexpected %s for update %r", frame["type"], frame.get("id"))
+
     def _on_error(self, frame: Dict[str, Any]) -> None:
         code = str(frame.get("code", "internal"))
         rid = frame.get("rollout")
         error = RollgymError(code, str(frame.get("message", "")), rollout=rid, field=frame.get("field"))
+        if code in _UPDATE_ERRORS and self._update_waiters:
+            waiter = self._update_waiters.popleft()
+            if not waiter.future.done():
+                waiter.future.set_exception(error)
+            return
         if rid is not None:
             r = self._rollouts.get(rid)
             if r is None:
@@ -697,6 +770,8 @@ class AsyncClient:
     def _deliver(self, r: _Rollout, group: Group) -> None:
         r.delivered.add(group.group)
         self._ack(r, group.group)
+        if r.endless:
+            r.groups.pop(group.group, None)
 
     def _retire(self, r: _Rollout) -> None:
         self._rollouts.pop(r.id, None)
@@ -716,6 +791,10 @@ class AsyncClient:
             self._fail(r, ConnectionLost(error.message, code=error.code, rollout=r.id))
 
     def _fail_envs(self, error: RollgymError) -> None:
+        while self._update_waiters:
+            waiter = self._update_waiters.popleft()
+            if not waiter.future.done():
+                waiter.future.set_exception(error)
         while self._env_waiters:
             waiter = self._env_waiters.popleft()
             if not waiter.future.done():
@@ -864,9 +943,72 @@ class AsyncClient:
         ``stream.batch`` has the verdict (and sets ``kept`` on the groups already handed out).
         Leaving the loop early and calling ``await stream.aclose()`` (or using
         ``async with``) cancels the rollout on the server.
+
+        ``endless=True`` asks for a stream without an end (PROTOCOL.md "Endless streams"): the
+        tags' groups form one window, windows follow each other (group *k* plays ``seed + k``)
+        until :meth:`RolloutStream.cancel`, and ``stream.windows`` collects each window's
+        verdict (RAGEN's filter over that window; it also sets ``kept`` on the window's groups
+        not yet handed out). Pacing options: ``in_flight`` (groups running at once),
+        ``max_staleness`` and ``groups_per_step`` (the capacity rule of PROTOCOL.md
+        "Staleness"), ``drop_older_than``. Groups carry ``min_version``/``max_version`` once
+        a trainer has begun an update.
         """
         r = self._new_rollout(True, tags, tag, groups, group_size, mode, step, seed, delivery, rollout_id, on_progress, options)
         return RolloutStream(self, r)
+
+    # ------------------------------------------------------------------ weight updates
+
+    async def _update_request(self, frame: Dict[str, Any], reply: str) -> Dict[str, Any]:
+        await self._ensure_connected()
+        waiter = _UpdateWaiter(reply, frame["id"])
+        self._update_waiters.append(waiter)
+        if not await self._send(frame):
+            self._update_waiters.remove(waiter)
+            raise ConnectionLost("not connected; send the update frame again once reconnected")
+        return await waiter.future
+
+    async def begin_update(self, update_id: Optional[str] = None, mode: Optional[str] = None) -> Dict[str, Any]:
+        """Trainer only: close the server's admission and pause every engine (``mode``: one of
+        ``"keep"``, ``"wait"``, ``"abort"``; the server's default when ``None``). Returns the
+        ``update_begun`` frame (``id``, ``version`` in force, ``paused``, ``aborted``,
+        ``out_of_routing``, ``in_flight``) once all are paused; move the weights then.
+
+        Raises:
+            RollgymError: ``not_trainer`` (the client was not made with ``trainer=True``) or
+                ``update`` (one is open already, pausing failed...), with the server's message.
+        """
+        if mode is not None and mode not in PAUSE_MODES:
+            raise ValueError(f"mode must be one of {PAUSE_MODES}, not {mode!r}")
+        uid = update_id if update_id is not None else f"update-{self._prefix}-{next(self._ids)}"
+        frame: Dict[str, Any] = {"type": "begin_update", "id": uid}
+        if mode is not None:
+            frame["mode"] = mode
+        return await self._update_request(frame, "update_begun")
+
+    async def end_update(self, update_id: str, label: str, ordinal: int) -> Dict[str, Any]:
+        """Trainer only: the new weights are in place as version ``label`` with ``ordinal``
+        (greater than the current one). Resumes the engines and admission; returns the
+        ``update_ended`` frame. An error leaves the update open (send a corrected one)."""
+        if not isinstance(label, str) or not label:
+            raise TypeError("label must be a non-empty string, e.g. 'step-42'")
+        frame = {"type": "end_update", "id": update_id, "version": {"label": label, "ordinal": _int("ordinal", ordinal, 0)}}
+        return await self._update_request(frame, "update_ended")
+
+    @contextlib.asynccontextmanager
+    async def update(self, label: str, ordinal: int, mode: Optional[str] = None) -> AsyncIterator[Dict[str, Any]]:
+        """Brackets a weight update: ``begin_update`` on entry (yields ``update_begun``),
+        ``end_update(label, ordinal)`` on a normal exit.
+
+        >>> async with client.update("step-42", 42):
+        ...     push_weights()          # NCCL, disk, vLLM's weight-transfer routes...
+
+        When the body raises, the update is left open and the error propagates: end it with
+        :meth:`end_update` once the weights are consistent (the server resumes the engines at
+        the old version only when this session ends).
+        """
+        begun = await self.begin_update(mode=mode)
+        yield begun
+        await self.end_update(begun["id"], label, ordinal)
 
     async def cancel(self, rollout_id: str) -> None:
         """Cancel a running rollout: no new turns, in-flight inference aborted. Its
@@ -983,6 +1125,12 @@ class RolloutStream:
     @property
     def progress(self) -> Optional[Dict[str, Any]]:
         return self._r.progress
+
+    @property
+    def windows(self) -> Dict[int, Dict[str, Any]]:
+        """Endless streams: each window's verdict frame so far (``kept``, ``dropped``,
+        ``failed_groups``, ``metrics``...), by window number."""
+        return self._r.windows
 
     def __aiter__(self) -> "RolloutStream":
         return self

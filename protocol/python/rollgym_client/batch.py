@@ -67,6 +67,18 @@ class Group:
     failed: bool = False
     #: One token log per episode in token mode (``tokens=True``), else ``None``.
     tokens: Optional[List[TokenLog]] = field(default=None, repr=False)
+    #: The oldest and newest weight-version ordinal that produced the group (PROTOCOL.md
+    #: "Versions"); ``None`` until a trainer has begun an update.
+    min_version: Optional[int] = None
+    max_version: Optional[int] = None
+    #: Endless streams: the window the group belongs to (its verdict is that window's).
+    window: Optional[int] = None
+    #: Rollouts with ``max_staleness``: ``{version, accepted, running, capacity}`` at admission.
+    admitted: Optional[Dict[str, int]] = field(default=None, repr=False)
+
+    def age(self, current: int) -> Optional[int]:
+        """Versions between the oldest that produced the group and ``current`` (``None`` without versions)."""
+        return None if self.min_version is None else int(current) - self.min_version
 
     @property
     def group_ids(self) -> np.ndarray:
@@ -98,6 +110,7 @@ class Group:
             tokens = token_logs_from_frame(frame, n, wire_arrays)
             kept = frame.get("kept")
             score = frame.get("score")
+            optional = {name: frame[name] for name in ("min_version", "max_version", "window", "admitted") if frame.get(name) is not None}
             return cls(
                 rollout=str(frame["rollout"]),
                 group=int(frame["group"]),
@@ -110,6 +123,7 @@ class Group:
                 arrays=arrays,
                 tokens=tokens,
                 **per_episode,
+                **optional,
             )
         except KeyError as missing:
             raise ProtocolError(f"group frame lacks {missing.args[0]!r}") from None

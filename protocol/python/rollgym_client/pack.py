@@ -63,6 +63,7 @@ def pack_batch(
     left_pad: bool = False,
     truncate: bool = False,
     eps: float = 1e-6,
+    current_version: Optional[int] = None,
 ) -> Dict[str, np.ndarray]:
     """Pad a token-mode batch into the ``[B, T]`` arrays a PPO/GRPO trainer consumes.
 
@@ -89,6 +90,8 @@ def pack_batch(
         truncate: cut episodes longer than ``max_length`` to their first ``max_length`` tokens
             (their later turns leave the loss; ``truncated`` marks them).
         eps: GRPO's std epsilon.
+        current_version: the ordinal of the weights being trained (e.g. ``client.version
+            ["ordinal"]``); with per-token versions, ``ages`` counts versions from each token's.
 
     Returns:
         A dict of numpy arrays, ``[B, T]`` unless noted. Column *t* of every per-token array
@@ -113,6 +116,12 @@ def pack_batch(
         - ``scores`` float32 [B], ``group_ids`` int32 [B], ``env_ids`` int32 [B].
         - ``lengths`` int64 [B]: real tokens in the row; ``prompt_lengths`` int64 [B];
           ``truncated`` bool [B].
+        - Once a trainer has begun a weight update (every log has ``versions``):
+          ``versions`` int64: the ordinal that sampled each id, -1 at prompt, inserted and
+          padding tokens; with ``current_version`` also ``ages`` int64: ``current_version −
+          versions`` at sampled ids, 0 elsewhere, for importance-sampling corrections and
+          staleness masks (e.g. ``loss_mask & (ages <= 2)``); ``min_versions`` int64 [B]: each
+          episode's oldest sampled ordinal (-1 when it has none).
 
         ``input_ids[loss_mask == 1]`` is every episode's sampled ids, turn after turn, episode
         after episode, and ``old_logprobs[loss_mask == 1]`` their logprobs in the same order
@@ -181,6 +190,18 @@ def pack_batch(
         else:
             per_episode = scores
         out["advantages"] = scatter(np.where(mask != 0, per_episode[rows], np.float32(0)), np.float32)
+
+    if b and all(log.versions is not None for log in logs):
+        versions = scatter(flat("versions").astype(np.int64), np.int64, -1)
+        sampled_versions = np.where(out["loss_mask"] != 0, versions, -1)
+        out["versions"] = sampled_versions
+        oldest = np.where(sampled_versions >= 0, sampled_versions, np.iinfo(np.int64).max).min(axis=1)
+        out["min_versions"] = np.where(oldest == np.iinfo(np.int64).max, -1, oldest)
+        if current_version is not None:
+            current = operator.index(current_version)
+            out["ages"] = np.where(sampled_versions >= 0, current - sampled_versions, 0)
+    elif current_version is not None and b:
+        raise ValueError("current_version needs per-token versions: the groups carry none (no trainer has begun an update)")
 
     def per_group(attr: str, dtype) -> np.ndarray:
         return np.concatenate([getattr(g, attr) for g in groups]).astype(dtype) if groups else np.empty(0, dtype)

@@ -7,8 +7,9 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import contextlib
 import threading
-from typing import Any, Callable, Deque, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Deque, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from .aio import AsyncClient, EnvSession, RolloutStream, TagsArg
 from .batch import Batch, Group, StepResult
@@ -228,6 +229,32 @@ class Client:
     def cancel(self, rollout_id: str) -> None:
         self._run(self._async.cancel(rollout_id))
 
+    # ------------------------------------------------------------------ weight updates
+
+    @property
+    def version(self) -> Optional[Dict[str, Any]]:
+        """The weight version in force as the server last said (trainer sessions)."""
+        return self._async.version
+
+    def begin_update(self, update_id: Optional[str] = None, mode: Optional[str] = None) -> Dict[str, Any]:
+        """See :meth:`AsyncClient.begin_update` (needs ``Client(..., trainer=True)``)."""
+        return self._run(self._async.begin_update(update_id, mode))
+
+    def end_update(self, update_id: str, label: str, ordinal: int) -> Dict[str, Any]:
+        """See :meth:`AsyncClient.end_update`."""
+        return self._run(self._async.end_update(update_id, label, ordinal))
+
+    @contextlib.contextmanager
+    def update(self, label: str, ordinal: int, mode: Optional[str] = None) -> Iterator[Dict[str, Any]]:
+        """See :meth:`AsyncClient.update`:
+
+        >>> with client.update("step-42", 42):
+        ...     push_weights()
+        """
+        begun = self.begin_update(mode=mode)
+        yield begun
+        self.end_update(begun["id"], label, ordinal)
+
     # ------------------------------------------------------------------ env hosting
 
     def open_envs(self, tag: str, groups: int = 1, group_size: int = 1, **options: Any) -> "SyncEnvSession":
@@ -254,6 +281,11 @@ class SyncRolloutStream:
     @property
     def progress(self) -> Optional[Dict[str, Any]]:
         return self._stream.progress
+
+    @property
+    def windows(self) -> Dict[int, Dict[str, Any]]:
+        """Endless streams: each window's verdict frame so far, by window number."""
+        return self._stream.windows
 
     def __iter__(self) -> "SyncRolloutStream":
         return self

@@ -64,6 +64,8 @@ class TokenLog:
         turn_starts, turn_ends: int32, ``ids[turn_starts[k]:turn_ends[k]]`` are turn *k*'s
             sampled ids (positions relative to the episode's first token).
         prompt_length: the length of the first prompt (``ids[:prompt_length]``).
+        versions: int32, the weight-version ordinal that sampled each id, -1 at prompt and
+            inserted ids; ``None`` until a trainer has begun an update (PROTOCOL.md "Versions").
     """
 
     ids: np.ndarray
@@ -73,6 +75,7 @@ class TokenLog:
     turn_starts: np.ndarray
     turn_ends: np.ndarray
     prompt_length: int
+    versions: Optional[np.ndarray] = None
 
     def __len__(self) -> int:
         return int(self.ids.shape[0])
@@ -230,6 +233,15 @@ def token_logs_from_frame(
         t = _first((a["token_rewards"] != 0) > last)
         raise _bad("token_rewards_f32", f"nonzero at token {t}, which is not the last sampled id of a turn")
 
+    # Versions (once a trainer has used updates): one per token, -1 or an ordinal.
+    versions = None
+    if "token_versions_i32" in frame:
+        versions = arrays["token_versions_i32"] if arrays is not None and "token_versions_i32" in arrays else decode_array("token_versions_i32", frame["token_versions_i32"])
+        if versions.shape[0] != total:
+            raise _bad("token_versions_i32", f"{versions.shape[0]} entries, token_ids_i32 has {total}")
+        if (versions < -1).any():
+            raise _bad("token_versions_i32", f"{int(versions[_first(versions < -1)])} at token {_first(versions < -1)}; ordinals are >= 0, -1 where none")
+
     # One view per episode (plain ints for the bounds: numpy scalars make slicing slower).
     bounds = off.tolist()
     turn_bounds = [0, *itertools.accumulate(counts.tolist())]
@@ -240,5 +252,9 @@ def token_logs_from_frame(
     for i in range(n):
         lo, hi = bounds[i], bounds[i + 1]
         tlo, thi = turn_bounds[i], turn_bounds[i + 1]
-        logs.append(TokenLog(ids[lo:hi], mask[lo:hi], lp[lo:hi], rw[lo:hi], ts[tlo:thi], te[tlo:thi], prompts[i]))
+        logs.append(
+            TokenLog(
+                ids[lo:hi], mask[lo:hi], lp[lo:hi], rw[lo:hi], ts[tlo:thi], te[tlo:thi], prompts[i], None if versions is None else versions[lo:hi]
+            )
+        )
     return logs

@@ -7,6 +7,7 @@ import { RollgymError } from "../../errors/catalogue.ts";
 import type { Connection } from "./context.ts";
 import { onEnvClose, onEnvOpen, onEnvStep } from "./env.ts";
 import { onAck, onCancel, onCredit, onRollout } from "./rollout.ts";
+import { onBeginUpdate, onEndUpdate } from "./updates.ts";
 
 export type { Connection } from "./context.ts";
 export { dropHosted } from "./env.ts";
@@ -35,6 +36,8 @@ const HANDLERS: Handlers = {
   unwatch: ({ state, socket }) => {
     state.rolloutContext.watch?.unsubscribe(socket);
   },
+  begin_update: onBeginUpdate,
+  end_update: onEndUpdate,
 };
 
 export function handleFrame(c: Connection, frame: ClientMessage): void {

@@ -8,9 +8,10 @@ import { Rollout } from "../rollouts.ts";
 import type { Connection } from "./context.ts";
 
 export function onRollout({ state, session }: Connection, frame: RolloutRequest): void {
-  const { request, tokenEngine } = admitRollout(state, session, frame);
-  new Rollout(session, frame, request, tokenEngine).start(state.rolloutContext, (episodes, signal, held) =>
-    holdWhenRoom(state, session, episodes, signal, held),
+  const { request, tokenEngine, pace } = admitRollout(state, session, frame);
+  new Rollout(session, frame, request, tokenEngine, pace).start(
+    state.rolloutContext,
+    (episodes, signal, held) => holdWhenRoom(state, session, episodes, signal, held),
   );
 }
 

@@ -1,0 +1,88 @@
+// How a stream rollout paces its groups against the trainer's weight versions (PROTOCOL.md
+// "Staleness"): groups kept in flight, and AReaL's and SkyRL's capacity rule, enforced when a
+// group is admitted rather than by discarding finished work (facts/async-rl.md §1.1):
+// accepted + running <= (max_staleness + v + 1) × groups_per_step, v counting the updates since
+// the rollout began. accepted counts the groups delivered; running, the groups started and not
+// finished. A group dropped by drop_older_than is not accepted: another takes its place.
+import type { UpdateCoordinator } from "./updates.ts";
+
+export interface PaceSettings {
+  /** Groups running at once. */
+  inFlight: number;
+  /** null: no bound. */
+  maxStaleness: number | null;
+  groupsPerStep: number;
+  /** null: finished groups are never dropped for their age. */
+  dropOlderThan: number | null;
+}
+
+/** The counts a group was admitted under (its frame's `admitted`). */
+export interface Admission {
+  version: number;
+  accepted: number;
+  running: number;
+  capacity: number;
+}
+
+export class StreamPacing {
+  readonly settings: PaceSettings;
+  private readonly updates: UpdateCoordinator;
+  private readonly startOrdinal: number;
+  private running = 0;
+  private accepted = 0;
+  /** The most accepted + running ever reached, and the capacity in force then (for tests and metrics). */
+  peak = { occupancy: 0, capacity: 0 };
+
+  constructor(settings: PaceSettings, updates: UpdateCoordinator) {
+    this.settings = settings;
+    this.updates = updates;
+    this.startOrdinal = updates.current.ordinal;
+  }
+
+  /** Updates since the rollout began. */
+  get version(): number {
+    return this.updates.current.ordinal - this.startOrdinal;
+  }
+
+  get capacity(): number {
+    const { maxStaleness, groupsPerStep } = this.settings;
+    return maxStaleness === null
+      ? Number.POSITIVE_INFINITY
+      : (maxStaleness + this.version + 1) * groupsPerStep;
+  }
+
+  /** Whether one more group may start now (the update gate, groups in flight, the staleness rule). */
+  fits(): boolean {
+    return (
+      !this.updates.closed &&
+      this.running < this.settings.inFlight &&
+      this.accepted + this.running + 1 <= this.capacity
+    );
+  }
+
+  /** A group starts: counted as running. */
+  admit(): Admission {
+    this.running++;
+    const capacity = this.capacity;
+    const occupancy = this.accepted + this.running;
+    if (occupancy > this.peak.occupancy) this.peak = { occupancy, capacity };
+    return {
+      version: this.version,
+      accepted: this.accepted,
+      running: this.running,
+      capacity: Number.isFinite(capacity) ? capacity : 0,
+    };
+  }
+
+  /** A group finished: delivered (accepted), or not (dropped for its age, or never played). */
+  finished(delivered: boolean): void {
+    this.running--;
+    if (delivered) this.accepted++;
+  }
+
+  /** drop_older_than: whether a group whose oldest turn ran at ordinal `oldest` is too old to send. */
+  tooOld(oldest: number | null): boolean {
+    const limit = this.settings.dropOlderThan;
+    return limit !== null && oldest !== null && this.updates.current.ordinal - oldest > limit;
+  }
+}

@@ -1,0 +1,102 @@
+// Versions on group frames (PROTOCOL.md "Versions"): absent until a trainer has used updates,
+// even where the records hold them; then the group's range and each token's ordinal.
+import { describe, expect, it } from "vitest";
+import { decodeFrame, encodeMessage, readI32 } from "../../protocol/codec.ts";
+import type { EpisodeRecord, TurnRecord } from "../../src/record/episode-record.ts";
+import { groupFrame, versionRange } from "../../src/server/group-frame.ts";
+
+function turn(dispatch: number, completion: number): TurnRecord {
+  return {
+    turn: 1,
+    state: "s",
+    actions_left: 1,
+    warned: false,
+    raw_response: "r",
+    response: "r",
+    parsed: [],
+    actions: [],
+    reward: 0,
+    reward_text: "0",
+    format_penalty: false,
+    info: {},
+    finish_reason: "stop",
+    version: { dispatch, completion },
+  };
+}
+
+function episode(envId: number, turns: TurnRecord[], versions?: number[]): EpisodeRecord {
+  const ids = versions?.map((_, i) => i) ?? [];
+  return {
+    env_id: envId,
+    group_id: 0,
+    tag: "SimpleSokoban",
+    seed: 1,
+    turns,
+    final_state: "",
+    num_actions: 0,
+    terminated: false,
+    truncated: false,
+    success: false,
+    reward: 0,
+    penalty: 0,
+    score: 0,
+    metrics: {},
+    failure: null,
+    end_reason: "done",
+    ...(versions
+      ? {
+          tokens: {
+            ids,
+            loss_mask: ids.map(() => 1),
+            logprobs: ids.map(() => 0),
+            rewards: ids.map(() => 0),
+            prompt_length: 0,
+            turn_starts: [0],
+            turn_ends: [ids.length],
+            prompt_drift: 0,
+            template_drift: null,
+            logprobs_missing: 0,
+            versions,
+          },
+        }
+      : {}),
+  } as EpisodeRecord;
+}
+
+describe("group frames and versions", () => {
+  const records = [
+    episode(0, [turn(1, 1), turn(1, 2)], [-1, 1, 1, -1, 2]),
+    episode(1, [turn(2, 3)], [-1, 3]),
+  ];
+
+  it("carry no version field before updates are used, whatever the records hold", () => {
+    const frame = groupFrame("r", 0, records, null, null);
+    const bytes = encodeMessage(frame);
+    const decoded = decodeFrame(bytes) as Record<string, unknown>;
+    expect(decoded).not.toHaveProperty("min_version");
+    expect(decoded).not.toHaveProperty("token_versions_i32");
+    const episodes = decoded.episodes as { turns: object[]; tokens: object }[];
+    for (const e of episodes) {
+      for (const t of e.turns) expect(t).not.toHaveProperty("version");
+      expect(e.tokens).not.toHaveProperty("versions");
+    }
+    // The records themselves are left as they were.
+    expect(records[0].turns[0].version).toEqual({ dispatch: 1, completion: 1 });
+  });
+
+  it("carry the group's range, the turns' versions and each token's ordinal once they are", () => {
+    const frame = groupFrame("r", 0, records, null, null, { versions: true });
+    expect(frame).toMatchObject({ min_version: 1, max_version: 3 });
+    expect([...readI32(frame.token_versions_i32!)]).toEqual([-1, 1, 1, -1, 2, -1, 3]);
+    expect((frame.episodes[1] as { turns: TurnRecord[] }).turns[0].version).toEqual({
+      dispatch: 2,
+      completion: 3,
+    });
+  });
+
+  it("a range from the turns alone, none when nothing is known", () => {
+    expect(versionRange([episode(0, [turn(4, 5)])])).toEqual({ min: 4, max: 5 });
+    const { version: _v, ...bare } = turn(0, 0);
+    expect(versionRange([episode(0, [bare as TurnRecord])])).toBeNull();
+  });
+});

@@ -194,7 +194,7 @@ export async function envsCheck(argv: readonly string[]): Promise<number> {
   const out = new LineWriter(args.switches.has("pretty"));
   let failed = 0;
   for (const tag of tags) {
-    const checks = checkConformance(tag);
+    const checks = await checkConformance(tag);
     failed += checks.filter((c) => !c.ok).length;
     await out.line({ tag: tag.spec.tag, ok: checks.every((c) => c.ok), checks });
   }

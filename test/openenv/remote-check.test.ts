@@ -68,18 +68,31 @@ describe("conformance of remote tags", () => {
   }, async () => {
     const base = await rollgymServing();
     const tag = "custom_envs.RemoteSokoban";
-    const result = await rollgym([
-      "envs",
-      "check",
-      "RemoteSokoban",
+    const overrides = [
       `${tag}.env_type=openenv`,
       `${tag}.max_actions_per_traj=10`,
       `${tag}.env_instruction=Push the boxes.`,
       `${tag}.max_tokens=100`,
       `${tag}.env_config.url=${base}`,
-    ]);
+    ];
+    const result = await rollgym(["envs", "check", "RemoteSokoban", ...overrides]);
     expect(result.stderr).toBe("");
     expect(result.code).toBe(0);
     expect(jsonLines(result.stdout)[0]).toMatchObject({ tag: "RemoteSokoban", ok: true });
+    // Commands that step in process refuse the tag, saying why.
+    const play = await rollgym([
+      "envs",
+      "play",
+      "RemoteSokoban",
+      "--seed",
+      "1",
+      "--actions",
+      "Up",
+      ...overrides,
+    ]);
+    expect(play.code).toBe(2);
+    expect(play.stderr).toContain(
+      "RemoteSokoban runs in another process (env_type openenv), and envs play steps envs in process",
+    );
   });
 });

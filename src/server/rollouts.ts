@@ -11,9 +11,9 @@ import { RollgymError } from "../errors/catalogue.ts";
 import type { Policy } from "../llm/policy.ts";
 import type { TokenEngine } from "../llm/token-engine.ts";
 import type { EpisodeRecord } from "../record/episode-record.ts";
-import { type BatchRequest, playBatch } from "../rollout/batch.ts";
+import { type BatchRequest, groupTags, playBatch } from "../rollout/batch.ts";
 import { groupFrame } from "./group-frame.ts";
-import { PlayMeter } from "./memory-costs.ts";
+import { episodesBytes, PlayMeter } from "./memory-costs.ts";
 import type { ServerMetrics } from "./metrics.ts";
 import type { Session, SessionRollout } from "./session.ts";
 import type { WatchHub } from "./watch.ts";
@@ -129,7 +129,8 @@ export class Rollout implements SessionRollout {
     const held = new Map<number, EpisodeRecord[]>();
     // What its play holds, against the memory budget: a batch's every episode from now.
     const meter = new PlayMeter(session.memory);
-    if (!stream) meter.admit(-1, total);
+    if (!stream) meter.admit(-1, episodesBytes(ctx.registry, request.tags, request.groupSize));
+    const tags = groupTags(request);
     let finished = 0;
     let failed = 0;
     let groupsDone = 0;
@@ -171,7 +172,10 @@ export class Rollout implements SessionRollout {
               await this.room(ctx.maxBufferedGroups);
               await waitForRoom(request.groupSize, this.abort.signal, () => {
                 this.reserved += request.groupSize;
-                meter.admit(group, request.groupSize);
+                meter.admit(
+                  group,
+                  episodesBytes(ctx.registry, [{ tag: tags[group], groups: 1 }], request.groupSize),
+                );
               });
             }
           : undefined,

@@ -8,7 +8,8 @@
 //   later (the AsyncEnv contract in process); remote is a minimal OpenEnv server answering each
 //   step D ms later.
 // Usage: node bench/openenv.ts [--tag T] [--groups N] [--group-size N] [--batches N]
-//          [--step-delay-ms 0,10] [--json FILE]
+//          [--warmup N] [--step-delay-ms 0,10] [--json FILE]
+// Each row first plays --warmup unmeasured batches (the first row read low without them).
 import { type ChildProcess, spawn } from "node:child_process";
 import { readFileSync, writeFileSync } from "node:fs";
 import { loadavg } from "node:os";
@@ -28,6 +29,7 @@ const { values } = parseArgs({
     groups: { type: "string", default: "64" },
     "group-size": { type: "string", default: "16" },
     batches: { type: "string", default: "3" },
+    warmup: { type: "string", default: "2" },
     "step-delay-ms": { type: "string", default: "0,10" },
     json: { type: "string" },
   },
@@ -41,6 +43,9 @@ const tag = values.tag!;
 const groups = positive("groups", values.groups);
 const groupSize = positive("group-size", values["group-size"]);
 const batches = positive("batches", values.batches);
+const warmup = Number(values.warmup);
+if (!Number.isInteger(warmup) || warmup < 0)
+  throw new Error(`--warmup: ${values.warmup} is not an integer ≥ 0`);
 const delays = values["step-delay-ms"]!.split(",").map((d) => {
   const n = Number(d);
   if (!(n >= 0)) throw new Error(`--step-delay-ms: ${d} is not a number ≥ 0`);
@@ -134,8 +139,9 @@ async function measure(
   const request = (seed: number) =>
     defaultBatchRequest("train", { tags: [{ tag: tagName, groups }], groupSize, seed });
   const policy = randomPolicy();
-  // Warm-up: the JIT, the remote pool's seed check, the server's first sessions.
-  await runBatch(registry, request(1_000_000), policy, { retainEpisodes: false });
+  // Warm-up: the JIT, the heap's growth, the remote pool's seed check, the server's first sessions.
+  for (let w = 0; w < warmup; w++)
+    await runBatch(registry, request(1_000_000 + w * groups), policy, { retainEpisodes: false });
   const cpu = process.cpuUsage();
   const serverCpu = server ? processCpuUs(server.pid!) : 0;
   const start = performance.now();

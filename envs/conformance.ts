@@ -1,9 +1,10 @@
-// A conformance check any env can run (the built-in ones and users' own): reset is a pure
-// function of the seed, episodes replay exactly, a JSON snapshot continues the same episode,
-// and stepping after the episode ended is refused rather than silently continuing.
+// A conformance check any env can run (the built-in ones, users' own, and remote ones over the
+// wire): reset is a pure function of the seed, episodes replay exactly, a JSON snapshot
+// continues the same episode (where the env has snapshots), and stepping after the episode
+// ended is refused rather than silently continuing.
 import type { ResolvedTag } from "./registry.ts";
 import { PythonRandom } from "./rng/python-random.ts";
-import { type Env, EnvUsageError, type StepResult } from "./types.ts";
+import { type AsyncEnv, EnvUsageError, type StepResult } from "./types.ts";
 
 export interface ConformanceCheck {
   name: string;
@@ -22,30 +23,48 @@ interface Trace {
   steps: StepResult[];
 }
 
-/** Play `actions` (indices into the action list, taken modulo its length) from reset(seed). */
-function play(env: Env, seed: number, picks: readonly number[]): Trace {
-  const observation = env.reset(seed);
+/** The action a pick (0..63) names: an index into the action list, or the number as text for free-text envs. */
+function action(env: AsyncEnv, pick: number): number | string {
+  return env.textActions ? String(pick) : (pick % env.actionNames.length) + 1;
+}
+
+/** Play `picks` from reset(seed), stopping when the episode ends. */
+async function play(env: AsyncEnv, seed: number, picks: readonly number[]): Promise<Trace> {
+  const observation = await env.reset(seed);
   const steps: StepResult[] = [];
   for (const pick of picks) {
     if (env.done) break;
-    steps.push(env.step((pick % env.actionNames.length) + 1));
+    steps.push(await env.step(action(env, pick)));
   }
   return { observation, steps };
+}
+
+/** Runs `use` on a fresh env of `tag`, closing it after (a remote env's session). */
+async function withEnv<T>(tag: ResolvedTag, use: (env: AsyncEnv) => Promise<T>): Promise<T> {
+  const env = tag.open();
+  try {
+    return await use(env);
+  } finally {
+    env.close?.();
+  }
 }
 
 function same(a: unknown, b: unknown): boolean {
   return JSON.stringify(a) === JSON.stringify(b);
 }
 
-export function checkConformance(tag: ResolvedTag, options: ConformanceOptions = {}): ConformanceCheck[] {
+export async function checkConformance(
+  tag: ResolvedTag,
+  options: ConformanceOptions = {},
+): Promise<ConformanceCheck[]> {
   const seeds = options.seeds ?? [0, 1, 123, 10000, 4294967295];
   const maxSteps = options.maxSteps ?? 30;
   const checks: ConformanceCheck[] = [];
   // A check is a function returning a failure or null; an env that throws fails that check.
-  const run = (name: string, detail: string, check: () => string | null): void => {
+  const run = async (name: string, detail: string, check: () => Promise<string | null>): Promise<void> => {
     let failure: string | null;
     try {
-      failure = check();
+      failure = await check();
     } catch (error) {
       failure = `threw ${error instanceof Error ? `${error.name}: ${error.message}` : String(error)}`;
     }
@@ -57,18 +76,25 @@ export function checkConformance(tag: ResolvedTag, options: ConformanceOptions =
   let traces: Trace[] = [];
 
   // Same seed ⇒ same episode, also across env instances and after other episodes ran.
-  run("same seed, same episode", `${seeds.length} seeds replayed on fresh instances`, () => {
-    const shared = tag.make();
-    traces = seeds.map((seed, i) => play(shared, seed, scripts[i]));
-    const differs = seeds.findIndex((seed, i) => !same(play(tag.make(), seed, scripts[i]), traces[i]));
-    return differs < 0 ? null : `seed ${seeds[differs]} played twice gave different episodes`;
+  await run("same seed, same episode", `${seeds.length} seeds replayed on fresh instances`, async () => {
+    traces = await withEnv(tag, async (shared) => {
+      const played: Trace[] = [];
+      for (const [i, seed] of seeds.entries()) played.push(await play(shared, seed, scripts[i]));
+      return played;
+    });
+    for (const [i, seed] of seeds.entries()) {
+      const again = await withEnv(tag, (env) => play(env, seed, scripts[i]));
+      if (!same(again, traces[i])) return `seed ${seed} played twice gave different episodes`;
+    }
+    return null;
   });
 
-  run("seeds matter", "different seeds give different puzzles", () =>
-    new Set(traces.map((t) => t.observation)).size > 1 ? null : "every seed gave the same first observation",
+  // An env may hide its puzzle at reset (a number to guess): the episodes must differ, not the first text.
+  await run("seeds matter", "different seeds give different puzzles", async () =>
+    new Set(traces.map((t) => JSON.stringify(t))).size > 1 ? null : "every seed gave the same episode",
   );
 
-  run("well-formed steps", "observations are text, rewards finite, info complete", () => {
+  await run("well-formed steps", "observations are text, rewards finite, info complete", async () => {
     let failure: string | null = traces.length ? null : "no episode could be played";
     for (const trace of traces) {
       if (typeof trace.observation !== "string" || trace.observation === "")
@@ -84,49 +110,63 @@ export function checkConformance(tag: ResolvedTag, options: ConformanceOptions =
     return failure;
   });
 
-  // A JSON snapshot taken mid-episode continues exactly.
-  run("snapshot survives encode/decode", "JSON snapshot mid-episode continues identically", () => {
-    let failure: string | null = null;
-    seeds.forEach((seed, i) => {
-      if (failure) return;
-      const original = tag.make();
-      original.reset(seed);
-      const half = Math.floor(traces[i].steps.length / 2);
-      for (const pick of scripts[i].slice(0, half)) original.step((pick % original.actionNames.length) + 1);
-      const copy = tag.make();
-      copy.restore(JSON.parse(JSON.stringify(original.snapshot())));
-      if (copy.render() !== original.render()) failure = `seed ${seed}: restored render differs`;
-      for (const pick of scripts[i].slice(half)) {
-        if (original.done || failure) break;
-        const action = (pick % original.actionNames.length) + 1;
-        if (!same(original.step(action), copy.step(action)))
-          failure = `seed ${seed}: restored episode diverged`;
+  // A JSON snapshot taken mid-episode continues exactly (when the env declares snapshots).
+  const snapshots = await withEnv(
+    tag,
+    async (env) => typeof env.snapshot === "function" && typeof env.restore === "function",
+  );
+  const snapshotCheck = "snapshot survives encode/decode";
+  if (!snapshots)
+    checks.push({ name: snapshotCheck, ok: true, detail: "skipped: the env declares no snapshot/restore" });
+  else
+    await run(snapshotCheck, "JSON snapshot mid-episode continues identically", async () => {
+      for (const [i, seed] of seeds.entries()) {
+        const failure = await withEnv(tag, (original) =>
+          withEnv(tag, async (copy) => {
+            await original.reset(seed);
+            const half = Math.floor(traces[i].steps.length / 2);
+            for (const pick of scripts[i].slice(0, half)) await original.step(action(original, pick));
+            copy.restore!(JSON.parse(JSON.stringify(original.snapshot!())));
+            if (copy.render() !== original.render()) return `seed ${seed}: restored render differs`;
+            for (const pick of scripts[i].slice(half)) {
+              if (original.done) break;
+              const next = action(original, pick);
+              if (!same(await original.step(next), await copy.step(next)))
+                return `seed ${seed}: restored episode diverged`;
+            }
+            return null;
+          }),
+        );
+        if (failure) return failure;
       }
+      return null;
     });
-    return failure;
-  });
 
   // Stepping after the end is an error, and leaves the episode as it was.
   let ended = 0;
-  run("steps after done are refused", "finished episodes refuse another step", () => {
+  await run("steps after done are refused", "finished episodes refuse another step", async () => {
     let failure: string | null = null;
-    seeds.forEach((seed, i) => {
-      const env = tag.make();
-      const trace = play(env, seed, [...scripts[i], ...scripts[i], ...scripts[i]]);
-      if (!env.done) return;
-      ended++;
-      const before = env.render();
-      try {
-        env.step(1);
-        failure = `seed ${seed}: step after done was accepted`;
-      } catch (error) {
-        if (!(error instanceof EnvUsageError))
-          failure = `seed ${seed}: step after done threw ${String(error)}`;
-      }
-      if (env.render() !== before) failure = `seed ${seed}: step after done changed the state`;
-      if (!trace.steps.at(-1)?.terminated && !trace.steps.at(-1)?.truncated)
-        failure = `seed ${seed}: done without a final step`;
-    });
+    for (const [i, seed] of seeds.entries()) {
+      failure =
+        (await withEnv(tag, async (env) => {
+          const trace = await play(env, seed, [...scripts[i], ...scripts[i], ...scripts[i]]);
+          if (!env.done) return null;
+          ended++;
+          const before = env.render();
+          let problem: string | null = null;
+          try {
+            await env.step(action(env, 0));
+            problem = `seed ${seed}: step after done was accepted`;
+          } catch (error) {
+            if (!(error instanceof EnvUsageError))
+              problem = `seed ${seed}: step after done threw ${String(error)}`;
+          }
+          if (env.render() !== before) problem = `seed ${seed}: step after done changed the state`;
+          if (!trace.steps.at(-1)?.terminated && !trace.steps.at(-1)?.truncated)
+            problem = `seed ${seed}: done without a final step`;
+          return problem;
+        })) ?? failure;
+    }
     return failure;
   });
   if (ended === 0 && checks.at(-1)?.ok) checks.at(-1)!.detail = "no episode ended within the steps tried";

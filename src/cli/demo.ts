@@ -4,7 +4,7 @@ import { pyNumberRepr } from "../../envs/pyrepr.ts";
 import { firstTurnMessages } from "../rollout/prompt.ts";
 import { type FlagSpec, parseSeed } from "./args.ts";
 import { CONFIG_FLAGS, reportLoaded } from "./context.ts";
-import { lookupTag, parseWithSetup } from "./envs.ts";
+import { lookupLocalTag, parseWithSetup } from "./envs.ts";
 import { io } from "./io.ts";
 
 const DEFAULT_TAGS = ["CoordSokoban", "FrozenLake", "Bandit"];
@@ -19,7 +19,7 @@ export const DEMO_FLAGS: Record<string, FlagSpec> = {
 export async function demoCommand(argv: readonly string[]): Promise<void> {
   const { args, loaded, registry } = await parseWithSetup("demo", argv, DEMO_FLAGS, []);
   const tagNames = args.values.has("tag") ? [args.values.get("tag")!] : DEFAULT_TAGS;
-  const tags = tagNames.map((name) => lookupTag("demo", registry, name));
+  const tags = tagNames.map((name) => lookupLocalTag("demo", registry, name));
   const seedText = args.values.get("seed");
   const seed = seedText === undefined ? 10000 : parseSeed("--seed", seedText);
   reportLoaded(loaded);

@@ -25,6 +25,17 @@ export function lookupTag(command: string, registry: EnvRegistry, name: string):
   return registry.tag(name);
 }
 
+/** A tag whose env `command` steps in process: a remote tag (env_type openenv) is refused. */
+export function lookupLocalTag(command: string, registry: EnvRegistry, name: string): ResolvedTag {
+  const tag = lookupTag(command, registry, name);
+  if (tag.type.open)
+    throw new UsageError(
+      `${command}: ${name} runs in another process (env_type ${tag.spec.env_type}), and ${command} ` +
+        "steps envs in process; roll it out (rollgym rollout, rollgym serve) or check it (rollgym envs check)",
+    );
+  return tag;
+}
+
 /** Parses a command that takes config flags; key=value positionals are config overrides. */
 export async function parseWithSetup(
   command: string,
@@ -64,7 +75,7 @@ export async function envsSample(argv: readonly string[]): Promise<void> {
   const command = "envs sample";
   const { args, positionals, loaded, registry } = await parseWithSetup(command, argv, SAMPLE_FLAGS, ["TAG"]);
   const [tagName] = positionals;
-  const tag = lookupTag(command, registry, tagName);
+  const tag = lookupLocalTag(command, registry, tagName);
   const seedsText = args.values.get("seeds");
   if (seedsText === undefined) throw new UsageError(`${command}: --seeds is required (N or A..B)`);
   const [first, last] = parseSeedRange("--seeds", seedsText);
@@ -104,7 +115,7 @@ export async function envsPlay(argv: readonly string[]): Promise<void> {
   const command = "envs play";
   const { args, positionals, loaded, registry } = await parseWithSetup(command, argv, PLAY_FLAGS, ["TAG"]);
   const [tagName] = positionals;
-  const tag = lookupTag(command, registry, tagName);
+  const tag = lookupLocalTag(command, registry, tagName);
   const seedText = args.values.get("seed");
   if (seedText === undefined) throw new UsageError(`${command}: --seed is required`);
   const seed = parseSeed("--seed", seedText);
@@ -167,7 +178,7 @@ export const PROMPT_FLAGS: Record<string, FlagSpec> = {
 export async function envsPrompt(argv: readonly string[]): Promise<void> {
   const command = "envs prompt";
   const { args, positionals, loaded, registry } = await parseWithSetup(command, argv, PROMPT_FLAGS, ["TAG"]);
-  const tag = lookupTag(command, registry, positionals[0]);
+  const tag = lookupLocalTag(command, registry, positionals[0]);
   const seedText = args.values.get("seed");
   if (seedText === undefined) throw new UsageError(`${command}: --seed is required`);
   const seed = parseSeed("--seed", seedText);
@@ -194,7 +205,7 @@ export async function envsCheck(argv: readonly string[]): Promise<number> {
   const out = new LineWriter(args.switches.has("pretty"));
   let failed = 0;
   for (const tag of tags) {
-    const checks = checkConformance(tag);
+    const checks = await checkConformance(tag);
     failed += checks.filter((c) => !c.ok).length;
     await out.line({ tag: tag.spec.tag, ok: checks.every((c) => c.ok), checks });
   }

@@ -4,7 +4,7 @@ import { ConfigError, checkField, FIELD_SPECS } from "../config/schema.ts";
 import { mapActions, parseResponse } from "../rollout/parse.ts";
 import { type FlagSpec, parseInteger, parseSeed, UsageError } from "./args.ts";
 import { CONFIG_FLAGS, reportLoaded } from "./context.ts";
-import { lookupTag, parseWithSetup } from "./envs.ts";
+import { lookupLocalTag, parseWithSetup } from "./envs.ts";
 import { LineWriter, PRETTY_FLAG, readStdin } from "./output.ts";
 
 export const PARSE_FLAGS: Record<string, FlagSpec> = {
@@ -37,7 +37,7 @@ function configFlag(flag: string, key: string, text: string): unknown {
 export async function parseCommand(argv: readonly string[]): Promise<void> {
   const command = "parse";
   const { args, positionals, loaded, registry } = await parseWithSetup(command, argv, PARSE_FLAGS, ["TAG"]);
-  const tag = lookupTag(command, registry, positionals[0]);
+  const tag = lookupLocalTag(command, registry, positionals[0]);
   const seedText = args.values.get("seed");
   const seed = seedText === undefined ? 0 : parseSeed("--seed", seedText);
   const agent = loaded.config.agent_proxy;

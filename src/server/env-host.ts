@@ -12,7 +12,7 @@ import type { EpisodeRecord, TurnRecord } from "../record/episode-record.ts";
 import { type BatchRequest, groupEpisodes, groupTags, tagMetrics } from "../rollout/batch.ts";
 import type { Episode } from "../rollout/episode.ts";
 import { TokenLog } from "../rollout/token-log.ts";
-import { EPISODE_BYTES, STEP_BYTES, TOKEN_ID_BYTES, textBytes } from "./memory-costs.ts";
+import { episodesBytes, STEP_BYTES, TOKEN_ID_BYTES, textBytes } from "./memory-costs.ts";
 import type { SessionMemory } from "./session.ts";
 
 type Responses = EnvStep["responses"];
@@ -29,7 +29,8 @@ export class HostedEnvs {
   private readonly episodes: Episode[] = [];
   private readonly messagesMode: MessagesMode;
   /**
-   * Bytes this session holds (EPISODE_BYTES per episode from the start, then STEP_BYTES per
+   * Bytes this session holds (EPISODE_BYTES per episode from the start, a remote env's session
+   * too, then STEP_BYTES per
    * response, its text, TOKEN_ID_BYTES per id), counted by the connection when a step is accepted
    * (before it runs) against the memory budget; ids the engine appends count once known.
    */
@@ -66,7 +67,7 @@ export class HostedEnvs {
     this.affinity = affinity;
     this.forget = forget;
     this.messagesMode = messagesMode;
-    this.charge(this.size * EPISODE_BYTES);
+    this.charge(episodesBytes(registry, request.tags, request.groupSize));
   }
 
   /** Episodes this session hosts (known before they are built). */

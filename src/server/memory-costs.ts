@@ -1,5 +1,6 @@
 // What things cost to hold, for the memory budget (budget.ts, docs/server.md "Memory budget"),
 // and the meter that charges a rollout's play as it goes.
+import type { EnvRegistry } from "../../envs/registry.ts";
 import type { EpisodeRecord, TurnRecord } from "../record/episode-record.ts";
 import type { SessionMemory } from "./session.ts";
 
@@ -13,6 +14,28 @@ import type { SessionMemory } from "./session.ts";
 export const EPISODE_BYTES = 2048;
 export const STEP_BYTES = 512;
 export const TOKEN_ID_BYTES = 128;
+/**
+ * An episode's session on a remote OpenEnv server (env_type openenv): its WebSocket client,
+ * measured at 4.3 KiB of heap per session (1,000 sessions, after GC).
+ */
+export const REMOTE_SESSION_BYTES = 5120;
+/**
+ * A session rollgym serves on /openenv/TAG/ws: its env, socket and outbound queue, measured at
+ * 8.3 KiB of heap and 0.4 KiB outside it per CoordSokoban session (1,000 sessions, after GC).
+ */
+export const OPENENV_SESSION_BYTES = 10240;
+
+/** What the episodes of `tags` (with `groupSize` each group) hold from admission: a remote env's session too. */
+export function episodesBytes(
+  registry: EnvRegistry,
+  tags: readonly { tag: string; groups: number }[],
+  groupSize: number,
+): number {
+  let bytes = 0;
+  for (const { tag, groups } of tags)
+    bytes += groups * groupSize * (EPISODE_BYTES + (registry.tag(tag).type.open ? REMOTE_SESSION_BYTES : 0));
+  return bytes;
+}
 
 /**
  * A character outside Latin-1, which makes V8 store the text at two bytes per character (the
@@ -27,7 +50,8 @@ export function textBytes(text: string): number {
 }
 
 /**
- * What one rollout's play holds, by group: each episode's EPISODE_BYTES from when its group is
+ * What one rollout's play holds, by group: each episode's EPISODE_BYTES (and a remote env's
+ * REMOTE_SESSION_BYTES) from when its group is
  * admitted (a batch delivery's whole batch at once, under group -1), then its turns and token
  * log as they are played. A group's bytes go when its frame is queued (the session then holds
  * the frame); the rest when the rollout ends.
@@ -41,9 +65,9 @@ export class PlayMeter {
     this.account = account;
   }
 
-  /** `episodes` admitted for `group` (-1: the whole batch). */
-  admit(group: number, episodes: number): void {
-    this.add(group, episodes * EPISODE_BYTES);
+  /** Episodes admitted for `group` (-1: the whole batch), holding `bytes` (episodesBytes). */
+  admit(group: number, bytes: number): void {
+    this.add(group, bytes);
   }
 
   /** A turn was played: `turn` is the episode's latest record (the same one again after a failed turn). */

@@ -17,6 +17,7 @@ import { MAX_SEED } from "../../protocol/settings.ts";
 import { RollgymError } from "../errors/catalogue.ts";
 import { mapActions } from "../rollout/parse.ts";
 import { type ConnectionGuard, type ConnectionTicket, closeWithin, heartbeat } from "./connections.ts";
+import { OPENENV_SESSION_BYTES } from "./memory-costs.ts";
 import {
   type ClientMessage,
   checkAction,
@@ -183,19 +184,26 @@ export class OpenEnvServer {
     // without a listener it would be an uncaught exception.
     ws.on("error", (error) => this.state.log.warn({ err: error }, "openenv socket error"));
     const out = new Outbound(ws, this.state.options);
-    // Like OpenEnv, the socket is accepted first and a full server says so on it.
+    // Like OpenEnv, the socket is accepted first and a full server says so on it: full of
+    // sessions, or of memory (each session is charged to the server's max_held_bytes).
     const active = this.active;
-    if (active >= this.limits.maxSessions) {
+    const memory = this.state.memory.account();
+    const overBudget = this.state.memory.refusal(memory, OPENENV_SESSION_BYTES, "an OpenEnv session");
+    if (active >= this.limits.maxSessions || overBudget !== null) {
+      memory.close();
       out.sendEncoded(
         errorFrame(
           "CAPACITY_REACHED",
-          `Server at capacity: ${active}/${this.limits.maxSessions} sessions active. Cannot accept new connections.`,
+          overBudget === null
+            ? `Server at capacity: ${active}/${this.limits.maxSessions} sessions active. Cannot accept new connections.`
+            : `Server at capacity: ${overBudget}. Cannot accept new connections.`,
           { active_sessions: active, max_sessions: this.limits.maxSessions },
         ),
       );
       ws.close(CLOSE_CODES.normal, "at capacity");
       return;
     }
+    memory.charge("env", OPENENV_SESSION_BYTES);
     this.active++;
     let episode: Episode | null = null;
     ticket.holding = () => episode !== null && !episode.done;
@@ -209,6 +217,7 @@ export class OpenEnvServer {
     const touched = () => idle.refresh();
     ws.once("close", () => {
       this.active--;
+      memory.close();
       clearTimeout(idle);
     });
 

@@ -20,9 +20,9 @@ import { RollgymError } from "../errors/catalogue.ts";
 import type { Policy } from "../llm/policy.ts";
 import type { TokenEngine } from "../llm/token-engine.ts";
 import type { BatchResult, EpisodeRecord } from "../record/episode-record.ts";
-import { type BatchRequest, playBatch } from "../rollout/batch.ts";
+import { type BatchRequest, groupTags, playBatch } from "../rollout/batch.ts";
 import { groupFrame, versionRange } from "./group-frame.ts";
-import { PlayMeter } from "./memory-costs.ts";
+import { episodesBytes, PlayMeter } from "./memory-costs.ts";
 import type { ServerMetrics } from "./metrics.ts";
 import { type Admission, type PaceSettings, StreamPacing } from "./pacing.ts";
 import type { Session, SessionRollout } from "./session.ts";
@@ -173,7 +173,8 @@ export class Rollout implements SessionRollout {
     const held = new Map<number, EpisodeRecord[]>();
     // What its play holds, against the memory budget: a batch's every episode from now.
     const meter = new PlayMeter(session.memory);
-    if (!stream) meter.admit(-1, total);
+    if (!stream) meter.admit(-1, episodesBytes(ctx.registry, request.tags, request.groupSize));
+    const tags = groupTags(request);
     const pacing = stream ? new StreamPacing(this.pace, updates) : null;
     const admissions = new Map<number, Admission>();
     const staleDropped: number[] = [];
@@ -242,7 +243,10 @@ export class Rollout implements SessionRollout {
                   ready &&
                   (await waitForRoom(request.groupSize, this.abort.signal, () => {
                     this.reserved += request.groupSize;
-                    meter.admit(group, request.groupSize);
+                    meter.admit(
+                      group,
+                      episodesBytes(ctx.registry, [{ tag: tags[local], groups: 1 }], request.groupSize),
+                    );
                   }));
                 if (started) admissions.set(group, admission!);
                 else if (admission) {

@@ -12,8 +12,8 @@ registerNumberLine(registry);
 
 describe("conformance", () => {
   for (const name of registry.tagNames()) {
-    it(`${name} passes every check`, () => {
-      const checks = checkConformance(registry.tag(name));
+    it(`${name} passes every check`, async () => {
+      const checks = await checkConformance(registry.tag(name));
       expect(checks.filter((c) => !c.ok)).toEqual([]);
       expect(checks.map((c) => c.name)).toContain("snapshot survives encode/decode");
     });
@@ -26,7 +26,7 @@ describe("conformance", () => {
     expect(tag.config).toEqual({ length: 9 });
   });
 
-  it("flags an env whose reset ignores the seed and that steps after done", () => {
+  it("flags an env whose reset ignores the seed and that steps after done", async () => {
     const broken = new EnvRegistry();
     broken.registerType({
       ...numberLine,
@@ -58,9 +58,7 @@ describe("conformance", () => {
       max_tokens: 10,
       env_config: null,
     });
-    const failed = checkConformance(tag)
-      .filter((c) => !c.ok)
-      .map((c) => c.name);
+    const failed = (await checkConformance(tag)).filter((c) => !c.ok).map((c) => c.name);
     expect(failed).toContain("same seed, same episode");
   });
 

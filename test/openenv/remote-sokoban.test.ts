@@ -5,12 +5,14 @@
 import { afterEach, describe, expect, it } from "vitest";
 import { createRegistry } from "../../envs/catalog.ts";
 import { randomPolicy } from "../../src/llm/builtin.ts";
+import type { Policy } from "../../src/llm/policy.ts";
 import type { EpisodeRecord } from "../../src/record/episode-record.ts";
 import { openenvPool } from "../../src/remote-envs/openenv-remote.ts";
 import { runBatch } from "../../src/rollout/batch.ts";
 import { defaultBatchRequest } from "../../src/rollout/request.ts";
 import { buildServer, type RollgymServer } from "../../src/server/app.ts";
 import { remoteRegistry } from "../helpers/openenv-remote.ts";
+import { TestClient } from "../helpers/ws-client.ts";
 
 let server: RollgymServer | null = null;
 afterEach(async () => {
@@ -87,5 +89,64 @@ describe("env_type openenv: a remote CoordSokoban", () => {
     expect(result.episodes).toHaveLength(16);
     expect(most).toBeGreaterThan(0);
     expect(most).toBeLessThanOrEqual(3);
+  });
+
+  it("env hosting (the trainer owns inference) plays a remote tag as it plays the in-process one", async () => {
+    server = await buildServer({});
+    const base = `${await server.listen()}/openenv/CoordSokoban`;
+    const registry = await remoteSokoban(base);
+    const host = await buildServer({ registry });
+    try {
+      const client = await TestClient.connect(await host.listen());
+      const names = ["Up", "Down", "Left", "Right"];
+      const answer = (envId: number, turn: number) =>
+        `go</think><answer>${names[(envId * 7 + turn * 3) % 4]} || ${names[(envId + turn) % 4]}</answer>`;
+      client.send({
+        type: "env_open",
+        id: "h",
+        tag: "RemoteSokoban",
+        groups: 2,
+        group_size: 2,
+        seed: 77,
+        max_turn: 4,
+      });
+      const opened = await client.next((f) => f.type === "env_opened");
+      const active = new Set((opened.episodes as { env_id: number }[]).map((e) => e.env_id));
+      for (let turn = 0; active.size > 0; turn++) {
+        const before = client.received.length;
+        client.send({
+          type: "env_step",
+          id: "h",
+          responses: [...active].map((env_id) => ({ env_id, text: answer(env_id, turn) })),
+        });
+        const stepped = await client.next(
+          (f) => f.type === "env_stepped" && client.received.indexOf(f) >= before,
+        );
+        for (const r of stepped.results as { env_id: number; done: boolean }[])
+          if (r.done) active.delete(r.env_id);
+      }
+      client.send({ type: "env_close", id: "h" });
+      const closed = await client.next((f) => f.type === "env_closed");
+      const scripted: Policy = {
+        name: "scripted",
+        generate: async (req) => ({
+          text: answer(req.episode.envId, req.episode.turn),
+          finishReason: "stop",
+        }),
+      };
+      const request = defaultBatchRequest("train", {
+        tags: [{ tag: "CoordSokoban", groups: 2 }],
+        groupSize: 2,
+        seed: 77,
+      });
+      request.episode = { ...request.episode, maxTurn: 4 };
+      const local = await runBatch(createRegistry(), request, scripted);
+      const hosted = closed.episodes as EpisodeRecord[];
+      expect(hosted.map((e) => e.failure)).toEqual([null, null, null, null]);
+      expect(hosted.map(played)).toEqual(local.episodes.map(played));
+      client.ws.terminate();
+    } finally {
+      await host.shutdown();
+    }
   });
 });

@@ -54,6 +54,14 @@ export function play(
       "tag",
     );
   const tag: ResolvedTag = registry.tag(request.tag);
+  if (tag.type.open)
+    throw new RollgymError(
+      "bad_request",
+      {
+        message: `${request.tag} runs in another process (env_type ${tag.spec.env_type}); the page plays in-process tags`,
+      },
+      "tag",
+    );
   const budget = tag.spec.max_actions_per_traj;
   if (request.actions.length > budget)
     throw new RollgymError(

@@ -8,6 +8,7 @@
 import { errorFrame } from "../errors/boundary.ts";
 import { RollgymError } from "../errors/catalogue.ts";
 import { EPISODE_BYTES } from "./memory-costs.ts";
+import { MemoryReturn } from "./memory-return.ts";
 import { type HeldKind, Session, type SessionMemory } from "./session.ts";
 import type { ServerMemory, ServerState } from "./state.ts";
 
@@ -53,6 +54,8 @@ export class MemoryBudget implements ServerMemory {
   shed = 0;
   private readonly accounts = new Set<MemoryAccount>();
   private readonly released: () => void;
+  /** Gives V8's pooled pages back after large releases (memory-return.ts). */
+  readonly giveBack = new MemoryReturn();
 
   /** `released` runs after bytes were given back (waiting stream groups may fit now). */
   constructor(max: number, share: number, released: () => void = () => {}) {
@@ -85,7 +88,10 @@ export class MemoryBudget implements ServerMemory {
   changed(account: MemoryAccount, kind: HeldKind, bytes: number): void {
     this.held += bytes;
     this.kinds[kind] += bytes;
-    if (bytes < 0) this.released();
+    if (bytes < 0) {
+      this.released();
+      this.giveBack.released(-bytes);
+    }
     // Rollouts grow as they play, unasked: past a bound, one is cancelled to make room.
     else if (kind === "rollouts" && (this.held > this.max || account.held > this.share))
       this.shedFor(account);

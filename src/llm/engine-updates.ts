@@ -218,3 +218,12 @@ export class EngineUpdates extends VersionBook {
     this.#host.takeOut(url);
   }
 }
+
+/** What a routed request is told of its dispatch: its signal (an update's interruption included) and version. */
+export type Sent = Pick<Dispatch, "version" | "epoch"> & {
+  signal: AbortSignal | undefined;
+  /** The policy's headers, with the session header on generation requests. */
+  headers: Record<string, string>;
+  /** Fields a generation request adds to its body (cache_salt). */
+  body?: Record<string, unknown>;
+};

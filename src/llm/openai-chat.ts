@@ -10,7 +10,7 @@ import type { ChatMessage } from "./chat.ts";
 import { ContextLimit, isLengthRefusal } from "./context-limit.ts";
 import { type Deadline, deadline } from "./deadline.ts";
 import { type Dialect, describeEngine, type EngineInfo, EngineTokenCounter } from "./engine.ts";
-import { type Dispatch, EngineUpdates, UpdateInterrupted } from "./engine-updates.ts";
+import { type Dispatch, EngineUpdates, type Sent, UpdateInterrupted } from "./engine-updates.ts";
 import { extraBodyProblem, renderingFields, requestExtras } from "./extra-body.ts";
 import { checkFinishReason, samplingFields } from "./generation.ts";
 import { EngineConnections, EngineError, requestJson, UnusableAnswer } from "./http.ts";
@@ -594,15 +594,6 @@ export class ChatPolicy implements Policy {
     };
   }
 }
-
-/** What a routed request is told of its dispatch: its signal (an update's interruption included) and version. */
-export type Sent = Pick<Dispatch, "version" | "epoch"> & {
-  signal: AbortSignal | undefined;
-  /** The policy's headers, with the session header on generation requests. */
-  headers: Record<string, string>;
-  /** Fields a generation request adds to its body (cache_salt). */
-  body?: Record<string, unknown>;
-};
 
 function describe(error: unknown): string {
   return error instanceof Error ? error.message : String(error);

@@ -7,7 +7,7 @@
 import type { ChatMessage, SamplingParams } from "./chat.ts";
 import { onParentAbort, type PauseClock } from "./deadline.ts";
 import { type Dialect, serverRoot } from "./engine.ts";
-import { type EngineUpdates, UpdateInterrupted } from "./engine-updates.ts";
+import { type EngineUpdates, type Sent, UpdateInterrupted } from "./engine-updates.ts";
 import { checkFinishReason, samplingFields } from "./generation.ts";
 import {
   type EngineConnections,
@@ -17,7 +17,6 @@ import {
   requestJson,
   UnusableAnswer,
 } from "./http.ts";
-import type { Sent } from "./openai-chat.ts";
 import type { TurnVersions } from "./versions.ts";
 
 export interface TokenSample {

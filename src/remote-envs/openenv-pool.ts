@@ -94,18 +94,17 @@ export class SessionPool {
     }
   }
 
-  /** The least loaded server with room, preferring servers that are not marked down. */
+  /**
+   * The least loaded server with room among those not marked down; while any server is up a
+   * down one is not tried (its episodes wait for room instead), and when none is, the least
+   * loaded down one is (its connect then fails with the reason).
+   */
   private roomy(): Server | null {
     const now = Date.now();
+    const up = this.servers.filter((s) => s.downUntil <= now);
     let best: Server | null = null;
-    for (const s of this.servers) {
-      if (s.open >= s.limit) continue;
-      const better =
-        best === null ||
-        (s.downUntil <= now && best.downUntil > now) ||
-        (s.downUntil <= now === best.downUntil <= now && s.open / s.limit < best.open / best.limit);
-      if (better) best = s;
-    }
+    for (const s of up.length > 0 ? up : this.servers)
+      if (s.open < s.limit && (best === null || s.open / s.limit < best.open / best.limit)) best = s;
     return best;
   }
 }

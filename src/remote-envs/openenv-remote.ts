@@ -158,6 +158,11 @@ export class RemoteEnv implements AsyncEnv {
     this.release();
     const answer = await this.openAndReset(seed);
     await this.checkSeed(seed, answer);
+    // Closed while the session opened (an env session disposed, a batch cancelled): let it go.
+    if (this.closed) {
+      this.release();
+      throw new EnvUsageError("the remote env was closed");
+    }
     this.take(answer);
     this.ended = false;
     return this.text;

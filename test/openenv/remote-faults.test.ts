@@ -154,6 +154,33 @@ describe("remote env faults", () => {
       );
   });
 
+  it("several addresses of one image: a dead one is skipped, the episodes play on the live one", async () => {
+    const live = await FakeOpenEnv.start({ kind: "none" });
+    const dead = await FakeOpenEnv.start({ kind: "none" });
+    const deadBase = dead.base;
+    await dead.stop();
+    stops.push(() => live.stop());
+    const registry = await remoteRegistry(
+      "Walk",
+      "CoordSokoban",
+      { urls: [deadBase, live.base], max_sessions: 4, connect_timeout_s: 5 },
+      WALK,
+    );
+    const pool = () => openenvPool(registry.tag("Walk").config)!;
+    let most = 0;
+    const result = await runBatch(
+      registry,
+      defaultBatchRequest("val", { tags: [{ tag: "Walk", groups: 3 }], groupSize: 4, seed: 9 }),
+      randomPolicy(),
+      { onTurn: () => (most = Math.max(most, pool().servers[1].open)) },
+    );
+    expect(result.failed).toBe(0);
+    expect(most).toBe(4);
+    expect(pool().servers[0].open).toBe(0);
+    expect(pool().servers.map((s) => s.downUntil > 0)).toEqual([true, false]);
+    expect(pool().counts).toMatchObject({ open: 0, waiting: 0 });
+  });
+
   it("a Python env server killed mid-rollout: its episodes fail with a reason, the others finish", {
     timeout: 120_000,
   }, async () => {

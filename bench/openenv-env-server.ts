@@ -54,7 +54,15 @@ if (values.server === "rollgym") {
         return ws.send(answer(env.reset(message.data?.seed ?? 0), null, false, false, {}));
       }
       const e = env!;
-      const result = e.step(e.actionNames.indexOf(message.data?.action ?? "") + 1);
+      const id = e.actionNames.indexOf(message.data?.action ?? "") + 1;
+      if (id === 0 || e.done) {
+        const data = {
+          message: `cannot step ${JSON.stringify(message.data?.action)} now`,
+          code: "EXECUTION_ERROR",
+        };
+        return ws.send(JSON.stringify({ type: "error", data }));
+      }
+      const result = e.step(id);
       const reply = answer(
         result.observation,
         result.reward,

@@ -14,6 +14,7 @@ import {
 } from "../rollout/batch.ts";
 import { checkRolloutShape, isShapeRefusal, type RolloutLimits } from "../rollout/limits.ts";
 import { budgetRefusal } from "./budget.ts";
+import { episodesBytes } from "./memory-costs.ts";
 import type { PaceSettings } from "./pacing.ts";
 import { envOpenRequest, paceSettings, rolloutBatchRequest } from "./requests.ts";
 import type { Session } from "./session.ts";
@@ -55,10 +56,20 @@ export function admitRollout(state: ServerState, session: Session, frame: Rollou
   checkRolloutShape(request, shapeOnly(options));
   // Batch delivery holds the whole batch from the start; a stream rollout holds each group
   // from just before it starts until it is acknowledged, so it needs room for one now.
+  // Checked against the bytes they will be charged (a remote env's episode costs more).
   const episodes = request.tags.reduce((n, t) => n + t.groups, 0) * request.groupSize;
+  const groupBytes = Math.max(
+    ...request.tags.map(({ tag }) => episodesBytes(registry, [{ tag, groups: 1 }], request.groupSize)),
+  );
   const over = stream
-    ? budgetRefusal(state, session, request.groupSize, "a stream rollout's next group")
-    : budgetRefusal(state, session, episodes, "this batch-delivery rollout");
+    ? budgetRefusal(state, session, request.groupSize, groupBytes, "a stream rollout's next group")
+    : budgetRefusal(
+        state,
+        session,
+        episodes,
+        episodesBytes(registry, request.tags, request.groupSize),
+        "this batch-delivery rollout",
+      );
   if (over) throw new RollgymError("episode_budget", { message: over });
 
   playable(() => validateBatchRequest(request));
@@ -98,7 +109,8 @@ export function admitEnvSession(
     if (isShapeRefusal(error) && error.field === "tags") error.field = "groups";
     throw error;
   }
-  const over = budgetRefusal(state, session, frame.groups * frame.group_size, "this env session");
+  const bytes = episodesBytes(state.registry, request.tags, request.groupSize);
+  const over = budgetRefusal(state, session, frame.groups * frame.group_size, bytes, "this env session");
   if (over) throw new RollgymError("episode_budget", { message: over });
   let tokens: TokenEngine | null = null;
   try {

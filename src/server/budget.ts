@@ -7,7 +7,6 @@
 // are the sums.
 import { errorFrame } from "../errors/boundary.ts";
 import { RollgymError } from "../errors/catalogue.ts";
-import { EPISODE_BYTES } from "./memory-costs.ts";
 import { MemoryReturn } from "./memory-return.ts";
 import { type HeldKind, Session, type SessionMemory } from "./session.ts";
 import type { ServerMemory, ServerState } from "./state.ts";
@@ -151,6 +150,8 @@ export function openSession(state: ServerState): Session {
 interface Waiter {
   session: Session;
   episodes: number;
+  /** What its episodes will be charged when held (episodesBytes). */
+  bytes: number;
   /** Charges what the group holds, in the same step as its episodes are held. */
   held: () => void;
   /** Called once its episodes are held. */
@@ -182,7 +183,7 @@ export function admitWaiting(state: ServerState): void {
   queueMicrotask(() => {
     admitting.delete(state);
     for (const waiter of set) {
-      if (!fitsBudget(state, waiter.session, waiter.episodes)) continue;
+      if (!fitsBudget(state, waiter.session, waiter.episodes, waiter.bytes)) continue;
       set.delete(waiter);
       // Held and charged before the next waiter is looked at, so each fits against what the
       // ones before it took, not against the same free room.
@@ -193,24 +194,26 @@ export function admitWaiting(state: ServerState): void {
   });
 }
 
-/** Whether `episodes` more (and their EPISODE_BYTES) fit the session's share and the server's total. */
-function fitsBudget(state: ServerState, session: Session, episodes: number): boolean {
+/** Whether `episodes` more, charged `bytes`, fit the session's share and the server's total. */
+function fitsBudget(state: ServerState, session: Session, episodes: number, bytes: number): boolean {
   const { maxEpisodesPerConnection: share, maxEpisodesInFlight: total } = state.options;
   return (
     state.episodesInFlight + episodes <= total &&
     session.episodesHeld + episodes <= share &&
-    state.memory.fits(session.memory, episodes * EPISODE_BYTES)
+    state.memory.fits(session.memory, bytes)
   );
 }
 
 /**
- * Why holding `episodes` more would pass the session's share or the server's total, or null
- * when it fits. `what` names the request in the message.
+ * Why holding `episodes` more, charged `bytes` (episodesBytes: what they will be charged when
+ * held), would pass the session's share or the server's total, or null when it fits. `what`
+ * names the request in the message.
  */
 export function budgetRefusal(
   state: ServerState,
   session: Session,
   episodes: number,
+  bytes: number,
   what: string,
 ): string | null {
   const { maxEpisodesPerConnection: share, maxEpisodesInFlight: total } = state.options;
@@ -218,23 +221,24 @@ export function budgetRefusal(
     return `max_episodes_in_flight is ${total}; ${state.episodesInFlight} are held over all sessions and ${what} needs ${episodes}`;
   if (session.episodesHeld + episodes > share)
     return `max_episodes_per_connection is ${share}; this session holds ${session.episodesHeld} episodes (running rollouts, unacknowledged groups, open env sessions) and ${what} needs ${episodes}`;
-  return state.memory.refusal(session.memory, episodes * EPISODE_BYTES, `${what} (${episodes} episodes)`);
+  return state.memory.refusal(session.memory, bytes, `${what} (${episodes} episodes)`);
 }
 
 /**
- * Resolves once `episodes` fit the session's share and the server's total, holding them (true),
- * or when `signal` aborts (false). `held` runs when they are held, before anything else is
- * admitted (it charges the group's bytes).
+ * Resolves once `episodes`, to be charged `bytes`, fit the session's share and the server's
+ * total, holding them (true), or when `signal` aborts (false). `held` runs when they are held,
+ * before anything else is admitted: it charges the `bytes`.
  */
 export function holdWhenRoom(
   state: ServerState,
   session: Session,
   episodes: number,
+  bytes: number,
   signal: AbortSignal,
   held: () => void,
 ): Promise<boolean> {
   if (signal.aborted) return Promise.resolve(false);
-  if (fitsBudget(state, session, episodes)) {
+  if (fitsBudget(state, session, episodes, bytes)) {
     session.hold(episodes);
     held();
     return Promise.resolve(true);
@@ -249,6 +253,7 @@ export function holdWhenRoom(
     const waiter: Waiter = {
       session,
       episodes,
+      bytes,
       held,
       admitted: () => {
         signal.removeEventListener("abort", abort);

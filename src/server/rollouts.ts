@@ -52,7 +52,12 @@ const KEPT_WINDOWS = 16;
  * `held` runs in the same step as the hold, so the bytes it charges count before the budget
  * admits anyone else.
  */
-export type WaitForRoom = (episodes: number, signal: AbortSignal, held: () => void) => Promise<boolean>;
+export type WaitForRoom = (
+  episodes: number,
+  bytes: number,
+  signal: AbortSignal,
+  held: () => void,
+) => Promise<boolean>;
 
 /**
  * A rollout of one session. Budget: batch delivery holds the whole rollout when it starts (its
@@ -239,14 +244,16 @@ export class Rollout implements SessionRollout {
                   admission = pacing!.admit();
                   return true;
                 });
+                const bytes = episodesBytes(
+                  ctx.registry,
+                  [{ tag: tags[local], groups: 1 }],
+                  request.groupSize,
+                );
                 const started =
                   ready &&
-                  (await waitForRoom(request.groupSize, this.abort.signal, () => {
+                  (await waitForRoom(request.groupSize, bytes, this.abort.signal, () => {
                     this.reserved += request.groupSize;
-                    meter.admit(
-                      group,
-                      episodesBytes(ctx.registry, [{ tag: tags[local], groups: 1 }], request.groupSize),
-                    );
+                    meter.admit(group, bytes);
                   }));
                 if (started) admissions.set(group, admission!);
                 else if (admission) {

@@ -6,7 +6,9 @@ import { codeOf } from "../../src/errors/boundary.ts";
 import { admitEnvSession, admitRollout } from "../../src/server/admission.ts";
 import { buildServer, type RollgymServer } from "../../src/server/app.ts";
 import { openSession } from "../../src/server/budget.ts";
+import { EPISODE_BYTES, REMOTE_SESSION_BYTES } from "../../src/server/memory-costs.ts";
 import type { Session } from "../../src/server/session.ts";
+import { remoteRegistry } from "../helpers/openenv-remote.ts";
 import { TestClient } from "../helpers/ws-client.ts";
 
 const frame = (extra: Partial<RolloutRequest> = {}): RolloutRequest => ({
@@ -99,5 +101,48 @@ describe("rollout admission", () => {
     // PROTOCOL.md: errors carry the env session's id whenever the frame named one.
     expect(env).toMatchObject({ code: "unknown_tag", id: "e", field: "tag" });
     client.ws.close();
+  });
+});
+
+describe("the memory budget at admission", () => {
+  it("checks the bytes episodes will be charged: a remote env's episode holds its client session too", async () => {
+    const registry = await remoteRegistry("Remote", "CoordSokoban", { url: "http://127.0.0.1:9" });
+    // Room for 4 local episodes, not for 4 remote ones (each also holds REMOTE_SESSION_BYTES).
+    const server = await buildServer({ registry, maxHeldBytes: 4 * EPISODE_BYTES + REMOTE_SESSION_BYTES });
+    try {
+      const session = openSession(server.state);
+      const open = (tag: string) => {
+        try {
+          admitEnvSession(server.state, session, new Map(), {
+            type: "env_open",
+            id: "e",
+            tag,
+            groups: 1,
+            group_size: 4,
+          });
+          return null;
+        } catch (error) {
+          return codeOf(error);
+        }
+      };
+      expect(open("CoordSokoban")).toBeNull();
+      expect(open("Remote")).toBe("episode_budget");
+      const stream = (tag: string) => {
+        try {
+          admitRollout(
+            server.state,
+            session,
+            frame({ tags: [{ tag, groups: 2 }], group_size: 4, delivery: "stream" }),
+          );
+          return null;
+        } catch (error) {
+          return codeOf(error);
+        }
+      };
+      expect(stream("CoordSokoban")).toBeNull();
+      expect(stream("Remote")).toBe("episode_budget");
+    } finally {
+      await server.shutdown();
+    }
   });
 });

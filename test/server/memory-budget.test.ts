@@ -181,7 +181,7 @@ describe("one memory budget", () => {
       const session = openSession(state);
       // What a stream rollout does once its group is held: charge the group's episodes.
       const held = () => session.memory.charge("rollouts", group);
-      return holdWhenRoom(state, session, 2, abort.signal, held).then((ok) => ok && admitted.push(i));
+      return holdWhenRoom(state, session, 2, group, abort.signal, held).then((ok) => ok && admitted.push(i));
     });
     const settle = () => new Promise((resolve) => setTimeout(resolve, 10));
     await settle();

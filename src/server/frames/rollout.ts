@@ -11,7 +11,7 @@ export function onRollout({ state, session }: Connection, frame: RolloutRequest)
   const { request, tokenEngine, pace } = admitRollout(state, session, frame);
   new Rollout(session, frame, request, tokenEngine, pace).start(
     state.rolloutContext,
-    (episodes, signal, held) => holdWhenRoom(state, session, episodes, signal, held),
+    (episodes, bytes, signal, held) => holdWhenRoom(state, session, episodes, bytes, signal, held),
   );
 }
 

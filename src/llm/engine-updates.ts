@@ -67,6 +67,8 @@ export class EngineUpdates extends VersionBook {
   /** Replicas without POST /update_weight_version (404/405): the label is not sent again. */
   readonly #noLabel = new Set<string>();
   #paused: string[] = [];
+  /** Replicas taken out in this update's begin(): a /pause may have landed before the failure. */
+  #failed: string[] = [];
   /** Set once updates() is asked for: token requests on replicas without /pause stream from then on. */
   armed = false;
   /** Why replicas were taken out, for reports: "url: reason". */
@@ -156,6 +158,7 @@ export class EngineUpdates extends VersionBook {
   protected override async pauseEngines(mode: PauseMode, inFlight: number): Promise<UpdateBegun> {
     const begun: UpdateBegun = { paused: 0, aborted: 0, out_of_routing: [], in_flight: inFlight };
     this.#paused = [];
+    this.#failed = [];
     await Promise.all(
       this.#host.urls.map(async (url) => {
         // A replica already out is not routed to; its probe brings it back after the update.
@@ -173,6 +176,7 @@ export class EngineUpdates extends VersionBook {
           }
         } catch (error) {
           if (!missingRoute(error)) {
+            this.#failed.push(url);
             this.#outOfRouting(url, `pause failed: ${reason(error)}`);
             begun.out_of_routing.push(url);
             await this.interrupt(url);
@@ -191,6 +195,10 @@ export class EngineUpdates extends VersionBook {
   protected override async resumeEngines(version: PolicyVersion): Promise<void> {
     const paused = this.#paused;
     this.#paused = [];
+    // Best effort: one that failed half-way must not come back through its probe still paused.
+    const failed = this.#failed;
+    this.#failed = [];
+    for (const url of failed) void this.#host.control("POST", `${serverRoot(url)}/resume`).catch(() => {});
     await Promise.all(
       paused.map(async (url) => {
         const root = serverRoot(url);

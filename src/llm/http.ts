@@ -193,6 +193,8 @@ async function exchange(
   const limit = deadline(options.timeoutMs, options.signal, options.clock);
   const connections = options.connections ?? shared();
   let connection: Connection | null = null;
+  // A stream left unread (an abort, a bad event) leaves the connection unusable: it is closed.
+  let unread = false;
   try {
     connection = connections.take(url);
     const response = await connection.client.request({
@@ -209,11 +211,13 @@ async function exchange(
     if (onEvent === undefined || status < 200 || status > 299)
       return { status, retryAfter, text: await response.body.text() };
     let pending = "";
+    unread = true;
     for await (const chunk of response.body) {
       const lines = (pending + (chunk as Buffer).toString("utf8")).split("\n");
       pending = lines.pop() ?? "";
       for (const line of lines) readEvent(line, onEvent);
     }
+    unread = false;
     readEvent(pending, onEvent);
     return { status, retryAfter, text: "" };
   } catch (error) {
@@ -223,7 +227,10 @@ async function exchange(
     throw new EngineError(`connection error (${describeCause(error)})`, null);
   } finally {
     limit.dispose();
-    if (connection !== null) connections.give(connection);
+    if (connection !== null) {
+      if (unread) void connection.client.destroy().catch(() => {});
+      connections.give(connection);
+    }
   }
 }
 

@@ -188,6 +188,10 @@ const FLAGS: Record<string, { apply: Apply; help: string }> = {
     apply: oneOf<ChatTemplateName>(CHAT_TEMPLATES, (o, v) => (o.chatTemplate = v)),
     help: '"chatml" (default, turns kept as sent) or "qwen3" (drops earlier turns\' <think> blocks)',
   },
+  "pause-routes": {
+    apply: oneOf(["on", "off"] as const, (o, v) => (o.pauseRoutes = v === "on")),
+    help: '"on" (default) or "off": /pause, /resume, /is_paused and the version label routes answer 404, as on llama.cpp',
+  },
 };
 
 export function mockEngineUsage(): string {
@@ -196,7 +200,8 @@ export function mockEngineUsage(): string {
     "usage: rollgym mock-engine [options]",
     "",
     "A stand-in for a vLLM server. Also serves POST /pause?mode=abort|wait|keep, POST /resume,",
-    "GET /is_paused (vLLM's RL routes).",
+    "GET /is_paused, POST /update_weight_version, GET /weight_info (vLLM's RL routes), and for",
+    "tests POST /mock/load_weights {version} and GET /mock/generations.",
     "",
     ...Object.entries(FLAGS).map(([name, spec]) => `  --${name.padEnd(width)} ${spec.help}`),
   ].join("\n");

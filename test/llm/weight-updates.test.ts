@@ -210,11 +210,18 @@ describe("token mode across an update", () => {
       expect(policy.stats.failures).toBe(0);
       const [first, second] = mock.generations().filter((r) => r.choices[0].length > 0);
       expect(first.choices[0].length).toBeGreaterThan(0);
-      // The continuation's prompt is the prompt plus exactly the ids sampled before the update.
-      expect(second.prompt_ids).toEqual([...prompt, ...first.choices[0]]);
-      expect(sample.ids).toEqual([...first.choices[0], ...second.choices[0]]);
+      // The continuation's prompt is the prompt plus exactly the ids kept of the first request:
+      // all it made (an abort answer), or what arrived before the stream was closed.
+      const kept = second.prompt_ids.slice(prompt.length);
+      expect(second.prompt_ids.slice(0, prompt.length)).toEqual(prompt);
+      expect(kept.length).toBeGreaterThan(0);
+      expect(first.choices[0].slice(0, kept.length)).toEqual(kept);
+      if (mode === "abort") expect(kept).toEqual(first.choices[0]);
+      expect(sample.ids).toEqual([...kept, ...second.choices[0]]);
       expect(sample.logprobs).toHaveLength(sample.ids.length);
-      expect(sample.versions).toEqual([...first.versions, ...second.versions].map(ordinalOf));
+      expect(sample.versions).toEqual(
+        [...first.versions.slice(0, kept.length), ...second.versions].map(ordinalOf),
+      );
       expect(new Set(first.versions)).toEqual(new Set(["default"]));
       expect(sample.turnVersions).toEqual({ dispatch: 0, completion: 1 });
       // max_tokens was lowered by what the first segment produced.
@@ -239,6 +246,26 @@ describe("token mode across an update", () => {
       expect(sample.versions[i]).toBeLessThanOrEqual(ordinalOf(v));
     });
     expect(new Set(sample.versions)).toEqual(new Set([0]));
+  });
+});
+
+describe("what requests carry for routers and caches", () => {
+  it("X-Session-ID per episode always; cache_salt = the version label once named, unless cache_salt=off", async () => {
+    for (const cacheSalt of ["version", "off"] as const) {
+      const mock = await engine();
+      const policy = await policyOn([mock], { cacheSalt });
+      await policy.generate(chatTurn(0));
+      const updates = policy.updates();
+      await updates.begin();
+      await updates.end(STEP_1);
+      await policy.generate(chatTurn(1));
+      const [before, after] = mock.generations();
+      expect([before.session, after.session]).toEqual(["episode-0", "episode-1"]);
+      expect([before.cache_salt, after.cache_salt]).toEqual([
+        null,
+        cacheSalt === "version" ? "step-1" : null,
+      ]);
+    }
   });
 });
 

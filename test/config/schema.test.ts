@@ -81,6 +81,7 @@ describe("defaults", () => {
         base_url: null,
         api_key: null,
         model: null,
+        cache_salt: "version",
         concurrency: 256,
         timeout_s: 120,
         retry_budget_s: 300,

@@ -43,15 +43,6 @@ export interface Dispatch {
   done(): void;
 }
 
-/** What a routed request is told of its dispatch: its signal (an update's interruption included) and version. */
-export type Sent = Pick<Dispatch, "version" | "epoch"> & {
-  signal: AbortSignal | undefined;
-  /** The policy's headers, with the session header on generation requests. */
-  headers: Record<string, string>;
-  /** Fields a generation request adds to its body (cache_salt). */
-  body?: Record<string, unknown>;
-};
-
 interface Tracked {
   readonly controller: AbortController;
   readonly settled: Promise<void>;

@@ -69,7 +69,7 @@ export class EngineUpdates extends VersionBook {
   #paused: string[] = [];
   /** Replicas taken out in this update's begin(): a /pause may have landed before the failure. */
   #failed: string[] = [];
-  /** Set once updates() is asked for: token requests on replicas without /pause stream from then on. */
+  /** Token requests on replicas without /pause stream (so an interruption keeps what was sampled): from the first begin(), or from the start. */
   armed = false;
   /** Why replicas were taken out, for reports: "url: reason". */
   readonly problems: string[] = [];
@@ -117,7 +117,7 @@ export class EngineUpdates extends VersionBook {
 
   /**
    * Whether `url` has vLLM's pause routes, asked once with GET /is_paused (a 404/405 says
-   * no). Only asked once updates() has been called: without a trainer nothing changes.
+   * no). Only asked once armed: without updates nothing changes.
    */
   pausable(url: string): Promise<boolean> {
     if (this.#noPause.has(url)) return Promise.resolve(false);
@@ -156,6 +156,7 @@ export class EngineUpdates extends VersionBook {
   }
 
   protected override async pauseEngines(mode: PauseMode, inFlight: number): Promise<UpdateBegun> {
+    this.armed = true;
     const begun: UpdateBegun = { paused: 0, aborted: 0, out_of_routing: [], in_flight: inFlight };
     this.#paused = [];
     this.#failed = [];

@@ -77,6 +77,12 @@ export interface ChatPolicyOptions {
    * carry `cache_salt` = its label, so no prefix cached under other weights is reused. "off": never.
    */
   cacheSalt?: "version" | "off";
+  /**
+   * Stream token requests to replicas without /pause from the start, so even the first weight
+   * update continues their turns from the ids sampled; by default streaming starts at the first
+   * update (whose interrupted token turns are asked again whole), and without updates nothing changes.
+   */
+  streamForUpdates?: boolean;
 }
 
 /** Why token mode cannot run with count_tokens=usage. */
@@ -164,6 +170,7 @@ export class ChatPolicy implements Policy {
       countTokens: "engine",
       requestSeeds: true,
       cacheSalt: "version",
+      streamForUpdates: false,
       // An option given as undefined keeps its default.
       ...(Object.fromEntries(Object.entries(rest).filter(([, value]) => value !== undefined)) as typeof rest),
     };
@@ -194,14 +201,11 @@ export class ChatPolicy implements Policy {
       isHealthy: (url) => this.pool.isHealthy(url),
       takeOut: (url) => this.pool.takeOutByURL(url),
     });
+    this.weights.armed = this.options.streamForUpdates;
   }
 
-  /**
-   * The weight-update bracket (issue #22). Asking for it arms the fallback: from then on token
-   * requests to replicas without /pause stream, so an interruption keeps what was sampled.
-   */
+  /** The weight-update bracket (issue #22). */
   updates(): WeightUpdates {
-    this.weights.armed = true;
     return this.weights;
   }
 

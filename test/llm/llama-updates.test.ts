@@ -47,9 +47,14 @@ async function decoded(): Promise<number> {
 describe("llama.cpp (no /pause): a token-mode turn interrupted by an update and continued", () => {
   beforeAll(async () => {
     server = await startLlamaServer({ parallel: 1 });
-    policy = new ChatPolicy({ baseURL: `${server.baseUrl}/v1`, model: server.model, backoffMs: 20 });
+    // Token requests to an engine without /pause stream from the start, not from the first update.
+    policy = new ChatPolicy({
+      baseURL: `${server.baseUrl}/v1`,
+      model: server.model,
+      backoffMs: 20,
+      streamForUpdates: true,
+    });
     await policy.preflight();
-    // Asked before the rollout, so token requests to an engine without /pause stream.
     updates = policy.updates();
     tokens = policy.tokenEngine()!;
   }, 120_000);

@@ -185,7 +185,7 @@ describe("weight updates in each pause mode, chat turns in flight", () => {
 describe("token mode across an update", () => {
   async function tokenSetup(options: MockEngineOptions) {
     const mock = await engine({ tokenizer: "qwen3", ...options });
-    const policy = await policyOn([mock]);
+    const policy = await policyOn([mock], { streamForUpdates: true });
     const updates = policy.updates();
     const tokens = policy.tokenEngine()!;
     const prompt = await tokens.firstPrompt(chatTurn(0).messages, "<think>", "t");

@@ -107,7 +107,12 @@ describe("token mode: each sampled id's version is the engine's", () => {
     it(name, async () => {
       const mock = await startMockEngine({ tokenizer: "qwen3", tpotMs: 6, pauseRoutes });
       open.push(mock);
-      const policy = new ChatPolicy({ baseURL: mock.url, model: DEFAULT_MODEL, backoffMs: 20 });
+      const policy = new ChatPolicy({
+        baseURL: mock.url,
+        model: DEFAULT_MODEL,
+        backoffMs: 20,
+        streamForUpdates: true,
+      });
       open.push(policy);
       await policy.preflight();
       const { result, updates } = await playWithUpdates(batch(3, 2, true), policy, [mock], mode, 50);

@@ -97,6 +97,7 @@ describe("defaults", () => {
         prefill: "continue",
         count_tokens: "engine",
         request_seeds: true,
+        cache_salt: "version",
       },
       context: { truncation: "turns" },
       policy: { name: "oracle", noise: 0, malformed: 0 },

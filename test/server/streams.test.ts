@@ -127,6 +127,50 @@ describe("endless streams", () => {
   });
 });
 
+describe("drop_older_than", () => {
+  it("drops finished groups older than the bound, lists and counts them, and sends the rest", async () => {
+    // A server of its own, whose turns take long enough for an update to land inside every group.
+    const policy = new VersionedPolicy(20);
+    const server = await buildServer({ policy, maxBufferedGroups: 8 });
+    const url = await server.listen(0, "127.0.0.1");
+    const trainer = await TestClient.connect(url, { hello: TRAINER });
+    const ask = async (frame: Frame, type: string) => {
+      const from = trainer.received.length;
+      trainer.send(frame);
+      return trainer.next(
+        (f) => (f.type === type || f.type === "error") && trainer.received.indexOf(f) >= from,
+      );
+    };
+    const base = policy.current.ordinal;
+    // A named version first, so every turn of the rollout is stamped.
+    await ask({ type: "begin_update", id: "d0" }, "update_begun");
+    await ask({ type: "end_update", id: "d0", version: { label: "d0", ordinal: base + 1 } }, "update_ended");
+    trainer.send({ type: "credit", groups: 1000 });
+    autoAck(trainer, "d");
+    trainer.send(rolloutFrame("d", 4, 2, { delivery: "stream", drop_older_than: 0, max_turn: 3 }));
+    // Every group is running (its first turn played) when the next update lands.
+    await until(() => policy.inFlight > 0);
+    await ask({ type: "begin_update", id: "d1" }, "update_begun");
+    await ask({ type: "end_update", id: "d1", version: { label: "d1", ordinal: base + 2 } }, "update_ended");
+    const batch = await trainer.next((f) => f.type === "batch" && f.rollout === "d");
+    trainer.send({ type: "ack", rollout: "d", groups: [], batch: true });
+    const dropped = (batch.stale_dropped as number[] | undefined) ?? [];
+    const sent = trainer.of("group").filter((f) => f.rollout === "d");
+    expect(dropped.length).toBeGreaterThan(0);
+    expect(dropped.length + sent.length).toBe(4);
+    for (const f of sent) expect(dropped).not.toContain(f.group);
+    // What was sent was no older than the bound when it finished: all its turns at one version
+    // (before the update, or after it); what spans the update is what was dropped.
+    for (const f of sent) expect(f.min_version).toBe(f.max_version);
+    for (const g of dropped)
+      expect([...(batch.kept as number[]), ...(batch.dropped as number[])]).not.toContain(g);
+    const metrics = await (await fetch(`${url}/metrics`)).text();
+    expect(Number(/^rollgym_stale_groups_dropped_total (\S+)$/m.exec(metrics)?.[1])).toBe(dropped.length);
+    trainer.close();
+    await server.shutdown();
+  });
+});
+
 describe("bounded staleness", () => {
   for (const S of [0, 1, 2]) {
     it(`max_staleness ${S}: accepted + running never passes (S + v + 1) × groups_per_step`, async () => {

@@ -97,7 +97,6 @@ describe("defaults", () => {
         prefill: "continue",
         count_tokens: "engine",
         request_seeds: true,
-        cache_salt: "version",
       },
       context: { truncation: "turns" },
       policy: { name: "oracle", noise: 0, malformed: 0 },

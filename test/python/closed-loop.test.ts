@@ -19,7 +19,8 @@ const dir = mkdtempSync(join(tmpdir(), "rollgym-closed-loop-"));
 
 // Small: a short SFT (the model does not answer validly yet, so every score is the format
 // penalty), then four policy-gradient steps of 4 groups × 8 keeping every group, with the raw
-// scores as advantages so that the weights move every step (GRPO's would all be 0 here).
+// scores as advantages and Adam (the trainer's SGD default is tuned for GRPO's) so that the
+// weights move every step (GRPO's advantages would all be 0 here).
 const SHORT = [
   "--d-model",
   "32",
@@ -39,6 +40,8 @@ const SHORT = [
   "8",
   "--filter",
   "none",
+  "--optimizer",
+  "adam",
   "--lr",
   "3e-3",
   "--max-tokens",

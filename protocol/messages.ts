@@ -8,6 +8,7 @@ import {
   MAX_TOKENS,
   MODES,
   optionalFields,
+  PAUSE_MODES,
   SAMPLING,
   WIRE_ASYNC,
   WIRE_FILTER,
@@ -189,8 +190,7 @@ export const VersionSchema = map({
 });
 export type Version = Static<typeof VersionSchema>;
 
-/** vLLM's pause modes (facts/async-rl.md §1.3). */
-export const PauseModeSchema = Type.Enum(["keep", "wait", "abort"]);
+export const PauseModeSchema = Type.Enum(PAUSE_MODES);
 
 /** Trainer only: close admission and pause every engine before the trainer moves its weights. */
 export const BeginUpdateSchema = map({

@@ -39,6 +39,9 @@ export const NORMALIZATION_GROUPINGS = ["state", "inductive", "batch"] as const;
 export type NormalizationGrouping = (typeof NORMALIZATION_GROUPINGS)[number];
 export const NORMALIZATION_METHODS = ["identity", "mean", "mean_std", "asym_clip"] as const;
 export type NormalizationMethod = (typeof NORMALIZATION_METHODS)[number];
+/** vLLM's POST /pause modes (facts/async-rl.md §1.3), the first rollgym's default. */
+export const PAUSE_MODES = ["keep", "wait", "abort"] as const;
+export type PauseMode = (typeof PAUSE_MODES)[number];
 
 /**
  * Where a setting lives in the configuration: `key` (RAGEN's name) with the schema's default;

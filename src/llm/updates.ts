@@ -2,6 +2,7 @@
 // in force, the admission gate that holds every new turn while an update is open, and the pause
 // clock that keeps the time held off request timeouts and retry budgets. Remote policies add
 // the engines (engine-updates.ts); the built-in policies use it as it is.
+import { PAUSE_MODES } from "../../protocol/settings.ts";
 import { onParentAbort, type PauseClock } from "./deadline.ts";
 import {
   INITIAL_VERSION,
@@ -11,8 +12,6 @@ import {
   type UpdateBegun,
   type WeightUpdates,
 } from "./versions.ts";
-
-const PAUSE_MODES: readonly PauseMode[] = ["keep", "wait", "abort"];
 
 /** begin() while an update is open, or end() without one. */
 export class UpdateStateError extends Error {

@@ -1,6 +1,7 @@
 // Weight versions as rollgym knows them: from coordinating the trainer's updates, never from
 // engine answers (vLLM reports none). The contract between the server, which takes the
 // trainer's begin_update/end_update, and the policy, which pauses and resumes the engines.
+import type { PauseMode } from "../../protocol/settings.ts";
 
 /** A weight version as the trainer names it: an opaque label and its ordinal. */
 export interface PolicyVersion {
@@ -19,8 +20,7 @@ export interface TurnVersions {
   completion: number;
 }
 
-/** vLLM's POST /pause modes (facts/async-rl.md §1.3); "keep" is rollgym's default. */
-export type PauseMode = "keep" | "wait" | "abort";
+export type { PauseMode };
 
 /** What begin() found once every replica is paused or out of routing. */
 export interface UpdateBegun {

@@ -2,10 +2,10 @@
 // requests queue until resume, whatever the mode; "abort" ends every held request at once,
 // "wait" answers once the running ones are done, "keep" freezes running ones between tokens.
 import { setTimeout as delay } from "node:timers/promises";
+import type { PauseMode } from "../../protocol/settings.ts";
 import type { DecodeScheduler } from "./scheduler.ts";
 
-/** vLLM's /pause modes (facts §4.3). */
-export type PauseMode = "abort" | "wait" | "keep";
+export type { PauseMode };
 
 /** A generation request from acceptance to its last byte, as /pause sees it. */
 export interface Inflight {

@@ -3,6 +3,7 @@
 // {new_version}, GET /weight_info). Always on here unless `pauseRoutes: false` (llama.cpp, or
 // vLLM without VLLM_SERVER_DEV_MODE, which ≥ 0.16 needs). Plus the test-only routes of a
 // simulated trainer: POST /mock/load_weights {version} and GET /mock/generations.
+import { PAUSE_MODES } from "../../../protocol/settings.ts";
 import type { EngineCore } from "../core.ts";
 import { validationError } from "../errors.ts";
 import { sendJson } from "../http.ts";
@@ -12,7 +13,7 @@ import type { Routes } from "./route.ts";
 /** `mode` as FastAPI validates the Literal, and the deprecated wait flag. */
 function pauseMode(url: URL): PauseMode {
   const raw = url.searchParams.get("mode") ?? "abort";
-  if (raw !== "abort" && raw !== "wait" && raw !== "keep")
+  if (!(PAUSE_MODES as readonly string[]).includes(raw))
     throw validationError([
       {
         type: "literal_error",
@@ -25,7 +26,7 @@ function pauseMode(url: URL): PauseMode {
   const legacyWait = ["1", "true", "t", "y", "yes", "on"].includes(
     (url.searchParams.get("wait_for_inflight_requests") ?? "").toLowerCase(),
   );
-  return legacyWait ? "wait" : raw;
+  return legacyWait ? "wait" : (raw as PauseMode);
 }
 
 /** A required non-empty string field of a body, refused as pydantic would (400, its loc). */

@@ -218,7 +218,7 @@ export const ASYNC = {
   max_staleness: setting(
     Type.Union([Versions, Type.Null()]),
     null,
-    "stream rollouts: a group starts only while accepted + running groups <= (max_staleness + v + 1) x groups_per_step, v = weight updates since the rollout began (0 = synchronous); null: no bound",
+    "stream rollouts: a group starts only while accepted + running groups <= (max_staleness + v + 1) x groups_per_step, v = version ordinals gained since the rollout began (0 = synchronous); null: no bound",
     { key: "rollgym.async.max_staleness" },
   ),
   groups_per_step: setting(

@@ -39,14 +39,28 @@ export class SessionPool {
     this.servers = settings.urls.map((url) => ({ url, limit: settings.maxSessions, open: 0, downUntil: 0 }));
   }
 
-  /** A slot on the least loaded server with room (waiting in arrival order for one); release it after. */
-  acquire(): Promise<Server> {
+  /**
+   * A slot on the least loaded server with room, waiting in arrival order for one at most
+   * `waitMs` (null then: every slot stayed taken, e.g. by episodes that only end after this one
+   * starts); release it after.
+   */
+  acquire(waitMs: number): Promise<Server | null> {
     const server = this.roomy();
     if (server && this.waiting.length === 0) {
       server.open++;
       return Promise.resolve(server);
     }
-    return new Promise((resolve) => this.waiting.push(resolve));
+    return new Promise((resolve) => {
+      const waiter = (server: Server) => {
+        clearTimeout(timer);
+        resolve(server);
+      };
+      const timer = setTimeout(() => {
+        this.waiting.splice(this.waiting.indexOf(waiter), 1);
+        resolve(null);
+      }, waitMs);
+      this.waiting.push(waiter);
+    });
   }
 
   /** Gives a slot back; the first waiting episode gets the room. */

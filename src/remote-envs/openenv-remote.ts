@@ -201,7 +201,12 @@ export class RemoteEnv implements AsyncEnv {
   private async openAndReset(seed: number): Promise<ObservationAnswer> {
     const giveUp = Date.now() + this.config.capacity_wait_s * 1000;
     for (let pause = 100; ; pause = Math.min(pause * 2, 2000)) {
-      const server = await this.pool.acquire();
+      const server = await this.pool.acquire(Math.max(0, giveUp - Date.now()));
+      if (server === null)
+        throw new OpenEnvFailure(
+          "openenv_capacity",
+          `no session of the tag's ${this.pool.counts.limit} (max_sessions over its addresses) came free within capacity_wait_s (${this.config.capacity_wait_s} s)`,
+        );
       if (this.closed) {
         this.pool.release(server);
         throw new EnvUsageError("the remote env was closed");

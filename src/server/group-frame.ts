@@ -22,7 +22,7 @@ export function groupFrame(
   score: number | null,
   extras: GroupFrameExtras = {},
 ): GroupFrame {
-  const episodes = extras.versions ? records : records.map(withoutVersions);
+  const episodes = records.map(extras.versions ? withVersions : withoutVersions);
   const range = extras.versions ? versionRange(episodes) : null;
   return {
     type: "group",
@@ -65,6 +65,24 @@ export function versionRange(episodes: readonly EpisodeRecord[]): { min: number;
     }
   }
   return Number.isFinite(min) ? { min, max } : null;
+}
+
+/**
+ * The record with every version field: records carry none until a turn of theirs ran under a
+ * version the trainer named, so a missing stamp is ordinal 0 (a copy only when one is missing).
+ */
+function withVersions(episode: EpisodeRecord): EpisodeRecord {
+  const turnsMissing = episode.turns.some((t) => t.version === undefined);
+  const tokensMissing = episode.tokens !== undefined && episode.tokens.versions === undefined;
+  if (!turnsMissing && !tokensMissing) return episode;
+  const copy = { ...episode };
+  if (turnsMissing)
+    copy.turns = episode.turns.map((t) =>
+      t.version ? t : { ...t, version: { dispatch: 0, completion: 0 } },
+    );
+  if (tokensMissing)
+    copy.tokens = { ...episode.tokens!, versions: episode.tokens!.loss_mask.map((m) => (m ? 0 : -1)) };
+  return copy;
 }
 
 /** The record as a client that never used versions knows it (a copy only when it holds any). */

@@ -1,7 +1,7 @@
 // How a stream rollout paces its groups against the trainer's weight versions (PROTOCOL.md
 // "Staleness"): groups kept in flight, and AReaL's and SkyRL's capacity rule, enforced when a
 // group is admitted rather than by discarding finished work (facts/async-rl.md §1.1):
-// accepted + running <= (max_staleness + v + 1) × groups_per_step, v counting the updates since
+// accepted + running <= (max_staleness + v + 1) × groups_per_step, v counting the ordinals gained since
 // the rollout began. accepted counts the groups delivered; running, the groups started and not
 // finished. A group dropped by drop_older_than is not accepted: another takes its place.
 import type { UpdateCoordinator } from "./updates.ts";

@@ -182,7 +182,8 @@ export class Rollout implements SessionRollout {
     const tags = groupTags(request);
     const pacing = stream ? new StreamPacing(this.pace, updates) : null;
     const admissions = new Map<number, Admission>();
-    const staleDropped: number[] = [];
+    // Dropped for their age and not yet in a verdict (an endless stream's window forgets its own).
+    const staleDropped = new Set<number>();
     let finished = 0;
     let failed = 0;
     let groupsDone = 0;
@@ -296,7 +297,7 @@ export class Rollout implements SessionRollout {
             // Too old for drop_older_than: not sent, and not accepted (another group takes its place).
             if (pacing!.tooOld(versionRange(episodes)?.min ?? null)) {
               pacing!.finished(false);
-              staleDropped.push(group);
+              staleDropped.add(group);
               ctx.metrics.staleGroupsDropped.inc();
               this.discard(episodes.length);
               return;
@@ -324,26 +325,32 @@ export class Rollout implements SessionRollout {
       } else {
         // Window w + 1 starts once every group of window w has been admitted, so groups stay in
         // flight across windows; a window's verdict goes out when its last group is done.
-        const playing: Promise<void>[] = [];
+        const playing = new Set<Promise<void>>();
+        const cancelled = new Promise<void>((resolve) =>
+          this.abort.signal.addEventListener("abort", () => resolve(), { once: true }),
+        );
         let windows = 0;
         for (let w = 0; !this.abort.signal.aborted && fitsSeeds(request.seed, w, perWindow); w++) {
           let admitted!: () => void;
           const allAdmitted = new Promise<void>((resolve) => {
             admitted = resolve;
           });
-          playing.push(
-            playWindow(w, admitted).then((window) => {
-              const verdict = windowFrame(id, w, perWindow, window, staleDropped);
-              windows++;
-              this.windows.push(verdict);
-              if (this.windows.length > KEPT_WINDOWS) this.windows.shift();
-              session.enqueue(verdict);
-            }),
+          const played = playWindow(w, admitted).then((window) => {
+            const verdict = windowFrame(id, w, perWindow, window, staleDropped);
+            for (let g = w * perWindow; g < (w + 1) * perWindow; g++) staleDropped.delete(g);
+            windows++;
+            this.windows.push(verdict);
+            if (this.windows.length > KEPT_WINDOWS) this.windows.shift();
+            session.enqueue(verdict);
+          });
+          // Finished windows leave the set, so an endless stream holds only those still playing; a
+          // failed one stays for Promise.all below to report.
+          playing.add(played);
+          played.then(
+            () => playing.delete(played),
+            () => {},
           );
-          const cancelled = new Promise<void>((resolve) =>
-            this.abort.signal.addEventListener("abort", () => resolve(), { once: true }),
-          );
-          await Promise.race([allAdmitted, cancelled, playing.at(-1)]);
+          await Promise.race([allAdmitted, cancelled, played]);
         }
         await Promise.all(playing);
         result = {
@@ -374,7 +381,10 @@ export class Rollout implements SessionRollout {
         }
         held.clear();
       }
-      const { kept, dropped, failed_groups, ...after } = verdictLists(result, endless ? [] : staleDropped);
+      const { kept, dropped, failed_groups, ...after } = verdictLists(
+        result,
+        endless ? new Set() : staleDropped,
+      );
       // The fields in the order they have always had: clients see the same bytes.
       const verdict: BatchFrame = {
         type: "batch",
@@ -421,10 +431,9 @@ function renumbered(records: readonly EpisodeRecord[], group: number, groupSize:
 /** A verdict's group lists; `staleDropped` groups (never sent) leave kept and dropped for their own list. */
 function verdictLists(
   result: BatchResult,
-  staleDropped: readonly number[],
+  stale: ReadonlySet<number>,
   offset = 0,
 ): Pick<BatchFrame, "kept" | "dropped" | "failed_groups" | "not_started" | "stale_dropped"> {
-  const stale = new Set(staleDropped);
   const ids = (pick: (g: BatchResult["groups"][number]) => boolean) =>
     result.groups.filter(pick).map((g) => g.group_id + offset);
   const sent = (ids: number[]) => ids.filter((g) => !stale.has(g));
@@ -444,7 +453,7 @@ function windowFrame(
   w: number,
   perWindow: number,
   result: BatchResult,
-  staleDropped: readonly number[],
+  staleDropped: ReadonlySet<number>,
 ): WindowFrame {
   const first = w * perWindow;
   const { kept, dropped, failed_groups, ...after } = verdictLists(result, staleDropped, first);

@@ -18,9 +18,9 @@ function promptOfLog(r: GenerationRecord, ids: readonly number[]): boolean {
 
 /**
  * The engine's version of each id in ids[from, to), from `records`, one episode's requests in
- * the order the engine took them (its session). At each position the latest request whose
+ * the order the engine finished them (its session). At each position the latest request whose
  * prompt is the log so far and whose output agrees with the log there made the ids, up to the
- * prompt end of a later request of the log (where an interrupted request's kept ids end: it may
+ * prompt end of another request of the log (where an interrupted request's kept ids end: it may
  * have made more than the client kept, and the mock answers alike whatever its weights, so what
  * it made past that point can agree with the continuation by chance).
  */
@@ -45,7 +45,10 @@ export function engineVersions(
       }
     });
     if (index < 0) throw new Error(`no engine request continues the log at position ${at}`);
-    for (const later of records.slice(index + 1)) {
+    // Any request of the log starting inside the run cuts it, whatever its place in the record:
+    // the mock records a request when it ends, and an interrupted one may end after its
+    // continuation has started (or finished) on a loaded machine.
+    for (const later of records) {
       const end = later.prompt_ids.length;
       if (end > at && end < at + agreed && promptOfLog(later, ids)) agreed = end - at;
     }

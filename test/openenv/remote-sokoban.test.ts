@@ -91,6 +91,30 @@ describe("env_type openenv: a remote CoordSokoban", () => {
     expect(most).toBeLessThanOrEqual(3);
   });
 
+  it("an env_open wanting more sessions than the tag holds answers within capacity_wait_s, naming why", async () => {
+    // Episodes of an env_open keep their sessions until stepped, and steps come only after
+    // env_opened: the ones without a session must fail instead of waiting for ever.
+    server = await buildServer({});
+    const base = `${await server.listen()}/openenv/CoordSokoban`;
+    const registry = await remoteSokoban(base, { max_sessions: 2, capacity_wait_s: 1 });
+    const host = await buildServer({ registry });
+    try {
+      const client = await TestClient.connect(await host.listen());
+      client.send({ type: "env_open", id: "h", tag: "RemoteSokoban", groups: 2, group_size: 2, seed: 5 });
+      const answer = await client.next((f) => f.type === "env_opened" || f.type === "error");
+      expect(answer.type).toBe("env_opened");
+      client.send({ type: "env_close", id: "h" });
+      const closed = await client.next((f) => f.type === "env_closed");
+      const failures = (closed.episodes as EpisodeRecord[]).map((e) => e.failure);
+      expect(failures.filter((f) => f === null)).toHaveLength(2);
+      for (const failure of failures.filter((f) => f !== null))
+        expect(failure).toMatch(/openenv_capacity: no session of the tag's 2 .*capacity_wait_s \(1 s\)/);
+      client.ws.terminate();
+    } finally {
+      await host.shutdown();
+    }
+  });
+
   it("env hosting (the trainer owns inference) plays a remote tag as it plays the in-process one", async () => {
     server = await buildServer({});
     const base = `${await server.listen()}/openenv/CoordSokoban`;

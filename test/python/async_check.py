@@ -128,14 +128,14 @@ def pack_versions() -> dict:
     check((packed["versions"][loss] >= 3).all() and (packed["versions"][~loss] == -1).all(), "versions only at sampled ids")
     check((packed["ages"][loss] == 6 - packed["versions"][loss]).all() and (packed["ages"][~loss] == 0).all(), "ages")
     check(int(packed["ages"][loss].min()) == 2 and list(packed["min_versions"]) == [3, 3], f"min_versions {packed['min_versions']}")
-    # Without versions, current_version is a mistake named as such.
+    # A group played before any update carries no versions: ordinal 0 at its sampled ids, also
+    # beside one that has them (a trainer's first batches).
     plain = Group.from_frame(decode(encode(fake_server.group_frame("r", 0, eps, True, 0.0, tokens=True))))
     check("versions" not in pack_batch(plain), "no versions key without versions")
-    try:
-        pack_batch(plain, current_version=1)
-        raise AssertionError("current_version without versions must raise")
-    except ValueError as error:
-        check("per-token versions" in str(error), str(error))
+    mixed = pack_batch([plain, group], current_version=6)
+    first = mixed["loss_mask"][:2] == 1
+    check((mixed["versions"][:2][first] == 0).all() and (mixed["versions"][:2][~first] == -1).all(), "unstamped logs are ordinal 0")
+    check((mixed["ages"][:2][first] == 6).all() and list(mixed["min_versions"]) == [0, 0, 3, 3], f"mixed {mixed['min_versions']}")
     return {"tokens": int(ids.shape[0])}
 
 

@@ -94,6 +94,22 @@ describe("group frames and versions", () => {
     });
   });
 
+  it("count an episode played before any update (no stamps) as ordinal 0 beside stamped ones", () => {
+    const { version: _v, ...bare } = turn(0, 0);
+    const unstamped = episode(2, [bare as TurnRecord], [-1, 7]);
+    delete unstamped.tokens!.versions;
+    unstamped.tokens!.loss_mask = [0, 1];
+    const frame = groupFrame("r", 0, [records[1], unstamped], null, null, { versions: true });
+    expect(frame).toMatchObject({ min_version: 0, max_version: 3 });
+    expect([...readI32(frame.token_versions_i32!)]).toEqual([-1, 3, -1, 0]);
+    expect((frame.episodes[1] as { turns: TurnRecord[] }).turns[0].version).toEqual({
+      dispatch: 0,
+      completion: 0,
+    });
+    // The record itself is left as it was.
+    expect(unstamped.turns[0]).not.toHaveProperty("version");
+  });
+
   it("a range from the turns alone, none when nothing is known", () => {
     expect(versionRange([episode(0, [turn(4, 5)])])).toEqual({ min: 4, max: 5 });
     const { version: _v, ...bare } = turn(0, 0);

@@ -176,8 +176,8 @@ class _Rollout:
         self.cancel_sent = False
         #: Endless streams: each window's verdict frame, by window number.
         self.windows: Dict[int, Dict[str, Any]] = {}
-        # An endless stream forgets each group once handed out (its id stays in `delivered`,
-        # enough to drop resends), so memory stays flat however long it runs.
+        # An endless stream forgets each group once handed out; its id and acknowledgement
+        # state stay (a few hundred bytes per group), enough to drop resends.
         self.endless = bool(frame.get("endless"))
 
     @property

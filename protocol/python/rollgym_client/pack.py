@@ -91,7 +91,8 @@ def pack_batch(
             (their later turns leave the loss; ``truncated`` marks them).
         eps: GRPO's std epsilon.
         current_version: the ordinal of the weights being trained (e.g. ``client.version
-            ["ordinal"]``); with per-token versions, ``ages`` counts versions from each token's.
+            ["ordinal"]``); ``ages`` counts versions from each token's (a log without versions was
+            played before any update: ordinal 0).
 
     Returns:
         A dict of numpy arrays, ``[B, T]`` unless noted. Column *t* of every per-token array
@@ -191,8 +192,13 @@ def pack_batch(
             per_episode = scores
         out["advantages"] = scatter(np.where(mask != 0, per_episode[rows], np.float32(0)), np.float32)
 
-    if b and all(log.versions is not None for log in logs):
-        versions = scatter(flat("versions").astype(np.int64), np.int64, -1)
+    if b and (current_version is not None or all(log.versions is not None for log in logs)):
+        # A log without versions was played before any update: ordinal 0 at its sampled ids.
+        parts = [
+            (log.versions if log.versions is not None else np.where(log.loss_mask != 0, 0, -1))[:width]
+            for log in logs
+        ]
+        versions = scatter(np.concatenate(parts).astype(np.int64), np.int64, -1)
         sampled_versions = np.where(out["loss_mask"] != 0, versions, -1)
         out["versions"] = sampled_versions
         oldest = np.where(sampled_versions >= 0, sampled_versions, np.iinfo(np.int64).max).min(axis=1)
@@ -200,8 +206,6 @@ def pack_batch(
         if current_version is not None:
             current = operator.index(current_version)
             out["ages"] = np.where(sampled_versions >= 0, current - sampled_versions, 0)
-    elif current_version is not None and b:
-        raise ValueError("current_version needs per-token versions: the groups carry none (no trainer has begun an update)")
 
     def per_group(attr: str, dtype) -> np.ndarray:
         return np.concatenate([getattr(g, attr) for g in groups]).astype(dtype) if groups else np.empty(0, dtype)

@@ -3,7 +3,8 @@
 // anyway (HEADROOM), plus the parts of the table the row's clients can fill. In MiB.
 import { MAX_CLIENT_DECODED_BYTES } from "../../protocol/codec.ts";
 import { DEFAULT_LIMITS } from "../../src/server/state.ts";
-import { DEFAULT_FILE_LIMITS } from "../../src/server/web/files.ts";
+import { DEFAULT_WATCH_LIMITS } from "../../src/server/watch.ts";
+import { CHECK_HEAP_MIB, CHECKS_AT_ONCE, DEFAULT_FILE_LIMITS } from "../../src/server/web/files.ts";
 
 const MiB = 1 << 20;
 const L = DEFAULT_LIMITS;
@@ -47,15 +48,16 @@ export const nonReaders = (clients: number): number => (clients * L.maxSendBuffe
 /** Connections open at once (sockets, ws and session objects: 32 KiB each measured, 64 charged). */
 export const sockets = (n: number): number => (n * 64) / 1024;
 
-/** Uploads: kept, being received (chunks and string), being checked (2 workers × 384 MiB heap). */
+/** Uploads: kept, being received (chunks and string), being checked (CHECKS_AT_ONCE workers × their old-space heap). */
 export const uploads = (): number =>
   (DEFAULT_FILE_LIMITS.maxUploadTotalBytes +
     2 * DEFAULT_FILE_LIMITS.maxConcurrentUploads * DEFAULT_FILE_LIMITS.maxUploadBytes) /
     MiB +
-  2 * 384;
+  CHECKS_AT_ONCE * CHECK_HEAP_MIB;
 
-/** Watchers: max_watchers × their 4 MiB socket buffer (docs/server.md "Web limits"). */
-export const watchers = (): number => 32 * 4;
+/** Watchers: max_watchers × their socket buffer (docs/server.md "Web limits"). */
+export const watchers = (): number =>
+  (DEFAULT_WATCH_LIMITS.maxWatchers * DEFAULT_WATCH_LIMITS.maxBufferBytes) / MiB;
 
 /** HEADROOM plus `parts`, rounded up. */
 export const bound = (...parts: number[]): number => Math.ceil(parts.reduce((a, b) => a + b, HEADROOM));

@@ -53,10 +53,6 @@ function missingRoute(error: unknown): boolean {
   return error instanceof EngineError && (error.status === 404 || error.status === 405);
 }
 
-function reason(error: unknown): string {
-  return error instanceof Error ? error.message : String(error);
-}
-
 export class EngineUpdates extends VersionBook {
   readonly #host: UpdateHost;
   readonly #inflight = new Map<string, Set<Tracked>>();
@@ -71,8 +67,6 @@ export class EngineUpdates extends VersionBook {
   #failed: string[] = [];
   /** Token requests on replicas without /pause stream (so an interruption keeps what was sampled): from the first begin(), or from the start. */
   armed = false;
-  /** Why replicas were taken out, for reports: "url: reason". */
-  readonly problems: string[] = [];
 
   constructor(host: UpdateHost) {
     super();
@@ -178,7 +172,7 @@ export class EngineUpdates extends VersionBook {
         } catch (error) {
           if (!missingRoute(error)) {
             this.#failed.push(url);
-            this.#outOfRouting(url, `pause failed: ${reason(error)}`);
+            this.#host.takeOut(url);
             begun.out_of_routing.push(url);
             await this.interrupt(url);
             return;
@@ -213,18 +207,13 @@ export class EngineUpdates extends VersionBook {
               });
           }
           await this.#host.control("POST", `${root}/resume`);
-        } catch (error) {
+        } catch {
           // Still paused: requests frozen on it would never finish. They go elsewhere.
-          this.#outOfRouting(url, `resume failed: ${reason(error)}`);
+          this.#host.takeOut(url);
           await this.interrupt(url);
         }
       }),
     );
-  }
-
-  #outOfRouting(url: string, why: string): void {
-    this.problems.push(`${url}: ${why}`);
-    this.#host.takeOut(url);
   }
 }
 

@@ -232,7 +232,7 @@ export class RemoteEnv implements AsyncEnv {
         if (Date.now() + pause > giveUp)
           throw new OpenEnvFailure(
             "openenv_capacity",
-            `${error.message.slice("openenv_capacity: ".length)}; waited ${this.config.capacity_wait_s} s (capacity_wait_s) for a session`,
+            `${error.detail}; waited ${this.config.capacity_wait_s} s (capacity_wait_s) for a session`,
           );
         await sleep(pause);
       }

@@ -17,19 +17,20 @@ export type OpenEnvReason =
 
 export class OpenEnvFailure extends Error {
   readonly reason: OpenEnvReason;
+  /** The message without its reason. */
+  readonly detail: string;
   constructor(reason: OpenEnvReason, message: string) {
     super(`${reason}: ${message}`);
     this.name = "OpenEnvFailure";
     this.reason = reason;
+    this.detail = message;
   }
 }
 
 /** A full server's CAPACITY_REACHED, with the counts it gave. */
 export class OpenEnvCapacity extends OpenEnvFailure {
-  readonly maxSessions: number | null;
-  constructor(url: string, message: string, maxSessions: number | null) {
+  constructor(url: string, message: string) {
     super("openenv_capacity", `${url} answered CAPACITY_REACHED: ${message}`);
-    this.maxSessions = maxSessions;
   }
 }
 
@@ -38,11 +39,9 @@ export class OpenEnvCapacity extends OpenEnvFailure {
  * the episode is over; VALIDATION_ERROR: the action does not fit its model).
  */
 export class OpenEnvRefused extends EnvUsageError {
-  readonly code: string;
   constructor(url: string, code: string, message: string) {
     super(`openenv_refused: ${code} from ${url}: ${message}`);
     this.name = "OpenEnvRefused";
-    this.code = code;
   }
 }
 
@@ -117,16 +116,12 @@ export class OpenEnvSession {
     return new Promise((resolve, reject) => {
       const timer = setTimeout(() => {
         this.pending = null;
-        const seconds = timeoutMs / 1000;
-        this.lost(
-          new OpenEnvFailure("openenv_timeout", `no answer to ${what} from ${this.url} within ${seconds} s`),
+        const lost = new OpenEnvFailure(
+          "openenv_timeout",
+          `no answer to ${what} from ${this.url} within ${timeoutMs / 1000} s`,
         );
-        reject(
-          new OpenEnvFailure(
-            "openenv_timeout",
-            `no answer to ${what} from ${this.url} within ${seconds} s (step_timeout_s)`,
-          ),
-        );
+        this.lost(lost);
+        reject(new OpenEnvFailure("openenv_timeout", `${lost.detail} (step_timeout_s)`));
       }, timeoutMs);
       this.pending = { what, resolve, reject, timer };
       if (this.early !== null) {
@@ -191,12 +186,7 @@ export class OpenEnvSession {
     if (value.type === "error") {
       const code = String(data.code ?? "");
       const message = String(data.message ?? "");
-      if (code === "CAPACITY_REACHED")
-        return new OpenEnvCapacity(
-          this.url,
-          message,
-          typeof data.max_sessions === "number" ? data.max_sessions : null,
-        );
+      if (code === "CAPACITY_REACHED") return new OpenEnvCapacity(this.url, message);
       if (REQUEST_ERRORS.has(code)) return new OpenEnvRefused(this.url, code, message);
       return new OpenEnvFailure("openenv_session_error", `${code || "error"} from ${this.url}: ${message}`);
     }
@@ -227,10 +217,7 @@ export class OpenEnvSession {
       this.pending = null;
       clearTimeout(pending.timer);
       pending.reject(
-        new OpenEnvFailure(
-          why.reason,
-          `${why.message.slice(why.reason.length + 2)} while ${pending.what} waited for its answer`,
-        ),
+        new OpenEnvFailure(why.reason, `${why.detail} while ${pending.what} waited for its answer`),
       );
     }
     if (this.ws.readyState !== WebSocket.CLOSED) this.ws.terminate();

@@ -6,6 +6,7 @@ import { pyNumberRepr } from "../../envs/pyrepr.ts";
 import type { ResolvedTag } from "../../envs/registry.ts";
 import type { AsyncEnv, StepInfo, StepResult } from "../../envs/types.ts";
 import type { ContextWindowMode } from "../../protocol/settings.ts";
+import { messageOf } from "../errors/boundary.ts";
 import type { ChatMessage } from "../llm/chat.ts";
 import type { TurnVersions } from "../llm/versions.ts";
 import type { EndReason, EpisodeRecord, TurnRecord } from "../record/episode-record.ts";
@@ -99,7 +100,7 @@ export class Episode {
         (text) => {
           this.state = text;
         },
-        (error) => this.fail(`reset: ${error instanceof Error ? error.message : String(error)}`),
+        (error) => this.fail(`reset: ${messageOf(error)}`),
       );
     }
     this.integerRewards = tag.type.integerRewards;

@@ -1,5 +1,6 @@
 // The turn loop every episode runs, in chat mode (batch.ts) and token mode (token-episode.ts):
 // a turn that throws fails its episode with the reason, a cancelled batch stops at the next turn.
+import { messageOf } from "../errors/boundary.ts";
 import type { Episode } from "./episode.ts";
 
 /** What the turn loop tells and is told by its batch. */
@@ -23,11 +24,7 @@ export async function playTurns(episode: Episode, hooks: TurnHooks, play: TurnPl
     try {
       await play(turn);
     } catch (error) {
-      episode.fail(
-        hooks.signal?.aborted
-          ? "cancelled"
-          : `turn ${turn + 1}: ${error instanceof Error ? error.message : String(error)}`,
-      );
+      episode.fail(hooks.signal?.aborted ? "cancelled" : `turn ${turn + 1}: ${messageOf(error)}`);
     }
     hooks.onTurn?.(episode);
   }

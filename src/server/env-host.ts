@@ -5,6 +5,7 @@
 // exactly as a token-mode rollout renders them, so the episode's token log travels too.
 import type { EnvRegistry } from "../../envs/registry.ts";
 import type { EnvStep } from "../../protocol/messages.ts";
+import { messageOf } from "../errors/boundary.ts";
 import { RollgymError } from "../errors/catalogue.ts";
 import type { ChatMessage } from "../llm/chat.ts";
 import type { TokenEngine } from "../llm/token-engine.ts";
@@ -260,9 +261,7 @@ export class HostedEnvs {
         (t) => this.applied(episode, before, t),
         (error) => {
           // The remote env failed the step: the episode ends failed (env_closed's record says why).
-          episode.fail(
-            `turn ${episode.turnIndex + 1}: ${error instanceof Error ? error.message : String(error)}`,
-          );
+          episode.fail(`turn ${episode.turnIndex + 1}: ${messageOf(error)}`);
           return this.applied(episode, before, null);
         },
       );

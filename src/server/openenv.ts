@@ -14,6 +14,7 @@ import { unknownTagMessage } from "../../envs/registry.ts";
 import type { Env, StepResult } from "../../envs/types.ts";
 import { CLOSE_CODES } from "../../protocol/codec.ts";
 import { MAX_SEED } from "../../protocol/settings.ts";
+import { messageOf } from "../errors/boundary.ts";
 import { RollgymError } from "../errors/catalogue.ts";
 import { mapActions } from "../rollout/parse.ts";
 import { type ConnectionGuard, type ConnectionTicket, closeWithin, heartbeat } from "./connections.ts";
@@ -280,7 +281,7 @@ export class OpenEnvServer {
     try {
       return answer(checked.value);
     } catch (error) {
-      return errorFrame("EXECUTION_ERROR", error instanceof Error ? error.message : String(error));
+      return errorFrame("EXECUTION_ERROR", messageOf(error));
     }
   }
 

@@ -27,7 +27,7 @@ export interface WatchLimits {
   idleMs: number;
 }
 
-const DEFAULT_WATCH_LIMITS: WatchLimits = { maxWatchers: 32, maxBufferBytes: 4 << 20, idleMs: 60_000 };
+export const DEFAULT_WATCH_LIMITS: WatchLimits = { maxWatchers: 32, maxBufferBytes: 4 << 20, idleMs: 60_000 };
 
 /** How often a watcher that lost frames is checked for room to send its gap notice. */
 const GAP_POLL_MS = 200;

@@ -144,9 +144,9 @@ function checkUpload(text: string): { episodes: number } {
 /** Uploads up to this size are parsed on the event loop (a few milliseconds at most). */
 const OFF_LOOP_BYTES = 256 << 10;
 /** Heap a checking worker may use: a hostile line of nested arrays costs far more than its bytes. */
-const CHECK_HEAP_MIB = 384;
+export const CHECK_HEAP_MIB = 384;
 /** Checks running at once; more wait their turn (uploads being received are capped anyway). */
-const CHECKS_AT_ONCE = 2;
+export const CHECKS_AT_ONCE = 2;
 /** A check taking longer than this is stopped and the upload refused. */
 const CHECK_TIMEOUT_MS = 30_000;
 

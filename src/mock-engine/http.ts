@@ -66,5 +66,10 @@ export function sseEvent(data: unknown): string {
 export async function write(res: ServerResponse, text: string, signal: AbortSignal): Promise<void> {
   signal.throwIfAborted();
   // Respect backpressure: a slow reader must not make the mock buffer without bound.
-  if (!res.write(text)) await once(res, "drain", { signal });
+  if (!res.write(text)) await drained(res, signal);
+}
+
+/** Resolves when the client has read what was queued on `res`, rejects on `signal`. */
+export async function drained(res: ServerResponse, signal: AbortSignal): Promise<void> {
+  await once(res, "drain", { signal });
 }

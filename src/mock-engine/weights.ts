@@ -16,6 +16,11 @@ export interface GenerationRecord {
   cache_salt: string | null;
   /** The X-Session-ID header a router would route on (rollgym sends one per episode); null: none. */
   session: string | null;
+  /**
+   * When it began decoding, as a count of requests that began before it (records are kept in
+   * the order requests ended, and an interrupted request can end after its continuation).
+   */
+  started: number;
   /** The ids each choice produced before the request ended (all of them, or up to an abort). */
   choices: number[][];
   /** The loaded version that made each decode step (token i of every choice). */
@@ -26,6 +31,8 @@ export interface GenerationRecord {
 
 /** A request's running record: where loads fell in its decode steps. */
 export interface WeightsTracker {
+  /** Requests that began decoding before this one. */
+  readonly started: number;
   /** Steps made so far, read when a load happens. */
   readonly made: () => number;
   /** [first step, version] in order; a load before any step replaces the first. */
@@ -45,10 +52,15 @@ export class EngineWeights {
   readonly #running = new Set<WeightsTracker>();
   readonly #records: GenerationRecord[] = [];
   #dropped = 0;
+  #started = 0;
 
   /** Starts tracking a request that is about to decode under the loaded weights. */
   start(made: () => number): WeightsTracker {
-    const tracker: WeightsTracker = { made, segments: [{ from: 0, version: this.loaded }] };
+    const tracker: WeightsTracker = {
+      started: this.#started++,
+      made,
+      segments: [{ from: 0, version: this.loaded }],
+    };
     this.#running.add(tracker);
     return tracker;
   }
@@ -72,7 +84,7 @@ export class EngineWeights {
   /** Ends a request's tracking and keeps its record with the first `steps` steps of each choice. */
   finish(
     tracker: WeightsTracker | null,
-    request: Omit<GenerationRecord, "versions" | "choices">,
+    request: Omit<GenerationRecord, "versions" | "choices" | "started">,
     choices: readonly (readonly number[])[],
   ): void {
     if (tracker) this.#running.delete(tracker);
@@ -84,7 +96,9 @@ export class EngineWeights {
       while (at + 1 < segments.length && segments[at + 1].from <= step) at++;
       versions.push(segments[at].version);
     }
-    this.#records.push({ ...request, choices: choices.map((c) => [...c]), versions });
+    // A request ended before it decoded (aborted while queued) made nothing; it counts as begun now.
+    const started = tracker?.started ?? this.#started++;
+    this.#records.push({ ...request, started, choices: choices.map((c) => [...c]), versions });
     if (this.#records.length > RECORDS_KEPT) {
       this.#records.shift();
       this.#dropped++;

@@ -17,12 +17,13 @@ function promptOfLog(r: GenerationRecord, ids: readonly number[]): boolean {
 }
 
 /**
- * The engine's version of each id in ids[from, to), from `records`, one episode's requests in
- * the order the engine finished them (its session). At each position the latest request whose
- * prompt is the log so far and whose output agrees with the log there made the ids, up to the
- * prompt end of another request of the log (where an interrupted request's kept ids end: it may
- * have made more than the client kept, and the mock answers alike whatever its weights, so what
- * it made past that point can agree with the continuation by chance).
+ * The engine's version of each id in ids[from, to), from `records`, one episode's requests
+ * (its session). At each position the request that began last among those whose prompt is the
+ * log so far and whose output agrees with the log there made the ids (rollgym starts a request
+ * at a position only once it is done with the one before it there), up to the prompt end of
+ * another request of the log (where an interrupted request's kept ids end: it may have made more
+ * than the client kept, and the mock answers alike whatever its weights, so what it made past
+ * that point can agree with the continuation by chance).
  */
 export function engineVersions(
   records: readonly GenerationRecord[],
@@ -39,15 +40,13 @@ export function engineVersions(
       if (r.prompt_ids.length !== at || !promptOfLog(r, ids)) return;
       let n = 0;
       while (n < r.choices[0].length && at + n < to && r.choices[0][n] === ids[at + n]) n++;
-      if (n > 0) {
+      if (n > 0 && (index < 0 || r.started > records[index].started)) {
         index = i;
         agreed = n;
       }
     });
     if (index < 0) throw new Error(`no engine request continues the log at position ${at}`);
-    // Any request of the log starting inside the run cuts it, whatever its place in the record:
-    // the mock records a request when it ends, and an interrupted one may end after its
-    // continuation has started (or finished) on a loaded machine.
+    // Any request of the log starting inside the run cuts it, whenever it began or ended.
     for (const later of records) {
       const end = later.prompt_ids.length;
       if (end > at && end < at + agreed && promptOfLog(later, ids)) agreed = end - at;

@@ -9,6 +9,7 @@ import { ApiError, httpError } from "../errors.ts";
 import { jittered, planFor } from "../faults.ts";
 import { type Generation, generate, truncateGeneration } from "../generate.ts";
 import {
+  drained,
   errorEvent,
   type Headers,
   headerValue,
@@ -232,13 +233,19 @@ export function generationRoute<R extends GenerationRequest>(core: EngineCore, d
       );
     }
 
-    /** Stream chunks for decode step `t` (one token of every choice still going). */
-    async function streamStep(tokenChunk: TokenChunks, t: number): Promise<void> {
+    /**
+     * Queue the chunks of decode step `t` (one token of every choice still going); true when
+     * the socket asks the writer to wait for "drain" before the next step.
+     */
+    function streamStep(tokenChunk: TokenChunks, t: number): boolean {
+      signal.throwIfAborted();
+      let full = false;
       for (let c = 0; c < gens.length; c++) {
         if (t >= gens[c].tokenIds.length) continue;
-        await write(res, sseEvent(tokenChunk(c, t)), signal);
+        if (!res.write(sseEvent(tokenChunk(c, t)))) full = true;
         sentTokens++;
       }
+      return full;
     }
 
     /** The status line of a stream, and what opens each choice (chat's role chunks). */
@@ -348,8 +355,11 @@ export function generationRoute<R extends GenerationRequest>(core: EngineCore, d
           // The status line and the role chunks go out with the first token, as vLLM's do.
           if (!streamStarted) await startStream(ctx0);
           while (produced < job.produced) {
-            await streamStep(tokenChunk, produced);
+            const full = streamStep(tokenChunk, produced);
+            // Counted once queued: a client may read the step and leave while this waits for
+            // "drain", and the record must hold every id it kept.
             produced++;
+            if (full) await drained(res, signal);
           }
         }
         if (!parsed.stream) produced = job.produced;

@@ -2,7 +2,6 @@
 // every member of a group on the same seed, episodes advanced turn by turn, then scores,
 // the group filter and RAGEN-named metrics. Episodes run concurrently; each one only waits
 // for its own model turns, so a slow episode never holds up the others.
-import { setImmediate as nextTurn } from "node:timers/promises";
 import type { EnvRegistry } from "../../envs/registry.ts";
 import type { ChatMessage, SamplingParams } from "../llm/chat.ts";
 import {
@@ -291,9 +290,9 @@ export async function playBatch(
         notStarted.push(group);
         continue;
       }
-      // Resets are synchronous: a turn of the event loop before each group keeps a wave of
-      // workers starting together from holding everyone else's frames and requests.
-      await nextTurn();
+      // Resets are synchronous: a slot before each group keeps a wave of workers (or of
+      // rollouts) starting together from holding everyone else's frames and requests.
+      await turnSlot();
       const episodes = groupEpisodes(registry, request, group, tags[group]);
       const records = await Promise.all(
         episodes.map(async (episode) => {

@@ -9,27 +9,10 @@ import { SLICE } from "../../src/llm/slices.ts";
 import { runBatch } from "../../src/rollout/batch.ts";
 import { defaultBatchRequest } from "../../src/rollout/request.ts";
 import { buildServer, type RollgymServer } from "../../src/server/app.ts";
+import { loopTurns } from "../helpers/loop-turns.ts";
 import { TestClient } from "../helpers/ws-client.ts";
 
 const registry = createRegistry();
-
-/** Counts check phases of the event loop (setImmediate turns) until stopped. */
-function loopTurns(): { stop: () => number } {
-  let turns = 0;
-  let running = true;
-  const tick = () => {
-    if (!running) return;
-    turns++;
-    setImmediate(tick);
-  };
-  setImmediate(tick);
-  return {
-    stop: () => {
-      running = false;
-      return turns;
-    },
-  };
-}
 
 /** The policy, counting its answers. */
 function counted(policy: Policy): { policy: Policy; answers: () => number } {

@@ -4,6 +4,9 @@
 // A server that answers CAPACITY_REACHED holds fewer than declared (or serves other clients
 // too): its limit drops to the sessions rollgym has open there, and the episode waits for one
 // of them to end (or retries after a pause while none is ours) until capacity_wait_s runs out.
+// Each session that ends there raises the limit by one again, up to the declared one, so room
+// the server gains later (its other clients left) is used, at the cost of at most one refused
+// connect per ended session while it stays full.
 
 export interface PoolSettings {
   /** ws:// or wss:// URLs of each server's /ws. */
@@ -63,9 +66,10 @@ export class SessionPool {
     });
   }
 
-  /** Gives a slot back; the first waiting episode gets the room. */
+  /** Gives a slot back (and probes for one more on a lowered server); waiting episodes get the room. */
   release(server: Server): void {
     server.open--;
+    if (server.limit < this.settings.maxSessions) server.limit++;
     this.admit();
   }
 
@@ -82,10 +86,13 @@ export class SessionPool {
 
   /**
    * The server answered CAPACITY_REACHED to a session it holds as `server.open` (this one
-   * included): rollgym keeps to the sessions it has there besides this one (at least one, retried).
+   * included): its slot is given back without a probe, and rollgym keeps to the sessions it has
+   * there besides it (at least one, retried).
    */
   full(server: Server): void {
     server.limit = Math.max(1, Math.min(server.limit, server.open - 1));
+    server.open--;
+    this.admit();
   }
 
   /** Sessions open and allowed over all servers, for status lines. */

@@ -228,6 +228,7 @@ export class RemoteEnv implements AsyncEnv {
       } catch (error) {
         if (!(error instanceof OpenEnvCapacity)) throw error;
         this.pool.full(server);
+        this.server = null;
         this.release();
         if (Date.now() + pause > giveUp)
           throw new OpenEnvFailure(

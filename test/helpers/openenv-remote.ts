@@ -125,6 +125,8 @@ export class FakeOpenEnv {
   /** Sessions open now, and the most ever open at once. */
   open = 0;
   most = 0;
+  /** Connections answered CAPACITY_REACHED. */
+  refused = 0;
   private resets = 0;
 
   private constructor(wss: WebSocketServer, fault: FakeFault) {
@@ -137,6 +139,7 @@ export class FakeOpenEnv {
           active_sessions: this.open,
           max_sessions: fault.sessions,
         };
+        this.refused++;
         ws.send(JSON.stringify({ type: "error", data }));
         ws.close(1000);
         return;

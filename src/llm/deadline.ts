@@ -24,6 +24,8 @@ export interface Deadline {
   readonly signal: AbortSignal;
   /** True when the time limit (not the parent) ended it. */
   readonly expired: boolean;
+  /** Milliseconds counted against the limit so far (time paused on its clock left out). */
+  spentMs(): number;
   dispose(): void;
 }
 
@@ -61,6 +63,7 @@ export function deadline(timeoutMs: number, parent?: AbortSignal, clock?: PauseC
   let leaveResume: (() => void) | null = null;
   const started = Date.now();
   const pausedAtStart = clock?.pausedMs() ?? 0;
+  const spentMs = (): number => Date.now() - started - ((clock?.pausedMs() ?? 0) - pausedAtStart);
   const expire = (): void => {
     expired = true;
     controller.abort(new DOMException(`timed out after ${timeoutMs} ms`, "TimeoutError"));
@@ -83,7 +86,7 @@ export function deadline(timeoutMs: number, parent?: AbortSignal, clock?: PauseC
       });
       return;
     }
-    const spent = Date.now() - started - (clock.pausedMs() - pausedAtStart);
+    const spent = spentMs();
     if (spent >= timeoutMs) expire();
     else arm(timeoutMs - spent);
   }
@@ -96,6 +99,7 @@ export function deadline(timeoutMs: number, parent?: AbortSignal, clock?: PauseC
     get expired() {
       return expired;
     },
+    spentMs,
     dispose() {
       clearTimeout(timer);
       leaveResume?.();

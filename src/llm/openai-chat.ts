@@ -470,10 +470,9 @@ export class ChatPolicy implements Policy {
     attempt: (index: number, budget: AbortSignal) => Promise<T>,
   ): Promise<T> {
     const { retryBudgetMs } = this.options;
-    const started = Date.now();
     const budget = deadline(retryBudgetMs, signal, this.weights);
     try {
-      return await this.retryLoop(signal, budget, started, attempt);
+      return await this.retryLoop(signal, budget, attempt);
     } finally {
       budget.dispose();
     }
@@ -482,12 +481,10 @@ export class ChatPolicy implements Policy {
   private async retryLoop<T>(
     signal: AbortSignal | undefined,
     budget: Deadline,
-    started: number,
     attempt: (index: number, budget: AbortSignal) => Promise<T>,
   ): Promise<T> {
     const { retryBudgetMs, backoffMs, maxBackoffMs, maxRetries } = this.options;
     let last: unknown = null;
-    const pausedAtStart = this.weights.pausedMs();
     // Attempts an update interrupted are asked again at once and count against nothing.
     let interrupted = 0;
     for (let tries = 0; ; tries++) {
@@ -519,7 +516,7 @@ export class ChatPolicy implements Policy {
           this.stats.failures++;
           throw new PolicyError(`${error.message} (twice; an answer like this is not retried further)`);
         }
-        const elapsed = Date.now() - started - (this.weights.pausedMs() - pausedAtStart);
+        const elapsed = budget.spentMs();
         const capped = maxRetries !== null && maxRetries !== undefined && index >= maxRetries;
         if (capped || elapsed >= retryBudgetMs) {
           this.stats.failures++;

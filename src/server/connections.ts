@@ -247,7 +247,7 @@ export class ConnectionGuard {
 export function heartbeat(clients: () => Iterable<WebSocket>, intervalMs: number): () => void {
   const listening = new WeakSet<WebSocket>();
   const answered = new WeakMap<WebSocket, boolean>();
-  const timer = setInterval(() => {
+  const sweep = (): void => {
     for (const ws of clients()) {
       if (ws.readyState !== ws.OPEN) continue;
       if (!listening.has(ws)) {
@@ -263,7 +263,10 @@ export function heartbeat(clients: () => Iterable<WebSocket>, intervalMs: number
       answered.set(ws, false);
       ws.ping();
     }
-  }, intervalMs);
+  };
+  // Swept after the poll phase: a stalled loop runs due timers before it reads the sockets,
+  // and a pong that has arrived but is unread must still count.
+  const timer = setInterval(() => setImmediate(sweep), intervalMs);
   timer.unref();
   return () => clearInterval(timer);
 }

@@ -1,6 +1,8 @@
 // `rollgym envs …` and `rollgym parse`, run through npx as users run them.
+
 import { describe, expect, it } from "vitest";
 import { expectUsageError, jsonLines, rollgym } from "../helpers/cli.ts";
+import { runInProcess } from "./in-process.ts";
 
 describe.concurrent("rollgym envs", () => {
   it("list prints one JSON line per RAGEN tag", async () => {
@@ -126,41 +128,42 @@ describe.concurrent("rollgym envs", () => {
       "unknown tag",
       "SimpleSokoban",
     ]);
-    expectUsageError(await rollgym(["envs", "sample", "SimpleSokoban", "--seeds", "5..3"]), [
+    expectUsageError(await runInProcess(["envs", "sample", "SimpleSokoban", "--seeds", "5..3"]), [
       "--seeds",
       "B < A",
     ]);
-    expectUsageError(await rollgym(["envs", "sample", "SimpleSokoban", "--seeds", "-1"]), [
+    expectUsageError(await runInProcess(["envs", "sample", "SimpleSokoban", "--seeds", "-1"]), [
       "--seeds",
       "4294967295",
     ]);
-    expectUsageError(await rollgym(["envs", "sample", "SimpleSokoban", "--seeds", "4294967296"]), [
+    expectUsageError(await runInProcess(["envs", "sample", "SimpleSokoban", "--seeds", "4294967296"]), [
       "--seeds",
     ]);
-    expectUsageError(await rollgym(["envs", "sample", "SimpleSokoban", "--seeds", "1.5"]), ["--seeds"]);
-    expectUsageError(await rollgym(["envs", "sample", "SimpleSokoban", "--seeds", "1..2..3"]), [
+    expectUsageError(await runInProcess(["envs", "sample", "SimpleSokoban", "--seeds", "1.5"]), ["--seeds"]);
+    expectUsageError(await runInProcess(["envs", "sample", "SimpleSokoban", "--seeds", "1..2..3"]), [
       "--seeds",
       "A..B",
     ]);
-    expectUsageError(await rollgym(["envs", "sample", "SimpleSokoban", "--seeds", "a..b"]), ["--seeds"]);
-    expectUsageError(await rollgym(["envs", "sample", "SimpleSokoban"]), ["--seeds"]);
-    expectUsageError(await rollgym(["envs", "sample", "SimpleSokoban", "--seeds", "1", "--bogus"]), [
+    expectUsageError(await runInProcess(["envs", "sample", "SimpleSokoban", "--seeds", "a..b"]), ["--seeds"]);
+    expectUsageError(await runInProcess(["envs", "sample", "SimpleSokoban"]), ["--seeds"]);
+    expectUsageError(await runInProcess(["envs", "sample", "SimpleSokoban", "--seeds", "1", "--bogus"]), [
       "--bogus",
       "--solve",
     ]);
     expectUsageError(
-      await rollgym(["envs", "play", "SimpleSokoban", "--seed", "1", "--actions", "Up,Jump"]),
+      await runInProcess(["envs", "play", "SimpleSokoban", "--seed", "1", "--actions", "Up,Jump"]),
       ["Jump", "Up, Down, Left, Right"],
     );
-    expectUsageError(await rollgym(["envs", "play", "Bandit", "--seed", "123", "--actions", "Teacher"]), [
-      "Teacher",
-      "Planner, Artist",
-    ]);
-    expectUsageError(await rollgym(["envs", "play", "SimpleSokoban", "--seed", "x", "--actions", "Up"]), [
-      "--seed",
-    ]);
-    expectUsageError(await rollgym(["envs", "prompt", "Nope", "--seed", "1"]), ["unknown tag"]);
-    expectUsageError(await rollgym(["envs", "frobnicate"]), ["unknown command"]);
+    expectUsageError(
+      await runInProcess(["envs", "play", "Bandit", "--seed", "123", "--actions", "Teacher"]),
+      ["Teacher", "Planner, Artist"],
+    );
+    expectUsageError(
+      await runInProcess(["envs", "play", "SimpleSokoban", "--seed", "x", "--actions", "Up"]),
+      ["--seed"],
+    );
+    expectUsageError(await runInProcess(["envs", "prompt", "Nope", "--seed", "1"]), ["unknown tag"]);
+    expectUsageError(await runInProcess(["envs", "frobnicate"]), ["unknown command"]);
   });
 });
 

@@ -1,6 +1,8 @@
 // `rollgym filter`, run through npx: RAGEN's examples and the input errors.
+
 import { describe, expect, it } from "vitest";
 import { expectUsageError, rollgym } from "../helpers/cli.ts";
+import { runInProcess } from "./in-process.ts";
 
 const run = async (groups: unknown, flags: string[] = []) => {
   const r = await rollgym(["filter", ...flags], JSON.stringify(groups));
@@ -80,19 +82,19 @@ describe.concurrent("rollgym filter", () => {
 
   it("rejects bad input with one line and exit status 2", async () => {
     expectUsageError(await rollgym(["filter"], "[[0,1],[2]]"), ["same size", "group 1"]);
-    expectUsageError(await rollgym(["filter"], '[[0,"x"]]'), ["group 0 score 1", "finite number"]);
-    expectUsageError(await rollgym(["filter"], "[[0,1],"), ["invalid JSON"]);
-    expectUsageError(await rollgym(["filter"], "[]"), ["non-empty"]);
-    expectUsageError(await rollgym(["filter"], "[[1],[2]]"), ["reward_variance", "2"]);
-    expectUsageError(await rollgym(["filter", "--strategy", "top_q"], "[[1,2]]"), [
+    expectUsageError(await runInProcess(["filter"], '[[0,"x"]]'), ["group 0 score 1", "finite number"]);
+    expectUsageError(await runInProcess(["filter"], "[[0,1],"), ["invalid JSON"]);
+    expectUsageError(await runInProcess(["filter"], "[]"), ["non-empty"]);
+    expectUsageError(await runInProcess(["filter"], "[[1],[2]]"), ["reward_variance", "2"]);
+    expectUsageError(await runInProcess(["filter", "--strategy", "top_q"], "[[1,2]]"), [
       "--strategy",
       "top_p, top_k",
     ]);
-    expectUsageError(await rollgym(["filter", "--value", "abc"], "[[1,2]]"), ["--value"]);
-    expectUsageError(await rollgym(["filter", "--include-zero", "yes"], "[[1,2]]"), [
+    expectUsageError(await runInProcess(["filter", "--value", "abc"], "[[1,2]]"), ["--value"]);
+    expectUsageError(await runInProcess(["filter", "--include-zero", "yes"], "[[1,2]]"), [
       "--include-zero",
       "true, false",
     ]);
-    expectUsageError(await rollgym(["filter", "--bucket-mode", "quantile"], "[[1,2]]"), ["--buckets"]);
+    expectUsageError(await runInProcess(["filter", "--bucket-mode", "quantile"], "[[1,2]]"), ["--buckets"]);
   });
 });

@@ -1,5 +1,6 @@
 // `rollgym rollout` through npx: built-in policies, the mock engine, episode files, RAGEN
 // command lines, and one-line errors for bad input.
+
 import { mkdtempSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -7,6 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startMockEngine } from "../../src/mock-engine/server.ts";
 import { expectUsageError, rollgym } from "../helpers/cli.ts";
 import { FIXTURES } from "../helpers/fixtures.ts";
+import { runInProcess } from "./in-process.ts";
 
 const dir = mkdtempSync(join(tmpdir(), "rollgym-rollout-"));
 
@@ -170,14 +172,16 @@ describe.concurrent("rollgym rollout", () => {
       "not served",
       "mock-qwen",
     ]);
-    expectUsageError(await rollgym(["rollout", "agent_proxy.max_turnz=3"]), ["agent_proxy.max_turnz"]);
-    expectUsageError(await rollgym(["rollout", "agent_proxy.max_turn=0"]), ["agent_proxy.max_turn"]);
-    expectUsageError(await rollgym(["rollout", "agent_proxy.batch_adjust_mode=delete"]), [
+    expectUsageError(await runInProcess(["rollout", "agent_proxy.max_turnz=3"]), ["agent_proxy.max_turnz"]);
+    expectUsageError(await runInProcess(["rollout", "agent_proxy.max_turn=0"]), ["agent_proxy.max_turn"]);
+    expectUsageError(await runInProcess(["rollout", "agent_proxy.batch_adjust_mode=delete"]), [
       "agent_proxy.batch_adjust_mode",
       "not support",
     ]);
-    expectUsageError(await rollgym(["rollout", "--tag", "Nope"]), ["Nope"]);
-    expectUsageError(await rollgym(["rollout", "--tag", "Bandit", "--groups", "2,3"]), ["--groups"]);
-    expectUsageError(await rollgym(["rollout", "--config", join(dir, "missing.yaml")]), ["missing.yaml"]);
+    expectUsageError(await runInProcess(["rollout", "--tag", "Nope"]), ["Nope"]);
+    expectUsageError(await runInProcess(["rollout", "--tag", "Bandit", "--groups", "2,3"]), ["--groups"]);
+    expectUsageError(await runInProcess(["rollout", "--config", join(dir, "missing.yaml")]), [
+      "missing.yaml",
+    ]);
   });
 });

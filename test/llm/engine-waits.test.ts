@@ -140,9 +140,8 @@ describe("waiting on the engine is visible", () => {
       "rollgym.llm.retry_budget_s=7",
     ]);
     expect(result.code, result.stderr).toBe(1);
-    // Whether the replica is already marked down at the tick that prints depends on timing.
-    expect(result.stderr).toMatch(
-      /waiting on the engine: (1\/1 replicas down, )?2 requests retrying \(last error: HTTP 50[03]/,
-    );
+    // How the wait splits at the tick that prints (replica down or probed, requests retrying,
+    // in flight or waiting for a replica) depends on timing; that the bar shows it does not.
+    expect(result.stderr).toMatch(/waiting on the engine: [^\n]*\(last error: HTTP 50[03]/);
   }, 60_000);
 });

@@ -415,11 +415,11 @@ class ResumeTests(FakeServerCase):
         self.server.group_delay = 0.02
         client = await self.client()
         task = asyncio.ensure_future(client.rollout(tag="Fake", groups=10, group_size=1, mode="val"))
-        await asyncio.sleep(0.05)
+        await self.eventually(lambda: any(f["type"] == "rollout" for f in self.server.client_frames), "the rollout")
         await asyncio.get_running_loop().run_in_executor(None, self.server.shutdown)
         batch = await asyncio.wait_for(task, TIMEOUT)  # running rollouts finish first
         self.assertEqual(len(batch.kept), 10)
-        await asyncio.sleep(0.1)
+        await self.eventually(lambda: not client.connected, "the server's close")
         self.assertEqual(client.closing_reason, "fake server shutting down")
         self.assertEqual(client.resumes, 0)
         with self.assertRaises(ConnectionLost) as caught:
@@ -520,7 +520,11 @@ class SyncClientTests(unittest.TestCase):
             groups = []
             for g in stream:
                 if not groups:
-                    time.sleep(0.5)  # the other seven arrive meanwhile
+                    # The other seven are sent meanwhile, and reach the client's queue.
+                    deadline = time.monotonic() + TIMEOUT
+                    while self.server.group_frames_sent < 8 and time.monotonic() < deadline:
+                        time.sleep(0.01)
+                    time.sleep(0.3)
                 groups.append(g.group)
             self.assertEqual(groups, list(range(8)))
             deadline = time.monotonic() + TIMEOUT

@@ -243,8 +243,7 @@ describe("env hosting memory over the whole server", () => {
     expect(await arrivedAfter(b, from, "env_stepped", "s")).toBeTruthy();
     // And a dropped connection frees its bytes too.
     b.ws.terminate();
-    await new Promise((r) => setTimeout(r, 100));
-    expect(small.state.memory.held).toBe(0);
+    await expect.poll(() => small.state.memory.held, { timeout: 10_000 }).toBe(0);
     a.close();
   });
 

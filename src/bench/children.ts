@@ -74,6 +74,68 @@ export function startRollgym(name: string, args: readonly string[], listening: R
   });
 }
 
+/**
+ * Starts `count` mock engines (`rollgym mock-engine`, engine i seeded i) serving `model` with the
+ * extra flags `args`. If one fails, those that started are stopped and the failure is thrown.
+ */
+export async function startMockEngines(
+  count: number,
+  model: string,
+  args: readonly string[],
+): Promise<Child[]> {
+  const launched = await Promise.allSettled(
+    Array.from({ length: count }, (_, i) =>
+      startRollgym(
+        `mock engine ${i + 1}`,
+        ["mock-engine", "--port", "0", "--model", model, "--seed", String(i), ...args],
+        /mock engine listening on (\S+).*\n/,
+      ),
+    ),
+  );
+  const engines = launched.flatMap((r) => (r.status === "fulfilled" ? [r.value] : []));
+  const failure = launched.find((r) => r.status === "rejected");
+  if (failure) {
+    await Promise.all(engines.map((e) => e.stop()));
+    throw failure.reason;
+  }
+  return engines;
+}
+
+/**
+ * Starts `rollgym serve` against `urls` serving `model`, playing `groupConcurrency` groups of a
+ * rollout at once, with the extra arguments `args` (flags, key=value overrides).
+ */
+export function startServe(
+  urls: readonly string[],
+  model: string,
+  groupConcurrency: number,
+  args: readonly string[],
+): Promise<Child> {
+  return startRollgym(
+    "rollgym serve",
+    [
+      "serve",
+      "--port",
+      "0",
+      "--llm",
+      urls.join(","),
+      "--model",
+      model,
+      "--group-concurrency",
+      String(groupConcurrency),
+      ...args,
+    ],
+    /rollgym serving on (\S+).*\n/,
+  );
+}
+
+/** Stops every child, the server first, so it never sees its engines vanish mid-request. */
+export async function stopAll(children: readonly Child[]): Promise<void> {
+  const server = children.find((c) => c.name === "rollgym serve");
+  await server?.stop();
+  await Promise.all(children.filter((c) => c !== server).map((c) => c.stop()));
+}
+
 function stopChild(child: ChildProcess, graceMs = 10_000): Promise<void> {
   if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
   return new Promise((resolve) => {

@@ -9,10 +9,11 @@
 // end of the first wave (the warm-up rollout before it sized the queue) to the first whole wave
 // after --duration, or the last one before a queue runs dry.
 import { describeLatencyModel, LATENCY_PRESETS, type LatencyPresetName } from "../mock-engine/latency.ts";
-import { type Child, cpuSeconds, memoryOf, startRollgym } from "./children.ts";
+import { type Child, cpuSeconds, memoryOf, startMockEngines, startServe, stopAll } from "./children.ts";
 import { chatOnce, generateLoad } from "./load-generator.ts";
 import type { Progress } from "./progress.ts";
 import { type EngineCounters, RunningSampler, scrape, scrapeEngines } from "./prometheus.ts";
+import { median, quantile, round } from "./stats.ts";
 import { type ArrivedGroup, type ChatMessages, type RolloutResult, TrainerClient } from "./trainer.ts";
 
 export interface BenchSettings {
@@ -85,7 +86,7 @@ export interface CaseResult {
   wall_s: number;
 }
 
-const MOCK_MODEL = "rollgym-bench";
+export const MOCK_MODEL = "rollgym-bench";
 /** What rollgym's policy sends as the assistant prefill with think on (rollgym.llm.prefill=continue). */
 const PREFILL = "<think>";
 /** A rollout's groups are capped by the protocol (MAX_GROUPS) and kept well inside it. */
@@ -119,30 +120,8 @@ export async function runCase(
       description = `real engines (${urls.join(", ")})`;
     } else {
       const model = bench.latencyModel ?? "default";
-      const launched = await Promise.allSettled(
-        Array.from({ length: bench.replicas }, (_, i) =>
-          startRollgym(
-            `mock engine ${i + 1}`,
-            [
-              "mock-engine",
-              "--port",
-              "0",
-              "--model",
-              MOCK_MODEL,
-              "--seed",
-              String(i),
-              "--latency-model",
-              model,
-            ],
-            /mock engine listening on (\S+).*\n/,
-          ),
-        ),
-      );
-      // Every engine that did start is stopped in `finally`, also when another one failed.
-      const engines = launched.flatMap((r) => (r.status === "fulfilled" ? [r.value] : []));
+      const engines = await startMockEngines(bench.replicas, MOCK_MODEL, ["--latency-model", model]);
       children.push(...engines);
-      const failure = launched.find((r) => r.status === "rejected");
-      if (failure) throw failure.reason;
       urls = engines.map((e) => e.url);
       description = describeLatencyModel(LATENCY_PRESETS[model]);
     }
@@ -159,27 +138,14 @@ export async function runCase(
       serverUrl = settings.server.replace(/\/+$/, "");
       serverPid = settings.serverPid;
     } else {
-      const server = await startRollgym(
-        "rollgym serve",
-        [
-          "serve",
-          "--port",
-          "0",
-          "--llm",
-          urls.join(","),
-          "--model",
-          settings.llm ? settings.model : MOCK_MODEL,
-          "--group-concurrency",
-          String(perClient),
-          // The trainers ack every group at once; the bound must never be what holds a rollout back.
-          "--max-buffered-groups",
-          String(Math.max(64, perClient * 2)),
-          `rollgym.llm.concurrency=${bench.episodes}`,
-          `rollgym.limits.max_groups_per_rollout=${MAX_ROLLOUT_GROUPS}`,
-          `rollgym.limits.max_episodes_in_flight=${MAX_ROLLOUT_GROUPS * settings.groupSize * settings.clients * 2}`,
-        ],
-        /rollgym serving on (\S+).*\n/,
-      );
+      const server = await startServe(urls, settings.llm ? settings.model : MOCK_MODEL, perClient, [
+        // The trainers ack every group at once; the bound must never be what holds a rollout back.
+        "--max-buffered-groups",
+        String(Math.max(64, perClient * 2)),
+        `rollgym.llm.concurrency=${bench.episodes}`,
+        `rollgym.limits.max_groups_per_rollout=${MAX_ROLLOUT_GROUPS}`,
+        `rollgym.limits.max_episodes_in_flight=${MAX_ROLLOUT_GROUPS * settings.groupSize * settings.clients * 2}`,
+      ]);
       children.push(server);
       serverUrl = server.url;
       serverPid = server.pid;
@@ -367,10 +333,7 @@ export async function runCase(
     };
   } finally {
     for (const t of trainers) t.close();
-    // The server first, so it never sees its engines vanish mid-request.
-    const server = children.find((c) => c.name === "rollgym serve");
-    await server?.stop();
-    await Promise.all(children.filter((c) => c !== server).map((c) => c.stop()));
+    await stopAll(children);
   }
 }
 
@@ -484,21 +447,4 @@ async function measureLoad(
 function settled<T>(promise: Promise<T>): Promise<T> {
   promise.catch(() => {});
   return promise;
-}
-
-function median(values: readonly number[]): number {
-  return quantile(
-    [...values].sort((a, b) => a - b),
-    0.5,
-  );
-}
-
-function quantile(sorted: readonly number[], q: number): number {
-  if (sorted.length === 0) return 0;
-  return sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))];
-}
-
-function round(value: number, digits: number): number {
-  const f = 10 ** digits;
-  return Math.round(value * f) / f;
 }

@@ -1,9 +1,12 @@
 // A simulated trainer: one WebSocket to `rollgym serve`, speaking the real protocol
 // (protocol/PROTOCOL.md) the way a training loop does. It asks for stream rollouts, keeps the
 // server supplied with credit, decodes every group frame and acknowledges it, and records when
-// each group arrived. It does no training, so what it costs is the client's share of a real run.
+// each group arrived. As the trainer session (`role: "trainer"`) it also brackets weight updates
+// (begin_update … end_update) and plays endless, paced streams. It does no training, so what it
+// costs is the client's share of a real run.
 import WebSocket from "ws";
 import { decodeFrame, encodeMessage } from "../../protocol/codec.ts";
+import type { PauseMode } from "../../protocol/settings.ts";
 
 type Frame = Record<string, unknown> & { type: string };
 export type ChatMessages = { role: string; content: string }[];
@@ -16,6 +19,16 @@ export interface RolloutSpec {
   seed: number;
   maxTurn: number;
   maxTokens: number;
+  /** An endless stream paced against the trainer's versions (PROTOCOL.md "Staleness"). */
+  endless?: { inFlight: number; maxStaleness: number; groupsPerStep: number };
+}
+
+/** The counts a group was admitted under (its frame's `admitted`, PROTOCOL.md "Versions"). */
+export interface Admitted {
+  version: number;
+  accepted: number;
+  running: number;
+  capacity: number;
 }
 
 /** A group as the trainer saw it arrive. */
@@ -24,6 +37,11 @@ export interface ArrivedGroup {
   group: number;
   episodes: number;
   failed: number;
+  /** Episodes cut short by a cancel (`failure: "cancelled"`). */
+  cancelled: number;
+  /** The oldest dispatch ordinal over its turns; null before the trainer's first update. */
+  minVersion: number | null;
+  admitted: Admitted | null;
   /** performance.now() when the frame was decoded. */
   at: number;
 }
@@ -31,6 +49,18 @@ export interface ArrivedGroup {
 export interface RolloutResult {
   episodes: number;
   failed: number;
+  /** Groups the server says it sent, from the batch frame (and an endless stream's window frames). */
+  sent: number[];
+}
+
+/** A weight update as the trainer timed it (performance.now() milliseconds). */
+export interface UpdateTiming {
+  /** begin_update sent → update_begun (every replica paused). */
+  pausingMs: number;
+  /** begin_update sent → update_ended (admission closed the whole time). */
+  pausedMs: number;
+  /** Engine requests in flight when admission closed (update_begun's `in_flight`). */
+  inFlight: number;
 }
 
 interface Running {
@@ -41,6 +71,8 @@ interface Running {
 export class TrainerClient {
   private readonly ws: WebSocket;
   private readonly running = new Map<string, Running>();
+  /** Groups sent per rollout, as its window frames list them (an endless stream). */
+  private readonly windowSent = new Map<string, number[]>();
   /** Groups received since the last ack, by rollout: acknowledged together once per tick. */
   private readonly toAck = new Map<string, number[]>();
   private ackScheduled = false;
@@ -65,7 +97,7 @@ export class TrainerClient {
   /** Connects to `serverUrl` (http://HOST:PORT) and completes the handshake. */
   static async connect(
     serverUrl: string,
-    options: { token?: string | null; credit: number },
+    options: { token?: string | null; credit: number; trainer?: boolean },
   ): Promise<TrainerClient> {
     const headers = options.token ? { authorization: `Bearer ${options.token}` } : undefined;
     const ws = new WebSocket(`${serverUrl.replace(/^http/, "ws").replace(/\/+$/, "")}/v1/rollouts`, {
@@ -81,7 +113,8 @@ export class TrainerClient {
       );
     });
     const client = new TrainerClient(ws);
-    const welcome = await client.request({ type: "hello", protocol: 1, client: "rollgym-bench" }, "welcome");
+    const hello = { type: "hello", protocol: 1, client: "rollgym-bench" };
+    const welcome = await client.request(options.trainer ? { ...hello, role: "trainer" } : hello, "welcome");
     if (welcome.type !== "welcome")
       throw new Error(`the server did not welcome the bench: ${describe(welcome)}`);
     client.send({ type: "credit", groups: options.credit });
@@ -102,8 +135,39 @@ export class TrainerClient {
         max_turn: spec.maxTurn,
         sampling: { max_tokens: spec.maxTokens },
         delivery: "stream",
+        ...(spec.endless
+          ? {
+              endless: true,
+              in_flight: spec.endless.inFlight,
+              max_staleness: spec.endless.maxStaleness,
+              groups_per_step: spec.endless.groupsPerStep,
+            }
+          : {}),
       });
     });
+  }
+
+  /** Ends a rollout: an endless stream's `batch` frame follows the groups still in flight. */
+  cancel(id: string): void {
+    this.send({ type: "cancel", rollout: id });
+  }
+
+  /**
+   * One weight update: begin_update (the server pauses every replica in `mode`), `load` (the
+   * trainer moves its weights), end_update under `version`.
+   */
+  async update(
+    id: string,
+    version: { label: string; ordinal: number },
+    mode: PauseMode,
+    load: () => Promise<void>,
+  ): Promise<UpdateTiming> {
+    const began = performance.now();
+    const begun = await this.request({ type: "begin_update", id, mode }, "update_begun");
+    const pausing = performance.now() - began;
+    await load();
+    await this.request({ type: "end_update", id, version }, "update_ended");
+    return { pausingMs: pausing, pausedMs: performance.now() - began, inFlight: begun.in_flight as number };
   }
 
   /**
@@ -175,6 +239,9 @@ export class TrainerClient {
           group: frame.group as number,
           episodes: episodes.length,
           failed: episodes.filter((e) => e.failure !== null).length,
+          cancelled: episodes.filter((e) => e.failure === "cancelled").length,
+          minVersion: (frame.min_version as number | undefined) ?? null,
+          admitted: (frame.admitted as Admitted | undefined) ?? null,
           at: performance.now(),
         });
         const list = this.toAck.get(rollout) ?? [];
@@ -183,11 +250,20 @@ export class TrainerClient {
         this.scheduleAck();
         return;
       }
+      case "window": {
+        const id = frame.rollout as string;
+        this.windowSent.set(id, [...(this.windowSent.get(id) ?? []), ...sentGroups(frame)]);
+        return;
+      }
       case "batch": {
         const id = frame.rollout as string;
         this.flushAcks();
         this.send({ type: "ack", rollout: id, groups: [], batch: true });
-        this.running.get(id)?.resolve({ episodes: frame.episodes as number, failed: frame.failed as number });
+        const sent = [...(this.windowSent.get(id) ?? []), ...sentGroups(frame)];
+        this.windowSent.delete(id);
+        this.running
+          .get(id)
+          ?.resolve({ episodes: frame.episodes as number, failed: frame.failed as number, sent });
         this.running.delete(id);
         return;
       }
@@ -228,6 +304,18 @@ export class TrainerClient {
     this.toAck.clear();
     if (groups > 0 && !this.closed) this.send({ type: "credit", groups });
   }
+}
+
+/**
+ * The groups a batch or window frame says were sent: every verdict's groups but those that never
+ * started or were dropped for their age (no group frame comes for either).
+ */
+function sentGroups(frame: Frame): number[] {
+  const list = (field: string) => (frame[field] as number[] | undefined) ?? [];
+  const unsent = new Set([...list("not_started"), ...list("stale_dropped")]);
+  return [...new Set([...list("kept"), ...list("dropped"), ...list("failed_groups")])].filter(
+    (g) => !unsent.has(g),
+  );
 }
 
 function describe(frame: Frame): string {

@@ -1,8 +1,12 @@
 // `rollgym bench`: load tests of the rollout layer. Starts (or attaches to) `rollgym serve` and
 // engines, drives them over the real WebSocket protocol, and prints a table (or JSON, Markdown,
-// SVG charts) over episodes in flight × engine replicas × latency models.
+// SVG charts) over episodes in flight × engine replicas × latency models. `--async` instead
+// times a simulated trainer's steps, synchronous against asynchronous (src/bench/async-run.ts).
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+import { PAUSE_MODES } from "../../protocol/settings.ts";
+import { asyncMarkdownTable, asyncTextTable } from "../bench/async-report.ts";
+import { type AsyncBenchResult, type AsyncBenchSettings, runAsyncBench } from "../bench/async-run.ts";
 import { Progress } from "../bench/progress.ts";
 import { markdownTable, svgCharts, textTable } from "../bench/report.ts";
 import { type BenchCase, type BenchSettings, type CaseResult, runCase } from "../bench/run.ts";
@@ -11,9 +15,11 @@ import {
   CommandFailure,
   expectPositionals,
   type FlagSpec,
+  type ParsedArgs,
   parseArgs,
   parseChoice,
   parseInteger,
+  parseNumber,
   UsageError,
 } from "./args.ts";
 import { io } from "./io.ts";
@@ -24,20 +30,24 @@ export const BENCH_FLAGS: Record<string, FlagSpec> = {
     arg: "N,…",
     help: "episodes in flight, one case each (default 64,256,1024; multiples of group size × clients)",
   },
-  replicas: { kind: "value", arg: "N,…", help: "mock engine replicas per case: 1, 2 or 4 (default 1)" },
+  replicas: {
+    kind: "value",
+    arg: "N,…",
+    help: "mock engine replicas per case: 1, 2 or 4 (default 1; --async: one value)",
+  },
   "latency-model": {
     kind: "value",
     arg: "NAME,…",
-    help: `mock engine latency presets: ${LATENCY_PRESET_NAMES.join(", ")} (default default)`,
+    help: `mock engine latency presets: ${LATENCY_PRESET_NAMES.join(", ")} (default default; --async: one value)`,
   },
   duration: {
     kind: "value",
     arg: "S",
     help: "measurement window in seconds, after the warm-up (default 20)",
   },
-  "max-turn": { kind: "value", arg: "N", help: "turns per episode (default 2)" },
-  "max-tokens": { kind: "value", arg: "N", help: "max_tokens per request (default 16)" },
-  "group-size": { kind: "value", arg: "N", help: "episodes per group (default 16)" },
+  "max-turn": { kind: "value", arg: "N", help: "turns per episode (default 2; --async: 5)" },
+  "max-tokens": { kind: "value", arg: "N", help: "max_tokens per request (default 16; --async: 512)" },
+  "group-size": { kind: "value", arg: "N", help: "episodes per group (default 16; --async: 8)" },
   clients: {
     kind: "value",
     arg: "N",
@@ -59,6 +69,31 @@ export const BENCH_FLAGS: Record<string, FlagSpec> = {
   "server-pid": { kind: "value", arg: "PID", help: "the --server's process id, for its CPU and memory" },
   token: { kind: "value", arg: "T", help: "the --server's bearer token (default $ROLLGYM_TOKEN)" },
   "no-saturation": { kind: "switch", help: "skip the plain load generator (no saturation ratio)" },
+  async: {
+    kind: "switch",
+    help: "time a simulated trainer's steps instead: sync against async (max_staleness) on the same engines",
+  },
+  steps: { kind: "value", arg: "N", help: "--async: training steps per mode (default 8)" },
+  "groups-per-step": {
+    kind: "value",
+    arg: "N",
+    help: "--async: groups the trainer takes per step, and groups running at once (default 8)",
+  },
+  staleness: {
+    kind: "value",
+    arg: "S,…",
+    help: "--async: max_staleness of each async mode, 0 = the synchronous control (default 0,1,2)",
+  },
+  "step-time": {
+    kind: "value",
+    arg: "S",
+    help: "--async: the trainer's step time, seconds (default: the measured sync rollout time per step)",
+  },
+  "pause-mode": {
+    kind: "value",
+    arg: PAUSE_MODES.join("|"),
+    help: "--async: how begin_update pauses the engines (default keep)",
+  },
   json: { kind: "switch", help: "print the results as JSON" },
   markdown: { kind: "switch", help: "print a Markdown table" },
   svg: { kind: "value", arg: "DIR", help: "write SVG charts of the results into DIR" },
@@ -70,7 +105,26 @@ export const BENCH_DETAILS =
   "slot is busy, drains (every episode finishes), then drives the same engines with a plain load\n" +
   "generator at the same concurrency: saturation = engine tokens/s under rollgym ÷ under the generator.\n" +
   "Server CPU per request is the serve process's user+system time over the engines' chat requests.\n" +
-  "With GPUs: --llm URL[,URL…] --model M drives real engines (vLLM's /metrics gives requests and tokens).";
+  "With GPUs: --llm URL[,URL…] --model M drives real engines (vLLM's /metrics gives requests and tokens).\n" +
+  "--async: one server and mock engines; a trainer session takes --groups-per-step groups per step, sleeps\n" +
+  "--step-time and pushes weights (begin_update, the engines load new weights, end_update). sync = rollout,\n" +
+  "step, update; S=s = an endless stream with max_staleness s that plays on while the trainer steps.\n" +
+  "Reports seconds per step, speedup, the age of every trained group and the time paused per update.";
+
+/** Flags of the plain bench that --async does not take, and flags only --async takes. */
+const PLAIN_ONLY = [
+  "episodes",
+  "duration",
+  "clients",
+  "llm",
+  "model",
+  "server",
+  "server-pid",
+  "token",
+  "no-saturation",
+  "svg",
+];
+const ASYNC_ONLY = ["steps", "groups-per-step", "staleness", "step-time", "pause-mode"];
 
 interface Parsed {
   settings: BenchSettings;
@@ -84,10 +138,66 @@ function list(flag: string, text: string, min: number, max: number): number[] {
   return [...new Set(values)];
 }
 
+function given(args: ParsedArgs, name: string): boolean {
+  return args.values.has(name) || args.switches.has(name);
+}
+
+function outputOf(args: ParsedArgs): "text" | "json" | "markdown" {
+  const outputs = (["json", "markdown"] as const).filter((f) => args.switches.has(f));
+  if (outputs.length > 1) throw new UsageError("--json and --markdown: choose one");
+  return outputs[0] ?? "text";
+}
+
+export function parseAsyncBenchArgs(args: ParsedArgs): {
+  settings: AsyncBenchSettings;
+  output: "text" | "json" | "markdown";
+} {
+  const v = args.values;
+  const misplaced = PLAIN_ONLY.find((f) => given(args, f));
+  if (misplaced)
+    throw new UsageError(
+      `--${misplaced} does not apply to --async (it takes ${ASYNC_ONLY.map((f) => `--${f}`).join(", ")} and the episode shape)`,
+    );
+  const one = (flag: string, text: string) => {
+    if (text.includes(","))
+      throw new UsageError(`--${flag}: --async takes one value, got ${JSON.stringify(text)}`);
+    return text;
+  };
+  const replicas = parseInteger("--replicas", one("replicas", v.get("replicas") ?? "1"), 1, 4);
+  if (![1, 2, 4].includes(replicas)) throw new UsageError(`--replicas: ${replicas} is not one of 1, 2, 4`);
+  let stepTimeS: number | null = null;
+  if (v.has("step-time")) {
+    stepTimeS = parseNumber("--step-time", v.get("step-time")!);
+    if (stepTimeS < 0 || stepTimeS > 3600)
+      throw new UsageError(`--step-time: ${stepTimeS} is not a number of seconds from 0 to 3600`);
+  }
+  const settings: AsyncBenchSettings = {
+    tag: v.get("tag") ?? "CoordSokoban",
+    groupSize: parseInteger("--group-size", v.get("group-size") ?? "8", 1, 4096),
+    groupsPerStep: parseInteger("--groups-per-step", v.get("groups-per-step") ?? "8", 1, 4096),
+    steps: parseInteger("--steps", v.get("steps") ?? "8", 1, 100_000),
+    maxTurn: parseInteger("--max-turn", v.get("max-turn") ?? "5", 1, 1000),
+    maxTokens: parseInteger("--max-tokens", v.get("max-tokens") ?? "512", 1, 1_000_000),
+    seed: parseInteger("--seed", v.get("seed") ?? "10000", 0, 2 ** 31),
+    staleness: list("--staleness", v.get("staleness") ?? "0,1,2", 0, 1000),
+    stepTimeS,
+    replicas,
+    latencyModel: parseChoice(
+      "--latency-model",
+      one("latency-model", v.get("latency-model") ?? "default"),
+      LATENCY_PRESET_NAMES,
+    ),
+    pauseMode: parseChoice("--pause-mode", v.get("pause-mode") ?? "keep", PAUSE_MODES),
+  };
+  return { settings, output: outputOf(args) };
+}
+
 export function parseBenchArgs(argv: readonly string[]): Parsed {
   const args = parseArgs("bench", argv, BENCH_FLAGS);
   expectPositionals("bench", args, []);
   const v = args.values;
+  const asyncOnly = ASYNC_ONLY.find((f) => given(args, f));
+  if (asyncOnly) throw new UsageError(`--${asyncOnly} applies to --async only`);
   const groupSize = parseInteger("--group-size", v.get("group-size") ?? "16", 1, 4096);
   const clients = parseInteger("--clients", v.get("clients") ?? "1", 1, 64);
   const episodes = list("--episodes", v.get("episodes") ?? "64,256,1024", 1, 1_000_000);
@@ -147,8 +257,7 @@ export function parseBenchArgs(argv: readonly string[]): Parsed {
   } else if (v.has("server-pid") || v.has("token")) {
     throw new UsageError(`--${v.has("server-pid") ? "server-pid" : "token"} applies to --server only`);
   }
-  const outputs = (["json", "markdown"] as const).filter((f) => args.switches.has(f));
-  if (outputs.length > 1) throw new UsageError("--json and --markdown: choose one");
+  const output = outputOf(args);
   const settings: BenchSettings = {
     tag: v.get("tag") ?? "CoordSokoban",
     groupSize,
@@ -167,10 +276,36 @@ export function parseBenchArgs(argv: readonly string[]): Parsed {
   const cases = models.flatMap((latencyModel) =>
     replicas.flatMap((r) => episodes.map((n) => ({ episodes: n, replicas: r, latencyModel }))),
   );
-  return { settings, cases, output: outputs[0] ?? "text", svgDir: v.get("svg") ?? null };
+  return { settings, cases, output, svgDir: v.get("svg") ?? null };
+}
+
+async function asyncBenchCommand(args: ParsedArgs): Promise<number> {
+  const { settings, output } = parseAsyncBenchArgs(args);
+  const { stdout, stderr } = io();
+  const progress = new Progress(stderr);
+  let result: AsyncBenchResult;
+  try {
+    result = await runAsyncBench(settings, progress);
+  } catch (error) {
+    throw new CommandFailure(`bench --async: ${error instanceof Error ? error.message : String(error)}`);
+  } finally {
+    progress.done();
+  }
+  if (output === "json") stdout.write(`${JSON.stringify({ async: result }, null, 2)}\n`);
+  else stdout.write(`${output === "markdown" ? asyncMarkdownTable(result) : asyncTextTable(result)}\n`);
+  // Work lost, delivered twice or admitted past the rule is a failed bench.
+  const broken = result.modes.some(
+    (m) => m.groups_lost + m.groups_duplicated + m.age_rule_violations + m.capacity_violations > 0,
+  );
+  return broken ? 1 : 0;
 }
 
 export async function benchCommand(argv: readonly string[]): Promise<number> {
+  const args = parseArgs("bench", argv, BENCH_FLAGS);
+  if (args.switches.has("async")) {
+    expectPositionals("bench", args, []);
+    return asyncBenchCommand(args);
+  }
   const { settings, cases, output, svgDir } = parseBenchArgs(argv);
   const { stdout, stderr } = io();
   const progress = new Progress(stderr);

@@ -140,8 +140,10 @@ const COMMANDS: Record<string, Command> = {
   bench: {
     run: benchCommand,
     synopsis:
-      "bench [--episodes N,…] [--replicas 1,2,4] [--latency-model default|slow10x|none] [--duration S] [--llm URL[,URL…] --model M] [--server URL] [--json|--markdown] [--svg DIR]",
-    summary: "Load test: server + engines driven over the WebSocket protocol; throughput, CPU, lag, RSS.",
+      "bench [--episodes N,…] [--replicas 1,2,4] [--latency-model default|slow10x|none] [--duration S] [--llm URL[,URL…] --model M] [--server URL] [--json|--markdown] [--svg DIR]\n" +
+      "       rollgym bench --async [--steps N] [--groups-per-step N] [--staleness S,…] [--step-time S] [--pause-mode keep|wait|abort] [--json|--markdown]",
+    summary:
+      "Load test: server + engines driven over the WebSocket protocol; throughput, CPU, lag, RSS. --async: seconds per training step, sync against async.",
     details: BENCH_DETAILS,
     flags: BENCH_FLAGS,
   },

@@ -34,7 +34,11 @@ describe("serve --group-concurrency", () => {
       maxTokens: 8,
     });
     trainer.close();
-    expect(result).toEqual({ episodes: 24, failed: 0 });
+    expect({ ...result, sent: [...result.sent].sort((a, b) => a - b) }).toEqual({
+      episodes: 24,
+      failed: 0,
+      sent: [0, 1, 2, 3, 4, 5],
+    });
     return engine.stats().peakRunning;
   }
 

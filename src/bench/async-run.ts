@@ -1,0 +1,445 @@
+// `rollgym bench --async`: wall time per training step of a simulated trainer, synchronous
+// against asynchronous, on the same mock engines and the same server (PROTOCOL.md "Weight
+// updates", "Endless streams", "Staleness").
+//
+// Each step the trainer takes B groups, "trains" for the step time (it sleeps: the GPU would be
+// busy, not this process) and pushes weights: begin_update → the mock engines load "step-N"
+// (POST /mock/load_weights) → end_update.
+// - sync: the classic loop: one rollout of B groups, then the step, then the update.
+// - S = s: one endless stream (in_flight B, groups_per_step B, max_staleness s) that plays on
+//   while the trainer steps and updates; the trainer takes the first B groups to arrive.
+//   S = 0 is synchronous through the same endless path: the control.
+// Every mode plays the same seeds (group k of a step plays seed + k of the schedule).
+import type { PauseMode } from "../../protocol/settings.ts";
+import { describeLatencyModel, LATENCY_PRESETS, type LatencyPresetName } from "../mock-engine/latency.ts";
+import { type Child, startMockEngines, startServe, stopAll } from "./children.ts";
+import type { Progress } from "./progress.ts";
+import { scrapeEngines } from "./prometheus.ts";
+import { MOCK_MODEL } from "./run.ts";
+import { mean, median, round } from "./stats.ts";
+import { type ArrivedGroup, type RolloutResult, TrainerClient, type UpdateTiming } from "./trainer.ts";
+
+export interface AsyncBenchSettings {
+  tag: string;
+  groupSize: number;
+  /** B: groups the trainer consumes per step (and the groups running at once in every mode). */
+  groupsPerStep: number;
+  /** Training steps per mode. */
+  steps: number;
+  maxTurn: number;
+  maxTokens: number;
+  seed: number;
+  /** The max_staleness of each asynchronous mode, in order. */
+  staleness: number[];
+  /** The trainer's step time; null: the measured synchronous rollout time per step. */
+  stepTimeS: number | null;
+  replicas: number;
+  latencyModel: LatencyPresetName;
+  pauseMode: PauseMode;
+}
+
+export interface AsyncModeResult {
+  /** "sync", or "S=s" for an endless stream with max_staleness s. */
+  mode: string;
+  max_staleness: number | null;
+  steps: number;
+  groups_trained: number;
+  wall_s: number;
+  /** wall_s ÷ steps, the pipeline's fill included. */
+  s_per_step: number;
+  s_per_step_p50: number;
+  /** Time the trainer waited for its B groups, per step (sync: the rollout time). */
+  wait_s_per_step: number;
+  groups_per_s: number;
+  /** Tokens the engines generated over the mode's wall time, ÷ that time (unused groups included). */
+  engine_tokens_per_s: number;
+  /** The sync mode's s_per_step ÷ this one's. */
+  speedup_vs_sync: number | null;
+  /** Trained groups by age (the ordinal in force when the trainer took it − its min_version). */
+  ages: Record<string, number>;
+  /** Trained groups older than the capacity rule allows (S + ⌈groups that overtook it ÷ B⌉). */
+  age_rule_violations: number;
+  /** Group frames whose `admitted` counts break accepted + running ≤ (S + v + 1) × B. */
+  capacity_violations: number;
+  /** Groups the server says it sent that never arrived, and groups that arrived twice. */
+  groups_lost: number;
+  groups_duplicated: number;
+  /** Groups that arrived after the last step (a stream is cancelled then; sync: none). */
+  groups_unused: number;
+  /** Failed episodes in trained groups. */
+  episodes_failed: number;
+  /** Sync only: median time from a rollout's start to a group's arrival (the rollout waits for its slowest). */
+  group_finish_s_p50: number | null;
+  update: {
+    /** begin_update → update_begun: every replica paused. */
+    pausing_ms_p50: number;
+    /** begin_update → update_ended: the time admission was closed and engines paused. */
+    paused_ms_p50: number;
+    paused_ms_max: number;
+    /** Engine requests in flight when admission closed, mean over updates. */
+    in_flight_mean: number;
+  };
+}
+
+export interface AsyncBenchResult {
+  workload: {
+    tag: string;
+    group_size: number;
+    groups_per_step: number;
+    max_turn: number;
+    max_tokens: number;
+    replicas: number;
+    latency_model: LatencyPresetName;
+    latency_model_description: string;
+    pause_mode: PauseMode;
+    seed: number;
+  };
+  step_time_s: number;
+  step_time_source: "flag" | "measured";
+  /** Rollouts of B groups timed to set the step time (after one warm-up rollout); empty with --step-time. */
+  calibration_rollout_s: number[];
+  modes: AsyncModeResult[];
+  wall_s: number;
+}
+
+/** Rollouts timed for the default step time, after a warm-up one. */
+const CALIBRATION_ROLLOUTS = 2;
+
+export async function runAsyncBench(
+  settings: AsyncBenchSettings,
+  progress: Progress,
+): Promise<AsyncBenchResult> {
+  const started = performance.now();
+  const B = settings.groupsPerStep;
+  const children: Child[] = [];
+  let trainer: TrainerClient | null = null;
+  try {
+    const engines = await startMockEngines(settings.replicas, MOCK_MODEL, [
+      "--latency-model",
+      settings.latencyModel,
+    ]);
+    children.push(...engines);
+    const urls = engines.map((e) => e.url);
+    const server = await startServe(urls, MOCK_MODEL, B, [
+      // Groups are acknowledged as they arrive: the buffer bound must never be what paces a stream.
+      "--max-buffered-groups",
+      String(Math.max(64, 4 * B)),
+      `rollgym.llm.concurrency=${2 * B * settings.groupSize}`,
+    ]);
+    children.push(server);
+    trainer = await TrainerClient.connect(server.url, { credit: 4 * B, trainer: true });
+    const bench = new Trainer(trainer, settings, urls, progress);
+
+    // One update first, so that every group frame carries versions (PROTOCOL.md "Versions").
+    await bench.update();
+    await bench.rollout("warm-up", settings.seed);
+    const calibration: number[] = [];
+    if (settings.stepTimeS === null) {
+      for (let i = 0; i < CALIBRATION_ROLLOUTS; i++) {
+        progress.update("calibrating the step time: rollout", i + 1, CALIBRATION_ROLLOUTS);
+        const t = performance.now();
+        await bench.rollout(`calibrate-${i}`, settings.seed + i * B);
+        calibration.push((performance.now() - t) / 1000);
+      }
+    }
+    const stepTime = settings.stepTimeS ?? mean(calibration);
+    progress.note(
+      `step time ${round(stepTime, 3)} s (${settings.stepTimeS === null ? "the measured sync rollout time per step" : "--step-time"})`,
+    );
+
+    const modes: AsyncModeResult[] = [];
+    const report = (m: AsyncModeResult) => {
+      modes.push(m);
+      progress.note(
+        `${m.mode}: ${m.s_per_step} s/step, ${m.groups_per_s} groups/s, waited ${m.wait_s_per_step} s/step, ` +
+          `ages ${JSON.stringify(m.ages)}, paused ${m.update.paused_ms_p50} ms/update, ${m.groups_lost} lost`,
+      );
+    };
+    report(await bench.syncMode(stepTime));
+    for (const s of settings.staleness) report(await bench.streamMode(s, stepTime));
+    const sync = modes[0].s_per_step;
+    for (const m of modes) m.speedup_vs_sync = m.s_per_step > 0 ? round(sync / m.s_per_step, 3) : null;
+
+    return {
+      workload: {
+        tag: settings.tag,
+        group_size: settings.groupSize,
+        groups_per_step: B,
+        max_turn: settings.maxTurn,
+        max_tokens: settings.maxTokens,
+        replicas: settings.replicas,
+        latency_model: settings.latencyModel,
+        latency_model_description: describeLatencyModel(LATENCY_PRESETS[settings.latencyModel]),
+        pause_mode: settings.pauseMode,
+        seed: settings.seed,
+      },
+      step_time_s: round(stepTime, 3),
+      step_time_source: settings.stepTimeS === null ? "measured" : "flag",
+      calibration_rollout_s: calibration.map((s) => round(s, 3)),
+      modes,
+      wall_s: round((performance.now() - started) / 1000, 1),
+    };
+  } finally {
+    trainer?.close();
+    await stopAll(children);
+  }
+}
+
+/** A group the trainer took into a step, and the ordinal in force then. */
+interface Trained {
+  group: ArrivedGroup;
+  ordinal: number;
+}
+
+/** The simulated trainer's loops over one connection, and what each mode measured. */
+class Trainer {
+  private readonly client: TrainerClient;
+  private readonly settings: AsyncBenchSettings;
+  private readonly urls: readonly string[];
+  private readonly progress: Progress;
+  private ordinal = 0;
+
+  constructor(
+    client: TrainerClient,
+    settings: AsyncBenchSettings,
+    urls: readonly string[],
+    progress: Progress,
+  ) {
+    this.client = client;
+    this.settings = settings;
+    this.urls = urls;
+    this.progress = progress;
+  }
+
+  /** One weight update: the engines load "step-N" while the server holds them paused. */
+  update(): Promise<UpdateTiming> {
+    const ordinal = ++this.ordinal;
+    const label = `step-${ordinal}`;
+    return this.client.update(`u${ordinal}`, { label, ordinal }, this.settings.pauseMode, () =>
+      loadWeights(this.urls, label),
+    );
+  }
+
+  /** A finite stream rollout of B groups; resolves with the groups once its batch frame came. */
+  async rollout(id: string, seed: number): Promise<{ arrived: ArrivedGroup[]; result: RolloutResult }> {
+    const arrived: ArrivedGroup[] = [];
+    this.client.onGroup = (g) => {
+      if (g.rollout === id) arrived.push(g);
+    };
+    const result = await this.client.rollout({ ...this.spec(id), seed });
+    return { arrived, result };
+  }
+
+  /** The classic loop: rollout, step, update. */
+  async syncMode(stepTime: number): Promise<AsyncModeResult> {
+    const { steps, groupsPerStep: B } = this.settings;
+    const meter = await this.meter();
+    const trained: Trained[] = [];
+    const waits: number[] = [];
+    const updates: UpdateTiming[] = [];
+    const finishes: number[] = [];
+    let lost = 0;
+    let duplicated = 0;
+    for (let k = 0; k < steps; k++) {
+      this.progress.update("sync: step", k, steps);
+      const start = performance.now();
+      const { arrived, result } = await this.rollout(`sync-${k}`, this.settings.seed + k * B);
+      waits.push(performance.now() - start);
+      for (const g of arrived) finishes.push(g.at - start);
+      ({ lost, duplicated } = tally(result.sent, arrived, { lost, duplicated }));
+      trained.push(...arrived.map((group) => ({ group, ordinal: this.ordinal })));
+      await sleep(stepTime);
+      updates.push(await this.update());
+      meter.step();
+    }
+    return meter.result("sync", null, { trained, waits, updates, lost, duplicated, unused: 0, finishes });
+  }
+
+  /** An endless stream under max_staleness S, consumed B groups per step. */
+  async streamMode(S: number, stepTime: number): Promise<AsyncModeResult> {
+    const { steps, groupsPerStep: B } = this.settings;
+    const id = `stream-s${S}`;
+    const label = `S=${S}`;
+    const arrived: ArrivedGroup[] = [];
+    const queue: ArrivedGroup[] = [];
+    let wake: (() => void) | null = null;
+    this.client.onGroup = (g) => {
+      if (g.rollout !== id) return;
+      arrived.push(g);
+      queue.push(g);
+      wake?.();
+    };
+    const meter = await this.meter();
+    const done = this.client.rollout({
+      ...this.spec(id),
+      seed: this.settings.seed,
+      endless: { inFlight: B, maxStaleness: S, groupsPerStep: B },
+    });
+    // A stream that fails (an error frame, a closed socket) ends the wait for its groups.
+    const failed = done.then(
+      () => new Promise<never>(() => {}),
+      (error: unknown) => Promise.reject(error),
+    );
+    failed.catch(() => {});
+    const trained: Trained[] = [];
+    const waits: number[] = [];
+    const updates: UpdateTiming[] = [];
+    for (let k = 0; k < steps; k++) {
+      this.progress.update(`${label}: step`, k, steps);
+      const start = performance.now();
+      while (queue.length < B) {
+        await Promise.race([new Promise<void>((resolve) => (wake = resolve)), failed]);
+      }
+      waits.push(performance.now() - start);
+      trained.push(...queue.splice(0, B).map((group) => ({ group, ordinal: this.ordinal })));
+      await sleep(stepTime);
+      updates.push(await this.update());
+      meter.step();
+    }
+    const result = await meter.result(label, S, {
+      trained,
+      waits,
+      updates,
+      lost: 0,
+      duplicated: 0,
+      unused: 0,
+      finishes: [],
+    });
+    // The stream ends: groups in flight come cut short, then the window and batch frames.
+    this.client.cancel(id);
+    const { sent } = await done;
+    const { lost, duplicated } = tally(sent, arrived, { lost: 0, duplicated: 0 });
+    result.groups_lost = lost;
+    result.groups_duplicated = duplicated;
+    result.groups_unused = arrived.length - trained.length;
+    result.capacity_violations = arrived.filter(
+      (g) => g.admitted === null || !withinCapacity(g.admitted, S, B),
+    ).length;
+    return result;
+  }
+
+  private spec(id: string) {
+    const { tag, groupSize, groupsPerStep, maxTurn, maxTokens } = this.settings;
+    return { id, tag, groups: groupsPerStep, groupSize, maxTurn, maxTokens };
+  }
+
+  /** Times a mode's steps and the engines' tokens over them. */
+  private async meter() {
+    const start = performance.now();
+    const tokens = (await scrapeEngines(this.urls)).generatedTokens;
+    const ends: number[] = [];
+    const { steps, groupsPerStep: B } = this.settings;
+    return {
+      step: () => ends.push(performance.now()),
+      result: async (
+        mode: string,
+        S: number | null,
+        seen: {
+          trained: Trained[];
+          waits: number[];
+          updates: UpdateTiming[];
+          lost: number;
+          duplicated: number;
+          unused: number;
+          finishes: number[];
+        },
+      ): Promise<AsyncModeResult> => {
+        const end = ends.at(-1) ?? performance.now();
+        const wall = (end - start) / 1000;
+        const generated = (await scrapeEngines(this.urls)).generatedTokens - tokens;
+        const stepTimes = ends.map((t, i) => (t - (i === 0 ? start : ends[i - 1])) / 1000);
+        const { ages, violations } = agesOf(seen.trained, S ?? 0, B);
+        return {
+          mode,
+          max_staleness: S,
+          steps,
+          groups_trained: seen.trained.length,
+          wall_s: round(wall, 2),
+          s_per_step: round(wall / steps, 3),
+          s_per_step_p50: round(median(stepTimes), 3),
+          wait_s_per_step: round(mean(seen.waits) / 1000, 3),
+          groups_per_s: round(seen.trained.length / wall, 2),
+          engine_tokens_per_s: round(generated / wall, 1),
+          speedup_vs_sync: null,
+          ages,
+          age_rule_violations: violations,
+          capacity_violations: 0,
+          groups_lost: seen.lost,
+          groups_duplicated: seen.duplicated,
+          groups_unused: seen.unused,
+          episodes_failed: seen.trained.reduce((n, t) => n + t.group.failed, 0),
+          group_finish_s_p50: seen.finishes.length ? round(median(seen.finishes) / 1000, 3) : null,
+          update: {
+            pausing_ms_p50: round(median(seen.updates.map((u) => u.pausingMs)), 1),
+            paused_ms_p50: round(median(seen.updates.map((u) => u.pausedMs)), 1),
+            paused_ms_max: round(Math.max(...seen.updates.map((u) => u.pausedMs)), 1),
+            in_flight_mean: round(mean(seen.updates.map((u) => u.inFlight)), 1),
+          },
+        };
+      },
+    };
+  }
+}
+
+/**
+ * Ages of the trained groups, and how many break the capacity rule's bound. A stream admits
+ * groups in id order, and a group admitted under version v counted at most (S + v + 1) × B
+ * groups admitted or delivered before it; the trainer takes B per version in arrival order. So
+ * a group no later group overtook is trained at most S versions after its admission (S = 0:
+ * always under the version it was played with); each B groups that overtook it (a long
+ * episode) may add one.
+ */
+function agesOf(
+  trained: readonly Trained[],
+  S: number,
+  B: number,
+): { ages: Record<string, number>; violations: number } {
+  const ages: Record<string, number> = {};
+  let violations = 0;
+  trained.forEach(({ group, ordinal }, i) => {
+    const age = ordinal - (group.minVersion ?? 0);
+    ages[age] = (ages[age] ?? 0) + 1;
+    let overtaken = 0;
+    for (let j = 0; j < i; j++) if (trained[j].group.group > group.group) overtaken++;
+    if (age < 0 || age > S + Math.ceil(overtaken / B)) violations++;
+  });
+  return { ages, violations };
+}
+
+function withinCapacity(a: NonNullable<ArrivedGroup["admitted"]>, S: number, B: number): boolean {
+  return a.capacity === (S + a.version + 1) * B && a.accepted + a.running <= a.capacity;
+}
+
+/** Adds the groups of `sent` that never arrived, and the arrivals of a group seen before. */
+function tally(
+  sent: readonly number[],
+  arrived: readonly ArrivedGroup[],
+  so: { lost: number; duplicated: number },
+): { lost: number; duplicated: number } {
+  const seen = new Set<number>();
+  let duplicated = 0;
+  for (const g of arrived) {
+    if (seen.has(g.group)) duplicated++;
+    seen.add(g.group);
+  }
+  return { lost: so.lost + sent.filter((g) => !seen.has(g)).length, duplicated: so.duplicated + duplicated };
+}
+
+/** The trainer "moves its weights by its own means": each mock engine loads `label`. */
+async function loadWeights(urls: readonly string[], label: string): Promise<void> {
+  await Promise.all(
+    urls.map(async (url) => {
+      const target = `${url.replace(/\/+$/, "").replace(/\/v1$/, "")}/mock/load_weights`;
+      const response = await fetch(target, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ version: label }),
+      });
+      if (!response.ok) throw new Error(`POST ${target}: HTTP ${response.status} ${await response.text()}`);
+    }),
+  );
+}
+
+function sleep(seconds: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, seconds * 1000));
+}

@@ -1,0 +1,145 @@
+// `rollgym bench --async` end to end at a tiny size, through the CLI: real mock engine and server
+// children, a trainer session over the real WebSocket protocol with weight updates. Checked: the
+// report's structure and its invariants (every mode trained its steps, nothing lost or delivered
+// twice, ages non-negative and within the capacity rule, S = 0 and sync always on-policy, the
+// classic loop updates with nothing in flight). Nothing here asserts on wall time.
+import { describe, expect, it } from "vitest";
+import { asyncMarkdownTable, asyncTextTable } from "../../src/bench/async-report.ts";
+import type { AsyncBenchResult, AsyncModeResult } from "../../src/bench/async-run.ts";
+import { runInProcess } from "../cli/in-process.ts";
+import { expectUsageError, rollgym } from "../helpers/cli.ts";
+
+const TINY = [
+  "--latency-model",
+  "none",
+  "--groups-per-step",
+  "2",
+  "--group-size",
+  "2",
+  "--max-turn",
+  "2",
+  "--max-tokens",
+  "64",
+];
+
+function expectSound(m: AsyncModeResult, steps: number, B: number): void {
+  expect(m.steps).toBe(steps);
+  expect(m.groups_trained).toBe(steps * B);
+  expect(m.groups_lost).toBe(0);
+  expect(m.groups_duplicated).toBe(0);
+  expect(m.capacity_violations).toBe(0);
+  expect(m.age_rule_violations).toBe(0);
+  expect(m.episodes_failed).toBe(0);
+  const ages = Object.entries(m.ages);
+  for (const [age] of ages) expect(Number(age)).toBeGreaterThanOrEqual(0);
+  expect(ages.reduce((n, [, count]) => n + count, 0)).toBe(m.groups_trained);
+  expect(m.s_per_step).toBeGreaterThan(0);
+  expect(m.wall_s).toBeGreaterThan(0);
+  expect(m.update.paused_ms_max).toBeGreaterThanOrEqual(m.update.paused_ms_p50);
+  expect(m.update.paused_ms_p50).toBeGreaterThan(0);
+  expect(m.engine_tokens_per_s).toBeGreaterThan(0);
+}
+
+describe("rollgym bench --async", () => {
+  it("sync, the S = 0 control and S = 1, 2: every step trained, nothing lost, ages within the rule", async () => {
+    const result = await rollgym([
+      "bench",
+      "--async",
+      ...TINY,
+      "--steps",
+      "4",
+      "--staleness",
+      "0,1,2",
+      "--json",
+    ]);
+    expect(result.code, result.stderr).toBe(0);
+    const { async: r } = JSON.parse(result.stdout) as { async: AsyncBenchResult };
+    expect(r.modes.map((m) => m.mode)).toEqual(["sync", "S=0", "S=1", "S=2"]);
+    expect(r.modes.map((m) => m.max_staleness)).toEqual([null, 0, 1, 2]);
+    for (const m of r.modes) expectSound(m, 4, 2);
+    const [sync, control] = r.modes;
+    // The classic loop and S = 0 train every group under the weights that played it.
+    expect(sync.ages).toEqual({ "0": 8 });
+    expect(control.ages).toEqual({ "0": 8 });
+    // The classic loop updates between rollouts: nothing is in flight then, nothing left over.
+    expect(sync.update.in_flight_mean).toBe(0);
+    expect(sync.groups_unused).toBe(0);
+    expect(sync.speedup_vs_sync).toBe(1);
+    expect(sync.group_finish_s_p50).toBeGreaterThan(0);
+    expect(control.group_finish_s_p50).toBeNull();
+    // The default step time is the measured sync rollout time.
+    expect(r.step_time_source).toBe("measured");
+    expect(r.calibration_rollout_s).toHaveLength(2);
+    const measured = (r.calibration_rollout_s[0] + r.calibration_rollout_s[1]) / 2;
+    expect(Math.abs(r.step_time_s - measured)).toBeLessThanOrEqual(0.002);
+    expect(r.workload).toMatchObject({ groups_per_step: 2, group_size: 2, max_turn: 2, pause_mode: "keep" });
+    // Progress and one line per mode on stderr.
+    for (const mode of ["sync:", "S=0:", "S=1:", "S=2:"]) expect(result.stderr).toContain(mode);
+    const text = asyncTextTable(r);
+    for (const title of ["s/step", "speedup", "ages (age:groups)", "paused ms p50/max", "lost/dup"])
+      expect(text).toContain(title);
+    expect(asyncMarkdownTable(r)).toMatch(/^\| mode \| s\/step \|[\s\S]*\n\| S=2 \| /);
+  }, 120_000);
+
+  it("takes --step-time and --pause-mode, and prints a Markdown table", async () => {
+    const result = await rollgym([
+      "bench",
+      "--async",
+      ...TINY,
+      "--steps",
+      "3",
+      "--staleness",
+      "1",
+      "--step-time",
+      "0.01",
+      "--pause-mode",
+      "abort",
+      "--markdown",
+    ]);
+    expect(result.code, result.stderr).toBe(0);
+    expect(result.stdout).toContain("| mode | s/step |");
+    expect(result.stdout).toMatch(/\| sync \| [\d.]+ \|/);
+    expect(result.stdout).toMatch(/\| S=1 \| [\d.]+ \|/);
+    expect(result.stdout).toContain("trainer step 0.01 s (--step-time)");
+    expect(result.stdout).toContain("pause mode abort");
+  }, 120_000);
+
+  it.each([
+    [
+      ["--async", "--episodes", "64"],
+      ["--episodes", "does not apply to --async"],
+    ],
+    [
+      ["--async", "--llm", "http://gpu:8000/v1"],
+      ["--llm", "does not apply to --async"],
+    ],
+    [["--steps", "3"], ["--steps applies to --async only"]],
+    [
+      ["--async", "--staleness", "0,x"],
+      ["--staleness", '"x"', "integer from 0 to 1000"],
+    ],
+    [
+      ["--async", "--pause-mode", "hold"],
+      ["--pause-mode", "keep, wait, abort"],
+    ],
+    [
+      ["--async", "--step-time", "-1"],
+      ["--step-time", "0 to 3600"],
+    ],
+    [
+      ["--async", "--step-time", "soon"],
+      ["--step-time", "not a finite number"],
+    ],
+    [
+      ["--async", "--replicas", "1,2"],
+      ["--replicas", "one value"],
+    ],
+    [
+      ["--async", "--groups-per-step", "0"],
+      ["--groups-per-step", "from 1"],
+    ],
+    [["--async", "--json", "--markdown"], ["--json and --markdown"]],
+  ])("bad flags %j: one line naming the flag, exit 2", async (args, mentions) => {
+    expectUsageError(await runInProcess(["bench", ...args]), mentions);
+  });
+});

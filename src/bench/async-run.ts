@@ -50,6 +50,9 @@ export interface AsyncModeResult {
   s_per_step_p50: number;
   /** Time the trainer waited for its B groups, per step (sync: the rollout time). */
   wait_s_per_step: number;
+  /** Each step's wall time and wait, in order (an async mode's first step fills the pipeline). */
+  step_s: number[];
+  wait_s: number[];
   groups_per_s: number;
   /** Tokens the engines generated over the mode's wall time, ÷ that time (unused groups included). */
   engine_tokens_per_s: number;
@@ -96,14 +99,11 @@ export interface AsyncBenchResult {
   };
   step_time_s: number;
   step_time_source: "flag" | "measured";
-  /** Rollouts of B groups timed to set the step time (after one warm-up rollout); empty with --step-time. */
+  /** One rollout of B groups per step, timed for the default step time (after a warm-up rollout); empty with --step-time. */
   calibration_rollout_s: number[];
   modes: AsyncModeResult[];
   wall_s: number;
 }
-
-/** Rollouts timed for the default step time, after a warm-up one. */
-const CALIBRATION_ROLLOUTS = 2;
 
 export async function runAsyncBench(
   settings: AsyncBenchSettings,
@@ -133,12 +133,14 @@ export async function runAsyncBench(
     // One update first, so that every group frame carries versions (PROTOCOL.md "Versions").
     await bench.update();
     await bench.rollout("warm-up", settings.seed);
+    // The step time defaults to the sync rollout time of the very steps to come: each step's
+    // seeds once (how long a rollout takes depends on its puzzles, as its episodes' lengths do).
     const calibration: number[] = [];
     if (settings.stepTimeS === null) {
-      for (let i = 0; i < CALIBRATION_ROLLOUTS; i++) {
-        progress.update("calibrating the step time: rollout", i + 1, CALIBRATION_ROLLOUTS);
+      for (let k = 0; k < settings.steps; k++) {
+        progress.update("calibrating the step time: rollout", k, settings.steps);
         const t = performance.now();
-        await bench.rollout(`calibrate-${i}`, settings.seed + i * B);
+        await bench.rollout(`calibrate-${k}`, settings.seed + k * B);
         calibration.push((performance.now() - t) / 1000);
       }
     }
@@ -358,6 +360,8 @@ class Trainer {
           s_per_step: round(wall / steps, 3),
           s_per_step_p50: round(median(stepTimes), 3),
           wait_s_per_step: round(mean(seen.waits) / 1000, 3),
+          step_s: stepTimes.map((t) => round(t, 3)),
+          wait_s: seen.waits.map((w) => round(w / 1000, 3)),
           groups_per_s: round(seen.trained.length / wall, 2),
           engine_tokens_per_s: round(generated / wall, 1),
           speedup_vs_sync: null,

@@ -37,8 +37,6 @@ export interface ArrivedGroup {
   group: number;
   episodes: number;
   failed: number;
-  /** Episodes cut short by a cancel (`failure: "cancelled"`). */
-  cancelled: number;
   /** The oldest dispatch ordinal over its turns; null before the trainer's first update. */
   minVersion: number | null;
   admitted: Admitted | null;
@@ -239,7 +237,6 @@ export class TrainerClient {
           group: frame.group as number,
           episodes: episodes.length,
           failed: episodes.filter((e) => e.failure !== null).length,
-          cancelled: episodes.filter((e) => e.failure === "cancelled").length,
           minVersion: (frame.min_version as number | undefined) ?? null,
           admitted: (frame.admitted as Admitted | undefined) ?? null,
           at: performance.now(),

@@ -34,6 +34,8 @@ function expectSound(m: AsyncModeResult, steps: number, B: number): void {
   for (const [age] of ages) expect(Number(age)).toBeGreaterThanOrEqual(0);
   expect(ages.reduce((n, [, count]) => n + count, 0)).toBe(m.groups_trained);
   expect(m.s_per_step).toBeGreaterThan(0);
+  expect(m.step_s).toHaveLength(steps);
+  expect(m.wait_s).toHaveLength(steps);
   expect(m.wall_s).toBeGreaterThan(0);
   expect(m.update.paused_ms_max).toBeGreaterThanOrEqual(m.update.paused_ms_p50);
   expect(m.update.paused_ms_p50).toBeGreaterThan(0);
@@ -69,8 +71,8 @@ describe("rollgym bench --async", () => {
     expect(control.group_finish_s_p50).toBeNull();
     // The default step time is the measured sync rollout time.
     expect(r.step_time_source).toBe("measured");
-    expect(r.calibration_rollout_s).toHaveLength(2);
-    const measured = (r.calibration_rollout_s[0] + r.calibration_rollout_s[1]) / 2;
+    expect(r.calibration_rollout_s).toHaveLength(4);
+    const measured = r.calibration_rollout_s.reduce((a, b) => a + b, 0) / 4;
     expect(Math.abs(r.step_time_s - measured)).toBeLessThanOrEqual(0.002);
     expect(r.workload).toMatchObject({ groups_per_step: 2, group_size: 2, max_turn: 2, pause_mode: "keep" });
     // Progress and one line per mode on stderr.

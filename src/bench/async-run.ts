@@ -60,7 +60,7 @@ export interface AsyncModeResult {
   speedup_vs_sync: number | null;
   /** Trained groups by age (the ordinal in force when the trainer took it − its min_version). */
   ages: Record<string, number>;
-  /** Trained groups older than the capacity rule allows (S + ⌈groups that overtook it ÷ B⌉). */
+  /** Trained groups older than the capacity rule allows (S, plus one per step it was overtaken: see agesOf). */
   age_rule_violations: number;
   /** Group frames whose `admitted` counts break accepted + running ≤ (S + v + 1) × B. */
   capacity_violations: number;
@@ -187,9 +187,10 @@ export async function runAsyncBench(
   }
 }
 
-/** A group the trainer took into a step, and the ordinal in force then. */
+/** A group the trainer took into a step (1, 2, … in its mode), and the ordinal in force then. */
 interface Trained {
   group: ArrivedGroup;
+  step: number;
   ordinal: number;
 }
 
@@ -249,7 +250,7 @@ class Trainer {
       waits.push(performance.now() - start);
       for (const g of arrived) finishes.push(g.at - start);
       ({ lost, duplicated } = tally(result.sent, arrived, { lost, duplicated }));
-      trained.push(...arrived.map((group) => ({ group, ordinal: this.ordinal })));
+      trained.push(...arrived.map((group) => ({ group, step: k + 1, ordinal: this.ordinal })));
       await sleep(stepTime);
       updates.push(await this.update());
       meter.step();
@@ -293,7 +294,7 @@ class Trainer {
         await Promise.race([new Promise<void>((resolve) => (wake = resolve)), failed]);
       }
       waits.push(performance.now() - start);
-      trained.push(...queue.splice(0, B).map((group) => ({ group, ordinal: this.ordinal })));
+      trained.push(...queue.splice(0, B).map((group) => ({ group, step: k + 1, ordinal: this.ordinal })));
       await sleep(stepTime);
       updates.push(await this.update());
       meter.step();
@@ -386,12 +387,12 @@ class Trainer {
 }
 
 /**
- * Ages of the trained groups, and how many break the capacity rule's bound. A stream admits
- * groups in id order, and a group admitted under version v counted at most (S + v + 1) × B
- * groups admitted or delivered before it; the trainer takes B per version in arrival order. So
- * a group no later group overtook is trained at most S versions after its admission (S = 0:
- * always under the version it was played with); each B groups that overtook it (a long
- * episode) may add one.
+ * Ages of the trained groups, and how many are older than the capacity rule allows. A stream's
+ * group admitted as the a-th (a = accepted + running in its `admitted`: nothing is dropped here)
+ * under version v had a ≤ (S + v + 1) × B, so v ≥ ⌈a ÷ B⌉ − S − 1, and its turns were
+ * dispatched at v or later. The trainer updates once per B groups it takes, so a group taken at
+ * step k is at most S + k − ⌈a ÷ B⌉ versions old: S when it arrives in its turn, one more per step
+ * that later groups overtook it (a long episode). The classic loop's groups: 0.
  */
 function agesOf(
   trained: readonly Trained[],
@@ -400,13 +401,13 @@ function agesOf(
 ): { ages: Record<string, number>; violations: number } {
   const ages: Record<string, number> = {};
   let violations = 0;
-  trained.forEach(({ group, ordinal }, i) => {
+  for (const { group, step, ordinal } of trained) {
     const age = ordinal - (group.minVersion ?? 0);
     ages[age] = (ages[age] ?? 0) + 1;
-    let overtaken = 0;
-    for (let j = 0; j < i; j++) if (trained[j].group.group > group.group) overtaken++;
-    if (age < 0 || age > S + Math.ceil(overtaken / B)) violations++;
-  });
+    const a = group.admitted;
+    const bound = a === null ? 0 : S + step - Math.ceil((a.accepted + a.running) / B);
+    if (age < 0 || age > bound) violations++;
+  }
   return { ages, violations };
 }
 

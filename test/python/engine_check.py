@@ -6,33 +6,21 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import tempfile
 import threading
 import time
 import urllib.error
 import urllib.request
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "protocol", "python"))
-
-import torch  # noqa: E402
+import engine_checking  # first: puts protocol/python on the path
+import torch
+from engine_checking import check
 
 from rollgym_engine.model import ModelConfig, TinyLM  # noqa: E402
 from rollgym_engine.server import Engine, serve  # noqa: E402
 from rollgym_engine.vocab import IM_END_ID, chat_ids, encode  # noqa: E402
 
 torch.set_num_threads(1)
-checks = 0
-
-
-def check(condition: bool, message: str) -> None:
-    global checks
-    checks += 1
-    if not condition:
-        raise AssertionError(message)
-
-
 def call(method: str, path: str, body=None):
     data = None if body is None else json.dumps(body).encode()
     request = urllib.request.Request(URL + path, data=data, method=method, headers={"Content-Type": "application/json"})
@@ -149,4 +137,4 @@ with tempfile.TemporaryDirectory() as tmp:
     check(call("GET", "/weight_info")[1]["weight_version"] == "step-1", "and the served weights stay")
 
 server.shutdown()
-print(json.dumps({"ok": True, "checks": checks}))
+print(json.dumps({"ok": True, "checks": engine_checking.made}))

@@ -204,7 +204,19 @@ class Engine:
         return asdict(self.scheduler.model.config)
 
 
-def serve(engine: Engine, host: str = "127.0.0.1", port: int = 0) -> Tuple[ThreadingHTTPServer, str]:
+class EngineHTTPServer(ThreadingHTTPServer):
+    # rollgym opens one keep-alive connection per request in flight and lets idle ones close
+    # between training steps, so each step begins with a burst of connects, often while decoding
+    # holds the GIL. socketserver's default backlog of 5 dropped the rest of the burst; their
+    # clients retransmit with exponential backoff and the engine sat idle with requests unread
+    # (the RL run that stalled at step 63). The kernel caps this at net.core.somaxconn.
+    request_queue_size = 4096
+    daemon_threads = True
+
+
+def listen(engine: Engine, host: str = "127.0.0.1", port: int = 0) -> EngineHTTPServer:
+    """The engine's HTTP server, listening but not yet answering (``serve`` starts it)."""
+
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
@@ -275,7 +287,10 @@ def serve(engine: Engine, host: str = "127.0.0.1", port: int = 0) -> Tuple[Threa
         def do_POST(self) -> None:  # noqa: N802
             self._route("POST")
 
-    server = ThreadingHTTPServer((host, port), Handler)
-    server.daemon_threads = True
+    return EngineHTTPServer((host, port), Handler)
+
+
+def serve(engine: Engine, host: str = "127.0.0.1", port: int = 0) -> Tuple[EngineHTTPServer, str]:
+    server = listen(engine, host, port)
     threading.Thread(target=server.serve_forever, name="rollgym-engine-http", daemon=True).start()
     return server, f"http://{host}:{server.server_address[1]}"

@@ -11,6 +11,7 @@ Positive: toward the high-risk arm.
 
     python bench/closed-loop/bandit_gradient.py --steps 2000          # the table in bench/RESULTS.md
     python bench/closed-loop/bandit_gradient.py --steps 2000 --groups 16 --group-size 8
+    python bench/closed-loop/bandit_gradient.py --steps 2000 --kl-coef 0.1     # with the trainer's KL penalty
 """
 
 from __future__ import annotations
@@ -25,17 +26,21 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from rollgym_client.pack import grpo_advantages  # noqa: E402
 
 
+#: The trainer's --filter settings as RAGEN's rollout_filter_ratio (top_k by reward std, largest).
+RATIOS = {"none": 1.0, "top-quarter": 0.25, "top-eighth": 0.125}
+
+
 def kept_groups(std: np.ndarray, strategy: str) -> np.ndarray:
-    """Indices of the groups RAGEN's filter keeps: ``top-quarter`` is top_k 0.25 by reward std
-    (largest, include_zero), ``none`` every group."""
+    """Indices of the groups RAGEN's filter keeps: top_k by reward std (largest, include_zero),
+    k = int(ratio × groups); ``none`` every group."""
     if strategy == "none":
         return np.arange(len(std))
-    k = max(1, int(0.25 * len(std)))
+    k = max(1, int(RATIOS[strategy] * len(std)))
     return np.argsort(-std, kind="stable")[:k]
 
 
 def gradient(p: float, valid: float, groups: int, size: int, strategy: str, steps: int, rng: np.random.Generator,
-             shared_payout: bool = True) -> float:
+             shared_payout: bool = True, kl_coef: float = 0.0, kl_ref: float = 0.5) -> float:
     total = 0.0
     for _ in range(steps):
         ok = rng.random((groups, size)) < valid
@@ -48,7 +53,9 @@ def gradient(p: float, valid: float, groups: int, size: int, strategy: str, step
         adv = grpo_advantages(scores.reshape(-1), np.repeat(np.arange(groups), size)).reshape(groups, size)
         keep = kept_groups(scores.std(axis=1, ddof=1), strategy)
         push = adv * (high - p) * ok
-        total += push[keep].sum()
+        # The k3 KL term to a reference with p(high) = kl_ref: its gradient on the arm logit,
+        # in expectation over the sampled arm, is kl_coef × (p − kl_ref) per valid episode.
+        total += push[keep].sum() - kl_coef * (p - kl_ref) * ok[keep].sum()
     return total / steps
 
 
@@ -58,15 +65,19 @@ def main() -> int:
     parser.add_argument("--group-size", type=int, default=16)
     parser.add_argument("--valid", type=float, default=1.0, help="share of valid answers")
     parser.add_argument("--steps", type=int, default=4000, help="sampled steps per point")
+    parser.add_argument("--kl-coef", type=float, default=0.0, help="the trainer's --kl-coef (toward the SFT policy)")
+    parser.add_argument("--kl-ref", type=float, default=0.5, help="the SFT policy's p(high) among valid answers")
     parser.add_argument("--independent", action="store_true", help="each episode draws its own payout (RAGEN's per-instance seeds)")
     args = parser.parse_args()
     rng = np.random.default_rng(0)
-    print(f"groups {args.groups} x {args.group_size}, valid {args.valid:g}, payout {'independent' if args.independent else 'shared per group'}")
-    print("| p(high) | filter none | filter top-quarter |")
-    print("| --- | --- | --- |")
-    for p in (0.1, 0.3, 0.5, 0.7, 0.8, 0.9, 0.95, 0.98):
-        row = [gradient(p, args.valid, args.groups, args.group_size, s, args.steps, rng, not args.independent) for s in ("none", "top-quarter")]
-        print(f"| {p:g} | {row[0]:+.2f} | {row[1]:+.2f} |")
+    print(f"groups {args.groups} x {args.group_size}, valid {args.valid:g}, kl {args.kl_coef:g} to p = {args.kl_ref:g}, "
+          f"payout {'independent' if args.independent else 'shared per group'}")
+    print("| p(high) | " + " | ".join(f"filter {s}" for s in RATIOS) + " |")
+    print("| --- |" + " --- |" * len(RATIOS))
+    for p in (0.1, 0.3, 0.5, 0.7, 0.8, 0.9, 0.93, 0.95, 0.97, 0.98):
+        row = [gradient(p, args.valid, args.groups, args.group_size, s, args.steps, rng, not args.independent,
+                        args.kl_coef, args.kl_ref) for s in RATIOS]
+        print(f"| {p:g} | " + " | ".join(f"{g:+.2f}" for g in row) + " |")
     return 0
 
 

@@ -60,6 +60,8 @@ FILTERS: Dict[str, Optional[Dict[str, object]]] = {
     "top-eighth": {"strategy": "top_k", "value": 0.125, "type": "largest", "metric": "reward_variance", "include_zero": True},
     "none": {"strategy": "top_p", "value": 1.0},
 }
+#: RAGEN's seed.val: validation episode i plays seed VAL_SEED + i.
+VAL_SEED = 123
 #: Deliberate bugs the test injects to show the checks catch them.
 FAULTS = ("none", "shift-mask", "stale-weights")
 
@@ -297,12 +299,21 @@ def validate(client: Client, args) -> Tuple[float, float]:
     """Share of RAGEN's validation episodes that succeed (Bandit: pull the high-risk arm; Sokoban: solve the
     puzzle), and whose first answer is valid."""
     # Token mode: the engine speaks only the completions route, as rollgym's token mode uses it.
-    batch = client.rollout(tag=args.tag, groups=args.val_episodes, group_size=1, mode="val", max_turn=args.max_turn, tokens=True,
-                           sampling={"temperature": args.val_temperature, "max_tokens": args.max_tokens})
-    if batch.failed_groups:
-        raise CheckFailed(f"validation: {len(batch.failed_groups)} of {args.val_episodes} episodes failed")
-    valid = [bool(e["turns"][0]["actions"]) for e in batch.episodes]
-    return float(np.mean(batch.success)), float(np.mean(valid))
+    # In chunks when asked: a whole multi-turn validation in one rollout can exceed the server's
+    # per-session memory share. Validation seeds are seed.val (RAGEN's 123) + episode index.
+    chunk = args.val_chunk or args.val_episodes
+    success: List[float] = []
+    valid: List[bool] = []
+    for start in range(0, args.val_episodes, chunk):
+        size = min(chunk, args.val_episodes - start)
+        seed = {"seed": VAL_SEED + start} if chunk < args.val_episodes else {}
+        batch = client.rollout(tag=args.tag, groups=size, group_size=1, mode="val", max_turn=args.max_turn, tokens=True,
+                               sampling={"temperature": args.val_temperature, "max_tokens": args.max_tokens}, **seed)
+        if batch.failed_groups:
+            raise CheckFailed(f"validation: {len(batch.failed_groups)} of {size} episodes failed")
+        success.extend(batch.success)
+        valid.extend(bool(e["turns"][0]["actions"]) for e in batch.episodes)
+    return float(np.mean(success)), float(np.mean(valid))
 
 
 def push_weights(model: TinyLM, engine: str, path: str, version: str) -> None:
@@ -411,6 +422,7 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
                         "'Pulling VentureCapitalist.</think><answer>VentureCapitalist</answer>', takes 69")
     p.add_argument("--val-every", type=int, default=10)
     p.add_argument("--val-episodes", type=int, default=512)
+    p.add_argument("--val-chunk", type=int, default=0, help="validation episodes per rollout (0: all in one)")
     p.add_argument("--val-temperature", type=float, default=1.0)
     p.add_argument("--target", type=float, default=0.9, help="stop once validation reaches this share (0: never)")
     p.add_argument("--budget-minutes", type=float, default=30.0, help="stop after this many CPU minutes")

@@ -175,6 +175,40 @@ describe("closed loop: SFT then GRPO through rollgym on a CPU", () => {
     expect(shifted.summary.failure).toMatch(/^on-policy check failed at step 0: /);
   }, 600_000);
 
+  it("SIGTERM ends the run through its cleanup: the engine and server it started are gone", async () => {
+    const child = spawn(
+      PYTHON,
+      [
+        "-W",
+        "ignore",
+        SCRIPT,
+        "--out",
+        join(dir, "term"),
+        ...SHORT,
+        "--steps",
+        "50",
+        "--init-weights",
+        join(good, "sft.pt"),
+      ],
+      { cwd: ROOT, stdio: "ignore" },
+    );
+    const pid = child.pid!;
+    const exited = new Promise<number | null>((resolve) => child.on("close", (code) => resolve(code)));
+    // Its engine and then rollgym serve, once both run.
+    let started: number[] = [];
+    while (started.length < 2) {
+      await new Promise((r) => setTimeout(r, 100));
+      started = readFileSync(`/proc/${pid}/task/${pid}/children`, "utf8")
+        .trim()
+        .split(/\s+/)
+        .filter(Boolean)
+        .map(Number);
+    }
+    child.kill("SIGTERM");
+    expect(await exited).toBe(143);
+    for (const id of started) expect(existsSync(`/proc/${id}`), `process ${id} left running`).toBe(false);
+  }, 600_000);
+
   it("fails the on-policy check when the engine samples with the previous version's weights", async () => {
     const stale = await withFault("stale-weights", 3);
     expect(stale.code).toBe(1);

@@ -31,6 +31,7 @@ import os
 import random
 import re
 import resource
+import signal
 import subprocess
 import sys
 import tempfile
@@ -570,4 +571,7 @@ def main(argv: Sequence[str]) -> int:
 
 
 if __name__ == "__main__":
+    # SIGTERM ends the run through main's cleanup (Python's default skips it, leaving the engine
+    # and server it started running): exit status 143, as the shell reports a TERM.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     sys.exit(main(sys.argv[1:]))

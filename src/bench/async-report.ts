@@ -10,7 +10,7 @@ interface Column {
 const fixed = (v: number | null, digits: number): string => (v === null ? "–" : v.toFixed(digits));
 
 /** Ages as "age:count" pairs, youngest first. */
-export function formatAges(ages: Record<string, number>): string {
+function formatAges(ages: Record<string, number>): string {
   return Object.entries(ages)
     .sort(([a], [b]) => Number(a) - Number(b))
     .map(([age, count]) => `${age}:${count}`)

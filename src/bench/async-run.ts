@@ -10,7 +10,9 @@
 //   while the trainer steps and updates; the trainer takes the first B groups to arrive.
 //   S = 0 is synchronous through the same endless path: the control.
 // Every mode plays the same seeds (group k of a step plays seed + k of the schedule).
+import { setTimeout as sleep } from "node:timers/promises";
 import type { PauseMode } from "../../protocol/settings.ts";
+import { serverRoot } from "../llm/engine.ts";
 import { describeLatencyModel, LATENCY_PRESETS, type LatencyPresetName } from "../mock-engine/latency.ts";
 import { type Child, startMockEngines, startServe, stopAll } from "./children.ts";
 import type { Progress } from "./progress.ts";
@@ -187,6 +189,14 @@ export async function runAsyncBench(
   }
 }
 
+/** What each mode measures its own way, beside what every mode's meter measures. */
+type ModeOwnField =
+  | "groups_lost"
+  | "groups_duplicated"
+  | "groups_unused"
+  | "capacity_violations"
+  | "group_finish_s_p50";
+
 /** A group the trainer took into a step (1, 2, … in its mode), and the ordinal in force then. */
 interface Trained {
   group: ArrivedGroup;
@@ -251,11 +261,18 @@ class Trainer {
       for (const g of arrived) finishes.push(g.at - start);
       ({ lost, duplicated } = tally(result.sent, arrived, { lost, duplicated }));
       trained.push(...arrived.map((group) => ({ group, step: k + 1, ordinal: this.ordinal })));
-      await sleep(stepTime);
+      await sleep(stepTime * 1000);
       updates.push(await this.update());
       meter.step();
     }
-    return meter.result("sync", null, { trained, waits, updates, lost, duplicated, unused: 0, finishes });
+    return {
+      ...(await meter.result("sync", null, { trained, waits, updates })),
+      groups_lost: lost,
+      groups_duplicated: duplicated,
+      groups_unused: 0,
+      capacity_violations: 0,
+      group_finish_s_p50: finishes.length ? round(median(finishes) / 1000, 3) : null,
+    };
   }
 
   /** An endless stream under max_staleness S, consumed B groups per step. */
@@ -279,10 +296,7 @@ class Trainer {
       endless: { inFlight: B, maxStaleness: S, groupsPerStep: B },
     });
     // A stream that fails (an error frame, a closed socket) ends the wait for its groups.
-    const failed = done.then(
-      () => new Promise<never>(() => {}),
-      (error: unknown) => Promise.reject(error),
-    );
+    const failed = done.then(() => new Promise<never>(() => {}));
     failed.catch(() => {});
     const trained: Trained[] = [];
     const waits: number[] = [];
@@ -295,30 +309,24 @@ class Trainer {
       }
       waits.push(performance.now() - start);
       trained.push(...queue.splice(0, B).map((group) => ({ group, step: k + 1, ordinal: this.ordinal })));
-      await sleep(stepTime);
+      await sleep(stepTime * 1000);
       updates.push(await this.update());
       meter.step();
     }
-    const result = await meter.result(label, S, {
-      trained,
-      waits,
-      updates,
-      lost: 0,
-      duplicated: 0,
-      unused: 0,
-      finishes: [],
-    });
+    const measured = await meter.result(label, S, { trained, waits, updates });
     // The stream ends: groups in flight come cut short, then the window and batch frames.
     this.client.cancel(id);
     const { sent } = await done;
     const { lost, duplicated } = tally(sent, arrived, { lost: 0, duplicated: 0 });
-    result.groups_lost = lost;
-    result.groups_duplicated = duplicated;
-    result.groups_unused = arrived.length - trained.length;
-    result.capacity_violations = arrived.filter(
-      (g) => g.admitted === null || !withinCapacity(g.admitted, S, B),
-    ).length;
-    return result;
+    return {
+      ...measured,
+      groups_lost: lost,
+      groups_duplicated: duplicated,
+      groups_unused: arrived.length - trained.length,
+      capacity_violations: arrived.filter((g) => g.admitted === null || !withinCapacity(g.admitted, S, B))
+        .length,
+      group_finish_s_p50: null,
+    };
   }
 
   private spec(id: string) {
@@ -337,16 +345,8 @@ class Trainer {
       result: async (
         mode: string,
         S: number | null,
-        seen: {
-          trained: Trained[];
-          waits: number[];
-          updates: UpdateTiming[];
-          lost: number;
-          duplicated: number;
-          unused: number;
-          finishes: number[];
-        },
-      ): Promise<AsyncModeResult> => {
+        seen: { trained: Trained[]; waits: number[]; updates: UpdateTiming[] },
+      ): Promise<Omit<AsyncModeResult, ModeOwnField>> => {
         const end = ends.at(-1) ?? performance.now();
         const wall = (end - start) / 1000;
         const generated = (await scrapeEngines(this.urls)).generatedTokens - tokens;
@@ -368,12 +368,7 @@ class Trainer {
           speedup_vs_sync: null,
           ages,
           age_rule_violations: violations,
-          capacity_violations: 0,
-          groups_lost: seen.lost,
-          groups_duplicated: seen.duplicated,
-          groups_unused: seen.unused,
           episodes_failed: seen.trained.reduce((n, t) => n + t.group.failed, 0),
-          group_finish_s_p50: seen.finishes.length ? round(median(seen.finishes) / 1000, 3) : null,
           update: {
             pausing_ms_p50: round(median(seen.updates.map((u) => u.pausingMs)), 1),
             paused_ms_p50: round(median(seen.updates.map((u) => u.pausedMs)), 1),
@@ -394,7 +389,7 @@ class Trainer {
  * step k is at most S + k − ⌈a ÷ B⌉ versions old: S when it arrives in its turn, one more per step
  * that later groups overtook it (a long episode). The classic loop's groups: 0.
  */
-function agesOf(
+export function agesOf(
   trained: readonly Trained[],
   S: number,
   B: number,
@@ -411,7 +406,7 @@ function agesOf(
   return { ages, violations };
 }
 
-function withinCapacity(a: NonNullable<ArrivedGroup["admitted"]>, S: number, B: number): boolean {
+export function withinCapacity(a: NonNullable<ArrivedGroup["admitted"]>, S: number, B: number): boolean {
   return a.capacity === (S + a.version + 1) * B && a.accepted + a.running <= a.capacity;
 }
 
@@ -434,7 +429,7 @@ function tally(
 async function loadWeights(urls: readonly string[], label: string): Promise<void> {
   await Promise.all(
     urls.map(async (url) => {
-      const target = `${url.replace(/\/+$/, "").replace(/\/v1$/, "")}/mock/load_weights`;
+      const target = `${serverRoot(url)}/mock/load_weights`;
       const response = await fetch(target, {
         method: "POST",
         headers: { "content-type": "application/json" },
@@ -443,8 +438,4 @@ async function loadWeights(urls: readonly string[], label: string): Promise<void
       if (!response.ok) throw new Error(`POST ${target}: HTTP ${response.status} ${await response.text()}`);
     }),
   );
-}
-
-function sleep(seconds: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, seconds * 1000));
 }

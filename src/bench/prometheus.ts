@@ -1,5 +1,6 @@
 // Reading Prometheus text (the server's /metrics, an engine's /metrics): one number per metric
 // name, summed over its label sets, which is all a bench needs from a counter or a gauge.
+import { serverRoot } from "../llm/engine.ts";
 
 export type Samples = Map<string, number>;
 
@@ -33,7 +34,7 @@ export async function scrape(url: string): Promise<Samples> {
 
 /** An engine's /metrics from its OpenAI base URL (…/v1 → …/metrics). */
 export function engineMetricsUrl(baseUrl: string): string {
-  return `${baseUrl.replace(/\/+$/, "").replace(/\/v1$/, "")}/metrics`;
+  return `${serverRoot(baseUrl)}/metrics`;
 }
 
 /** What an engine has done, from vLLM's counter names (the mock engine serves the same ones). */

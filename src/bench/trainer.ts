@@ -6,6 +6,7 @@
 // costs is the client's share of a real run.
 import WebSocket from "ws";
 import { decodeFrame, encodeMessage } from "../../protocol/codec.ts";
+import type { GroupFrame } from "../../protocol/messages.ts";
 import type { PauseMode } from "../../protocol/settings.ts";
 
 type Frame = Record<string, unknown> & { type: string };
@@ -23,13 +24,8 @@ export interface RolloutSpec {
   endless?: { inFlight: number; maxStaleness: number; groupsPerStep: number };
 }
 
-/** The counts a group was admitted under (its frame's `admitted`, PROTOCOL.md "Versions"). */
-export interface Admitted {
-  version: number;
-  accepted: number;
-  running: number;
-  capacity: number;
-}
+/** The counts a group was admitted under (its frame's `admitted`, PROTOCOL.md "Staleness"). */
+type Admitted = NonNullable<GroupFrame["admitted"]>;
 
 /** A group as the trainer saw it arrive. */
 export interface ArrivedGroup {
@@ -249,7 +245,9 @@ export class TrainerClient {
       }
       case "window": {
         const id = frame.rollout as string;
-        this.windowSent.set(id, [...(this.windowSent.get(id) ?? []), ...sentGroups(frame)]);
+        const sent = this.windowSent.get(id) ?? [];
+        sent.push(...sentGroups(frame));
+        this.windowSent.set(id, sent);
         return;
       }
       case "batch": {

@@ -148,7 +148,7 @@ function outputOf(args: ParsedArgs): "text" | "json" | "markdown" {
   return outputs[0] ?? "text";
 }
 
-export function parseAsyncBenchArgs(args: ParsedArgs): {
+function parseAsyncBenchArgs(args: ParsedArgs): {
   settings: AsyncBenchSettings;
   output: "text" | "json" | "markdown";
 } {
@@ -192,9 +192,7 @@ export function parseAsyncBenchArgs(args: ParsedArgs): {
   return { settings, output: outputOf(args) };
 }
 
-export function parseBenchArgs(argv: readonly string[]): Parsed {
-  const args = parseArgs("bench", argv, BENCH_FLAGS);
-  expectPositionals("bench", args, []);
+function parseBenchArgs(args: ParsedArgs): Parsed {
   const v = args.values;
   const asyncOnly = ASYNC_ONLY.find((f) => given(args, f));
   if (asyncOnly) throw new UsageError(`--${asyncOnly} applies to --async only`);
@@ -302,11 +300,9 @@ async function asyncBenchCommand(args: ParsedArgs): Promise<number> {
 
 export async function benchCommand(argv: readonly string[]): Promise<number> {
   const args = parseArgs("bench", argv, BENCH_FLAGS);
-  if (args.switches.has("async")) {
-    expectPositionals("bench", args, []);
-    return asyncBenchCommand(args);
-  }
-  const { settings, cases, output, svgDir } = parseBenchArgs(argv);
+  expectPositionals("bench", args, []);
+  if (args.switches.has("async")) return asyncBenchCommand(args);
+  const { settings, cases, output, svgDir } = parseBenchArgs(args);
   const { stdout, stderr } = io();
   const progress = new Progress(stderr);
   const results: CaseResult[] = [];

@@ -13,7 +13,13 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import type { PauseMode } from "../../protocol/settings.ts";
 import { serverRoot } from "../llm/engine.ts";
-import { describeLatencyModel, LATENCY_PRESETS, type LatencyPresetName } from "../mock-engine/latency.ts";
+import {
+  describeLatencyModel,
+  LATENCY_PRESETS,
+  type LatencyModel,
+  type LatencyPresetName,
+  type LognormalLengths,
+} from "../mock-engine/latency.ts";
 import { type Child, startMockEngines, startServe, stopAll } from "./children.ts";
 import type { Progress } from "./progress.ts";
 import { scrapeEngines } from "./prometheus.ts";
@@ -37,6 +43,8 @@ export interface AsyncBenchSettings {
   stepTimeS: number | null;
   replicas: number;
   latencyModel: LatencyPresetName;
+  /** The engines' response lengths instead of the latency model's (null: the policy's own); undefined: the model's. */
+  responseTokens?: LognormalLengths | null;
   pauseMode: PauseMode;
 }
 
@@ -119,6 +127,9 @@ export async function runAsyncBench(
     const engines = await startMockEngines(settings.replicas, MOCK_MODEL, [
       "--latency-model",
       settings.latencyModel,
+      ...(settings.responseTokens === undefined
+        ? []
+        : ["--response-tokens", responseTokensFlag(settings.responseTokens)]),
     ]);
     children.push(...engines);
     const urls = engines.map((e) => e.url);
@@ -173,7 +184,7 @@ export async function runAsyncBench(
         max_tokens: settings.maxTokens,
         replicas: settings.replicas,
         latency_model: settings.latencyModel,
-        latency_model_description: describeLatencyModel(LATENCY_PRESETS[settings.latencyModel]),
+        latency_model_description: describeLatencyModel(latencyModelOf(settings)),
         pause_mode: settings.pauseMode,
         seed: settings.seed,
       },
@@ -187,6 +198,19 @@ export async function runAsyncBench(
     trainer?.close();
     await stopAll(children);
   }
+}
+
+/** The latency model the engines run: the preset, its response lengths replaced by --response-tokens. */
+function latencyModelOf(settings: AsyncBenchSettings): LatencyModel {
+  const preset = LATENCY_PRESETS[settings.latencyModel];
+  return settings.responseTokens === undefined
+    ? preset
+    : { ...preset, responseTokens: settings.responseTokens };
+}
+
+/** The mock engine's --response-tokens text for `lengths` (parseResponseTokens reads it back). */
+function responseTokensFlag(lengths: LognormalLengths | null): string {
+  return lengths === null ? "natural" : `lognormal:${lengths.median}:${lengths.p99}`;
 }
 
 /** What each mode measures its own way, beside what every mode's meter measures. */

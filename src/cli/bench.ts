@@ -10,7 +10,7 @@ import { type AsyncBenchResult, type AsyncBenchSettings, runAsyncBench } from ".
 import { Progress } from "../bench/progress.ts";
 import { markdownTable, svgCharts, textTable } from "../bench/report.ts";
 import { type BenchCase, type BenchSettings, type CaseResult, runCase } from "../bench/run.ts";
-import { LATENCY_PRESET_NAMES, type LatencyPresetName } from "../mock-engine/latency.ts";
+import { LATENCY_PRESET_NAMES, type LatencyPresetName, parseResponseTokens } from "../mock-engine/latency.ts";
 import {
   CommandFailure,
   expectPositionals,
@@ -94,6 +94,11 @@ export const BENCH_FLAGS: Record<string, FlagSpec> = {
     arg: PAUSE_MODES.join("|"),
     help: "--async: how begin_update pauses the engines (default keep)",
   },
+  "response-tokens": {
+    kind: "value",
+    arg: "lognormal:MEDIAN:P99|natural",
+    help: "--async: the mock engines' response lengths in tokens, capped at --max-tokens (default: the latency model's)",
+  },
   json: { kind: "switch", help: "print the results as JSON" },
   markdown: { kind: "switch", help: "print a Markdown table" },
   svg: { kind: "value", arg: "DIR", help: "write SVG charts of the results into DIR" },
@@ -124,7 +129,7 @@ const PLAIN_ONLY = [
   "no-saturation",
   "svg",
 ];
-const ASYNC_ONLY = ["steps", "groups-per-step", "staleness", "step-time", "pause-mode"];
+const ASYNC_ONLY = ["steps", "groups-per-step", "staleness", "step-time", "pause-mode", "response-tokens"];
 
 interface Parsed {
   settings: BenchSettings;
@@ -171,6 +176,14 @@ function parseAsyncBenchArgs(args: ParsedArgs): {
     if (stepTimeS < 0 || stepTimeS > 3600)
       throw new UsageError(`--step-time: ${stepTimeS} is not a number of seconds from 0 to 3600`);
   }
+  let responseTokens: AsyncBenchSettings["responseTokens"];
+  if (v.has("response-tokens")) {
+    try {
+      responseTokens = parseResponseTokens(v.get("response-tokens")!);
+    } catch (error) {
+      throw new UsageError(`--response-tokens: ${error instanceof Error ? error.message : String(error)}`);
+    }
+  }
   const settings: AsyncBenchSettings = {
     tag: v.get("tag") ?? "CoordSokoban",
     groupSize: parseInteger("--group-size", v.get("group-size") ?? "8", 1, 4096),
@@ -187,6 +200,7 @@ function parseAsyncBenchArgs(args: ParsedArgs): {
       one("latency-model", v.get("latency-model") ?? "default"),
       LATENCY_PRESET_NAMES,
     ),
+    ...(responseTokens === undefined ? {} : { responseTokens }),
     pauseMode: parseChoice("--pause-mode", v.get("pause-mode") ?? "keep", PAUSE_MODES),
   };
   return { settings, output: outputOf(args) };

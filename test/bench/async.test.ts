@@ -22,6 +22,11 @@ const TINY = [
   "64",
 ];
 
+/** `rollgym bench --async` on the tiny workload, with `flags`. */
+function benchAsync(flags: string[]) {
+  return rollgym(["bench", "--async", ...TINY, ...flags]);
+}
+
 function expectSound(m: AsyncModeResult, steps: number, B: number): void {
   expect(m.steps).toBe(steps);
   expect(m.groups_trained).toBe(steps * B);
@@ -44,16 +49,7 @@ function expectSound(m: AsyncModeResult, steps: number, B: number): void {
 
 describe("rollgym bench --async", () => {
   it("sync, the S = 0 control and S = 1, 2: every step trained, nothing lost, ages within the rule", async () => {
-    const result = await rollgym([
-      "bench",
-      "--async",
-      ...TINY,
-      "--steps",
-      "4",
-      "--staleness",
-      "0,1,2",
-      "--json",
-    ]);
+    const result = await benchAsync(["--steps", "4", "--staleness", "0,1,2", "--json"]);
     expect(result.code, result.stderr).toBe(0);
     const { async: r } = JSON.parse(result.stdout) as { async: AsyncBenchResult };
     expect(r.modes.map((m) => m.mode)).toEqual(["sync", "S=0", "S=1", "S=2"]);
@@ -82,11 +78,8 @@ describe("rollgym bench --async", () => {
     expect(asyncMarkdownTable(r)).toMatch(/^\| mode \| s\/step \|[\s\S]*\n\| S=2 \| /);
   }, 120_000);
 
-  it("runs under --step-time and --pause-mode abort, and prints a Markdown table", async () => {
-    const result = await rollgym([
-      "bench",
-      "--async",
-      ...TINY,
+  it("runs under --step-time, --pause-mode abort and --response-tokens, and prints a Markdown table", async () => {
+    const result = await benchAsync([
       "--steps",
       "3",
       "--staleness",
@@ -95,6 +88,8 @@ describe("rollgym bench --async", () => {
       "0.01",
       "--pause-mode",
       "abort",
+      "--response-tokens",
+      "lognormal:40:90",
       "--markdown",
     ]);
     expect(result.code, result.stderr).toBe(0);
@@ -102,6 +97,32 @@ describe("rollgym bench --async", () => {
     expect(result.stdout).toMatch(/\| sync \| [\d.]+ \|/);
     expect(result.stdout).toMatch(/\| S=1 \| [\d.]+ \|/);
     expect(result.stdout).toContain("trainer step 0.01 s (--step-time)");
+    // The engines ran the preset with its lengths replaced (a flag they refused would fail the run).
+    expect(result.stdout).toContain(
+      "Latency model none: no latency; response tokens lognormal median 40, p99 90, capped at max_tokens",
+    );
+  }, 120_000);
+
+  it("--response-tokens sets the engines' answer lengths", async () => {
+    // 200 tokens each, capped at --max-tokens 64: never a valid action, so every episode plays both
+    // turns at 64 tokens. The policy's own answers (natural) are 10–30 tokens.
+    const result = await benchAsync([
+      "--steps",
+      "1",
+      "--staleness",
+      "1",
+      "--step-time",
+      "0",
+      "--response-tokens",
+      "lognormal:200:200",
+      "--json",
+    ]);
+    expect(result.code, result.stderr).toBe(0);
+    const { async: r } = JSON.parse(result.stdout) as { async: AsyncBenchResult };
+    const sync = r.modes[0];
+    const episodes = sync.groups_trained * r.workload.group_size;
+    const generated = sync.engine_tokens_per_s * sync.wall_s;
+    expect(generated / episodes).toBeCloseTo(2 * 64, -1);
   }, 120_000);
 
   it.each([
@@ -138,6 +159,15 @@ describe("rollgym bench --async", () => {
       ["--async", "--groups-per-step", "0"],
       ["--groups-per-step", "from 1"],
     ],
+    [
+      ["--async", "--response-tokens", "lognormal:60"],
+      ["--response-tokens", '"lognormal:60"', "lognormal:MEDIAN:P99", "natural"],
+    ],
+    [
+      ["--async", "--response-tokens", "lognormal:400:60"],
+      ["--response-tokens", "p99", "≥ the median (400)", "60"],
+    ],
+    [["--response-tokens", "natural"], ["--response-tokens applies to --async only"]],
     [["--async", "--json", "--markdown"], ["--json and --markdown"]],
   ])("bad flags %j: one line naming the flag, exit 2", async (args, mentions) => {
     expectUsageError(await runInProcess(["bench", ...args]), mentions);

@@ -83,9 +83,12 @@ def rollgym_cmd(*args: str) -> List[str]:
     return [node_binary(), os.path.join(ROOT, "src", "cli", "main.ts"), *args]
 
 
-def start(cmd: List[str], pattern: str, env: Optional[Dict[str, str]] = None) -> Tuple[subprocess.Popen, str]:
-    """Starts a server and returns it with the URL it prints when listening."""
+def start(cmd: List[str], pattern: str, children: List[subprocess.Popen],
+          env: Optional[Dict[str, str]] = None) -> Tuple[subprocess.Popen, str]:
+    """Starts a server and returns it with the URL it prints when listening. It joins `children`
+    at once, so a run ended while the server starts still stops it."""
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env, cwd=ROOT)
+    children.append(proc)
     assert proc.stdout is not None
     for line in proc.stdout:
         match = re.search(pattern, line)
@@ -496,13 +499,11 @@ def main(argv: Sequence[str]) -> int:
         summary["sft_cpu_minutes"] = sft_cpu if args.init_weights else round(cpu_seconds(children) / 60, 3)
 
         env = dict(os.environ, PYTHONPATH=PYTHON_DIR + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        engine_proc, engine = start([sys.executable, "-m", "rollgym_engine", "--weights", weights, "--model", "rollgym-tiny",
-                                     "--threads", str(args.threads)],
-                                    r"serving on (http://\S+)/v1", env)
-        children.append(engine_proc)
-        serve_proc, server = start(rollgym_cmd("serve", "--port", "0", "--llm", f"{engine}/v1", "--model", "rollgym-tiny"),
-                                   r"serving on (http://\S+)")
-        children.append(serve_proc)
+        _, engine = start([sys.executable, "-m", "rollgym_engine", "--weights", weights, "--model", "rollgym-tiny",
+                           "--threads", str(args.threads)],
+                          r"serving on (http://\S+)/v1", children, env)
+        _, server = start(rollgym_cmd("serve", "--port", "0", "--llm", f"{engine}/v1", "--model", "rollgym-tiny"),
+                          r"serving on (http://\S+)", children)
         optimizer = rl_optimizer(model, args)
         reference = TinyLM.load(weights)[0].eval() if args.kl_coef > 0 else None
         with Client(server) as client:

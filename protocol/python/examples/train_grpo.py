@@ -424,7 +424,7 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--max-tokens", type=int, default=100,
                    help="tokens per answer (RAGEN's Bandit prompt says 100); a byte-level answer naming a long arm, "
                         "'Pulling VentureCapitalist.</think><answer>VentureCapitalist</answer>', takes 69")
-    p.add_argument("--val-every", type=int, default=10)
+    p.add_argument("--val-every", type=int, default=10, help="validate every N steps (0: only after the last)")
     p.add_argument("--val-episodes", type=int, default=512)
     p.add_argument("--val-chunk", type=int, default=0, help="validation episodes per rollout (0: all in one)")
     p.add_argument("--val-temperature", type=float, default=1.0)
@@ -436,7 +436,10 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=1,
                    help="torch threads of the trainer and of the engine (1: on a shared 2-core machine more threads only contend)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.val_every < 0:
+        p.error(f"--val-every: {args.val_every} is not a number of steps (0 or more; 0: only after the last)")
+    return args
 
 
 def main(argv: Sequence[str]) -> int:
@@ -527,7 +530,7 @@ def main(argv: Sequence[str]) -> int:
                 row = dict(phase="rl", step=step + 1, version=version, train_high_arm=figures.train_high,
                            train_score=figures.train_score, kept_groups=figures.kept_groups, rows=figures.rows,
                            onpolicy_max_diff=figures.onpolicy_max_diff, loss=figures.loss)
-                if (step + 1) % args.val_every == 0 or step + 1 == args.steps:
+                if (args.val_every > 0 and (step + 1) % args.val_every == 0) or step + 1 == args.steps:
                     high, valid = validate(client, args)
                     row.update(val_high_arm=high, val_valid=valid)
                 record(**row)

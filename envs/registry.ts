@@ -1,6 +1,6 @@
 // Env types and tags by name. A tag is RAGEN's `custom_envs` entry: an env type, its config,
 // the action budget and the instruction text. Users add their own types and tags here.
-import type { AsyncEnv, Env, EnvType, Solution } from "./types.ts";
+import type { AsyncEnv, ChargeBytes, Env, EnvType, Solution } from "./types.ts";
 import { EnvConfigError } from "./types.ts";
 
 /** One entry of RAGEN's config/envs.yaml `custom_envs`. */
@@ -25,8 +25,11 @@ export interface ResolvedTag {
   readonly config: object;
   /** The env stepped in process (envs play, the web page); throws EnvUsageError for a remote type. */
   make(): Env;
-  /** The env a rollout plays: in process, or in another process answering through promises. */
-  open(): AsyncEnv;
+  /**
+   * The env a rollout plays: in process, or in another process answering through promises
+   * (whose answers' bytes go to `charge` as they arrive).
+   */
+  open(charge?: ChargeBytes): AsyncEnv;
   /** The episode solved by the type's solver, or null when the type has none. */
   solve(env: AsyncEnv): Solution | null;
 }
@@ -104,7 +107,7 @@ export class EnvRegistry {
       type,
       config,
       make: () => type.create(config),
-      open: type.open ? () => type.open!(config) : () => type.create(config),
+      open: type.open ? (charge) => type.open!(config, charge) : () => type.create(config),
       // Only in-process types have solvers, and their envs are the ones `open` made.
       solve: (env) => (type.solve ? type.solve(env as Env, spec.max_actions_per_traj) : null),
     };

@@ -49,6 +49,12 @@ export interface AsyncEnv {
   close?(): void;
 }
 
+/**
+ * Counts bytes an env received from outside against whoever holds the episode (the server's
+ * memory budget), for as long as the episode is held.
+ */
+export type ChargeBytes = (bytes: number) => void;
+
 /** An in-process environment: synchronous, a deterministic function of the seed, with snapshots. */
 export interface Env extends AsyncEnv {
   reset(seed: number): string;
@@ -84,8 +90,9 @@ export interface EnvType<Config> {
   /**
    * Envs of this type answer through promises (they run in another process): `open` replaces
    * `create`, and callers that step synchronously (envs play, the web page) refuse the type.
+   * `charge` hears the bytes of every answer as it arrives, before it is parsed (ChargeBytes).
    */
-  open?(config: Config): AsyncEnv;
+  open?(config: Config, charge?: ChargeBytes): AsyncEnv;
   /** Rewards are Python ints (FrozenLake); matters for how reward text prints. */
   readonly integerRewards: boolean;
   /** The vocabulary the tag's own config defines. */

@@ -7,6 +7,8 @@ export const CLOSE_CODES = {
   goingAway: 1001,
   undecodable: 1002,
   tooBig: 1009,
+  /** A server fault while handling this connection's frame: only this connection ends. */
+  internalError: 1011,
   noHello: 4000,
   versionMismatch: 4001,
   resumeRefused: 4002,

@@ -666,6 +666,20 @@ function validate(
   if (validator === undefined) {
     return fail("unknown_type", "type", `unknown message type ${show(type)}; allowed: ${types.join(", ")}`);
   }
+  // No client message holds a bin or an extension value: refused before the schema walks one
+  // (TypeBox reads a 900 KB bin where a map is expected as 900,000 keys: seconds of CPU).
+  if (client) {
+    const foreign = firstNonMap(value);
+    if (foreign !== null) {
+      const field = formatPath(foreign);
+      const node = schemaAt(validator.Type() as unknown as SchemaNode, foreign);
+      return fail(
+        "bad_frame",
+        field,
+        `${field}: got ${show(valueAt(value, foreign))}, expected ${node ? describe(node) : "nothing here"}`,
+      );
+    }
+  }
   const frame: unknown = value; // Check() narrows its argument; keep `value` usable below
   if (validator.Check(frame)) return { ok: true, message: frame };
   if (client && type === "hello") {
@@ -677,6 +691,23 @@ function validate(
     }
   }
   return explain(validator, value);
+}
+
+/** The path of the first value inside `root` that is an object but neither an array nor a map (a bin, an extension), or null. */
+function firstNonMap(root: Record<string, unknown>): string[] | null {
+  const stack: [unknown, string[]][] = [[root, []]];
+  while (stack.length > 0) {
+    const [value, path] = stack.pop()!;
+    if (typeof value !== "object" || value === null) continue;
+    if (Array.isArray(value)) {
+      // Most arrays hold numbers (token ids): nothing to look into.
+      for (let i = value.length - 1; i >= 0; i--)
+        if (typeof value[i] === "object" && value[i] !== null) stack.push([value[i], [...path, String(i)]]);
+    } else if (isMap(value)) {
+      for (const key of Object.keys(value)) stack.push([value[key], [...path, key]]);
+    } else return path;
+  }
+  return null;
 }
 
 function fail<Code extends string>(code: Code, field: string, message: string): ValidationFailure<Code> {
@@ -802,7 +833,7 @@ function formatPath(segments: readonly string[]): string {
   for (const segment of segments) {
     if (/^(0|[1-9][0-9]*)$/.test(segment)) out += `[${segment}]`;
     else if (IDENTIFIER.test(segment)) out += out === "" ? segment : `.${segment}`;
-    else out += `[${JSON.stringify(segment)}]`;
+    else out += `[${show(segment)}]`;
   }
   return out;
 }

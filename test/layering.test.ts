@@ -44,7 +44,7 @@ const ALLOWED: Readonly<Record<string, readonly string[]>> = {
   envs: [],
   protocol: [],
   "src/errors": ["protocol"],
-  "src/remote-envs": ["envs"],
+  "src/remote-envs": ["envs", "protocol"],
   "src/config": ["envs", "protocol", "src/errors", "src/remote-envs"],
   "src/record": ["protocol", "src/errors"],
   "src/llm": ["envs", "protocol", "src/errors"],

@@ -518,7 +518,10 @@ function readYamlFile(file: string, index: number, sources: Source[]): Record<st
     const line = error.linePos?.[0].line;
     const at = line === undefined ? "" : `:${line}:${error.linePos?.[0].col}`;
     // The parser's message quotes the offending lines below its first; the position says enough.
-    const reason = error.message.split("\n")[0].replace(/ at line \d+, column \d+:?$/, "");
+    let reason = error.message.split("\n")[0].replace(/ at line \d+, column \d+:?$/, "");
+    // The parser recurses per level of nesting: a file nested thousands deep exhausts its stack.
+    if (reason.includes("Maximum call stack size exceeded"))
+      reason = "nested too deeply (a config nests a few levels; this exhausts the YAML parser's stack)";
     throw new ConfigError(null, `YAML syntax error in ${file}${at}: ${reason}`, { file, line });
   }
   sources[index] = { label: file, file, doc, lines };

@@ -6,7 +6,7 @@
 // episode with an OpenEnvFailure naming the reason.
 import { setTimeout as sleep } from "node:timers/promises";
 import { integerIn, numberIn, oneOf, overlayConfig, stringMap } from "../../envs/config.ts";
-import type { AsyncEnv, EnvType, StepInfo, StepResult } from "../../envs/types.ts";
+import type { AsyncEnv, ChargeBytes, EnvType, StepInfo, StepResult } from "../../envs/types.ts";
 import { EnvConfigError, EnvUsageError } from "../../envs/types.ts";
 import { type Server, SessionPool } from "./openenv-pool.ts";
 import {
@@ -41,7 +41,12 @@ export interface OpenEnvConfig {
   capacity_wait_s: number;
   /** Reset the first episode twice with its seed and refuse an env whose two resets differ. */
   check_seed: boolean;
+  /** The largest answer a session takes (bytes); a larger one fails its episode with openenv_garbage. */
+  max_answer_bytes: number;
 }
+
+/** The default answer cap: the server's own max_frame_bytes for client frames. */
+export const DEFAULT_MAX_ANSWER_BYTES = 1 << 20;
 
 function defaults(): OpenEnvConfig {
   return {
@@ -57,6 +62,7 @@ function defaults(): OpenEnvConfig {
     connect_timeout_s: 10,
     capacity_wait_s: 60,
     check_seed: true,
+    max_answer_bytes: DEFAULT_MAX_ANSWER_BYTES,
   };
 }
 
@@ -131,10 +137,12 @@ export class RemoteEnv implements AsyncEnv {
   private text = "";
   private ended = false;
   private closed = false;
+  private readonly charge: ChargeBytes | undefined;
 
-  constructor(config: OpenEnvConfig) {
+  constructor(config: OpenEnvConfig, charge?: ChargeBytes) {
     this.config = config;
     this.pool = poolOf(config);
+    this.charge = charge;
   }
 
   get actionNames(): readonly string[] {
@@ -213,7 +221,10 @@ export class RemoteEnv implements AsyncEnv {
       }
       this.server = server;
       try {
-        this.session = await OpenEnvSession.connect(server.url, this.config.connect_timeout_s * 1000);
+        this.session = await OpenEnvSession.connect(server.url, this.config.connect_timeout_s * 1000, {
+          maxAnswerBytes: this.config.max_answer_bytes,
+          charge: this.charge,
+        });
       } catch (error) {
         this.release();
         // Another address of the same image may be up: the episode goes there instead.
@@ -338,6 +349,7 @@ export const openenv: EnvType<OpenEnvConfig> = {
       connect_timeout_s: numberIn(0.001, 3_600),
       capacity_wait_s: numberIn(0, 86_400),
       check_seed: oneOf(true, false),
+      max_answer_bytes: integerIn(1024, 256 << 20),
     });
     if ((config.url === null) === (config.urls === null))
       throw new EnvConfigError(
@@ -354,6 +366,6 @@ export const openenv: EnvType<OpenEnvConfig> = {
         "asynchronously; it can be rolled out and checked (`rollgym envs check`), not stepped in process",
     );
   },
-  open: (config) => new RemoteEnv(config),
+  open: (config, charge) => new RemoteEnv(config, charge),
   vocabulary: (config) => ({ gridVocab: config.grid_vocab, actionNames: config.actions }),
 };

@@ -3,7 +3,8 @@
 // OpenEnvFailure whose reason names it (the server closed or died, no answer in time, an answer
 // that is not OpenEnv's, a full server), so an episode fails with that reason instead of hanging.
 import WebSocket from "ws";
-import { EnvUsageError } from "../../envs/types.ts";
+import { type ChargeBytes, EnvUsageError } from "../../envs/types.ts";
+import { JsonTooDeepError, parseJson, preview } from "../../protocol/bounded-json.ts";
 
 /** Why a remote episode could not go on; each starts the failure's message. */
 export type OpenEnvReason =
@@ -54,7 +55,14 @@ export interface ObservationAnswer {
 
 /** Error codes after which the server goes on with the session. */
 const REQUEST_ERRORS = new Set(["EXECUTION_ERROR", "VALIDATION_ERROR", "INVALID_JSON", "UNKNOWN_TYPE"]);
-const MAX_FRAME_BYTES = 100 * 1024 * 1024; // OpenEnv's client allows 100 MB frames.
+
+/** How a session reads its server's answers. */
+export interface SessionOptions {
+  /** The largest answer taken (the tag's max_answer_bytes); a larger one fails the episode at its header. */
+  maxAnswerBytes: number;
+  /** Hears each answer's bytes before it is parsed (the episode's holder charges them). */
+  charge?: ChargeBytes;
+}
 
 interface Pending {
   what: string;
@@ -72,23 +80,47 @@ export class OpenEnvSession {
   /** Why the socket is gone, once it is. */
   private gone: OpenEnvFailure | null = null;
 
-  private constructor(url: string, ws: WebSocket) {
+  private constructor(url: string, ws: WebSocket, options: SessionOptions) {
     this.url = url;
     this.ws = ws;
-    ws.on("message", (data, isBinary) => this.received(isBinary ? null : data.toString()));
+    ws.on("message", (data, isBinary) => {
+      const bytes = rawBytes(data);
+      options.charge?.(bytes);
+      // Whatever the server sent, a fault here ends this episode's session, never the process.
+      try {
+        this.received(isBinary ? null : data.toString());
+      } catch (error) {
+        this.lost(
+          new OpenEnvFailure(
+            "openenv_garbage",
+            `${url}: an answer rollgym could not read (${String(error)})`,
+          ),
+        );
+      }
+    });
     ws.on("close", (code, reason) => {
       const why = `${code}${reason.length ? ` ${reason.toString()}` : ""}`;
       this.lost(new OpenEnvFailure("openenv_closed", `${url} closed the session (${why})`));
     });
-    ws.on("error", (error) => this.lost(new OpenEnvFailure("openenv_closed", `${url}: ${error.message}`)));
+    ws.on("error", (error) =>
+      this.lost(
+        (error as { code?: string }).code === "WS_ERR_UNSUPPORTED_MESSAGE_LENGTH"
+          ? new OpenEnvFailure(
+              "openenv_garbage",
+              `${url} sent an answer of more than max_answer_bytes (${options.maxAnswerBytes} bytes)`,
+            )
+          : new OpenEnvFailure("openenv_closed", `${url}: ${error.message}`),
+      ),
+    );
   }
 
   /** Opens a session on `url` (ws://…/ws), or fails with openenv_connect within `timeoutMs`. */
-  static connect(url: string, timeoutMs: number): Promise<OpenEnvSession> {
+  static connect(url: string, timeoutMs: number, options: SessionOptions): Promise<OpenEnvSession> {
     return new Promise((resolve, reject) => {
       const ws = new WebSocket(url, {
         handshakeTimeout: timeoutMs,
-        maxPayload: MAX_FRAME_BYTES,
+        // Checked at each frame's header: a larger answer is never buffered.
+        maxPayload: options.maxAnswerBytes,
         perMessageDeflate: false,
       });
       const fail = (message: string) => {
@@ -99,7 +131,7 @@ export class OpenEnvSession {
       };
       ws.once("open", () => {
         ws.removeAllListeners();
-        resolve(new OpenEnvSession(url, ws));
+        resolve(new OpenEnvSession(url, ws, options));
       });
       ws.once("error", (error) => fail(error.message));
       ws.once("unexpected-response", (_request, response) =>
@@ -176,32 +208,35 @@ export class OpenEnvSession {
     if (frame === null) return garbage("a binary frame (OpenEnv answers are JSON text)");
     let value: unknown;
     try {
-      value = JSON.parse(frame);
-    } catch {
-      return garbage(`text that is not JSON: ${preview(frame)}`);
+      value = parseJson(frame);
+    } catch (error) {
+      return garbage(
+        error instanceof JsonTooDeepError
+          ? `JSON ${error.message}`
+          : `text that is not JSON: ${frame.length > 80 ? `${frame.slice(0, 77)}...` : frame}`,
+      );
     }
     if (!isObject(value) || !isObject(value.data))
-      return garbage(`${preview(frame)}, not {"type": …, "data": {…}}`);
+      return garbage(`${preview(value, 80)}, not {"type": …, "data": {…}}`);
     const data = value.data;
     if (value.type === "error") {
-      const code = String(data.code ?? "");
-      const message = String(data.message ?? "");
+      // Both end up in an episode's failure reason: kept to a line.
+      const code = line(data.code, 40);
+      const message = line(data.message, 500);
       if (code === "CAPACITY_REACHED") return new OpenEnvCapacity(this.url, message);
       if (REQUEST_ERRORS.has(code)) return new OpenEnvRefused(this.url, code, message);
       return new OpenEnvFailure("openenv_session_error", `${code || "error"} from ${this.url}: ${message}`);
     }
-    if (value.type !== "observation")
-      return garbage(`a ${JSON.stringify(value.type)} message, not an observation`);
+    if (value.type !== "observation") return garbage(`a ${preview(value.type)} message, not an observation`);
     if (!isObject(data.observation))
-      return garbage(`data.observation ${preview(JSON.stringify(data.observation))}, not an object`);
+      return garbage(`data.observation ${preview(data.observation, 80)}, not an object`);
     if (
       data.reward !== null &&
       data.reward !== undefined &&
       !(typeof data.reward === "number" && Number.isFinite(data.reward))
     )
-      return garbage(`data.reward ${preview(JSON.stringify(data.reward))}, not a number or null`);
-    if (typeof data.done !== "boolean")
-      return garbage(`data.done ${preview(JSON.stringify(data.done))}, not a boolean`);
+      return garbage(`data.reward ${preview(data.reward, 80)}, not a number or null`);
+    if (typeof data.done !== "boolean") return garbage(`data.done ${preview(data.done, 80)}, not a boolean`);
     return {
       observation: data.observation,
       reward: (data.reward as number | null | undefined) ?? null,
@@ -228,7 +263,14 @@ function isObject(value: unknown): value is Record<string, unknown> {
   return typeof value === "object" && value !== null && !Array.isArray(value);
 }
 
-function preview(text: string | undefined): string {
-  const t = text ?? "undefined";
-  return t.length > 80 ? `${t.slice(0, 77)}...` : t;
+/** A field of an error answer as text of at most `chars` characters ("" when absent). */
+function line(value: unknown, chars: number): string {
+  if (value === undefined || value === null) return "";
+  return typeof value === "string" ? value.slice(0, chars) : preview(value, chars);
+}
+
+/** The bytes of a frame as ws hands it over. */
+function rawBytes(data: WebSocket.RawData): number {
+  if (Array.isArray(data)) return data.reduce((sum, chunk) => sum + chunk.byteLength, 0);
+  return data.byteLength;
 }

@@ -3,6 +3,7 @@
 // the group filter and RAGEN-named metrics. Episodes run concurrently; each one only waits
 // for its own model turns, so a slow episode never holds up the others.
 import type { EnvRegistry } from "../../envs/registry.ts";
+import type { ChargeBytes } from "../../envs/types.ts";
 import type { ChatMessage, SamplingParams } from "../llm/chat.ts";
 import {
   ContextLimitChanged,
@@ -54,6 +55,8 @@ export interface BatchHooks extends TurnHooks {
   maxConcurrentGroups?: number;
   /** Keep every episode's turns in the result (default true); false keeps memory flat. */
   retainEpisodes?: boolean;
+  /** Bytes a group's remote env answered, as each answer arrives (before it is parsed). */
+  onEnvBytes?: (group: number, bytes: number) => void;
 }
 
 /** RAGEN's train seed schedule: base + step × env_groups (val always uses its base). */
@@ -66,18 +69,29 @@ export function groupTags(request: BatchRequest): string[] {
   return request.tags.flatMap(({ tag, groups }) => Array.from({ length: groups }, () => tag));
 }
 
-/** The episodes of group `group`: group_size members on seed + group, env ids contiguous. */
+/**
+ * The episodes of group `group`: group_size members on seed + group, env ids contiguous; a
+ * remote env's answers are charged to `charge` as they arrive.
+ */
 export function groupEpisodes(
   registry: EnvRegistry,
   request: BatchRequest,
   group: number,
   tag: string,
+  charge?: ChargeBytes,
 ): Episode[] {
   const resolved = registry.tag(tag);
   return Array.from(
     { length: request.groupSize },
     (_, member) =>
-      new Episode(resolved, group * request.groupSize + member, group, request.seed + group, request.episode),
+      new Episode(
+        resolved,
+        group * request.groupSize + member,
+        group,
+        request.seed + group,
+        request.episode,
+        charge,
+      ),
   );
 }
 
@@ -293,7 +307,14 @@ export async function playBatch(
       // Resets are synchronous: a slot before each group keeps a wave of workers (or of
       // rollouts) starting together from holding everyone else's frames and requests.
       await turnSlot();
-      const episodes = groupEpisodes(registry, request, group, tags[group]);
+      const charge = hooks.onEnvBytes;
+      const episodes = groupEpisodes(
+        registry,
+        request,
+        group,
+        tags[group],
+        charge && ((bytes) => charge(group, bytes)),
+      );
       const records = await Promise.all(
         episodes.map(async (episode) => {
           const affinity = `${batchId}:${episode.envId}`;

@@ -4,7 +4,7 @@
 
 import { pyNumberRepr } from "../../envs/pyrepr.ts";
 import type { ResolvedTag } from "../../envs/registry.ts";
-import type { AsyncEnv, StepInfo, StepResult } from "../../envs/types.ts";
+import type { AsyncEnv, ChargeBytes, StepInfo, StepResult } from "../../envs/types.ts";
 import type { ContextWindowMode } from "../../protocol/settings.ts";
 import { messageOf } from "../errors/boundary.ts";
 import type { ChatMessage } from "../llm/chat.ts";
@@ -85,13 +85,20 @@ export class Episode {
    */
   readonly ready: Promise<void> | null = null;
 
-  constructor(tag: ResolvedTag, envId: number, groupId: number, seed: number, settings: EpisodeSettings) {
+  constructor(
+    tag: ResolvedTag,
+    envId: number,
+    groupId: number,
+    seed: number,
+    settings: EpisodeSettings,
+    charge?: ChargeBytes,
+  ) {
     this.tag = tag;
     this.envId = envId;
     this.groupId = groupId;
     this.seed = seed;
     this.settings = settings;
-    this.env = tag.open();
+    this.env = tag.open(charge);
     const first = this.env.reset(seed);
     if (typeof first === "string") this.state = first;
     else {

@@ -9,6 +9,7 @@ import Fastify, { type FastifyInstance } from "fastify";
 import { type WebSocket, WebSocketServer } from "ws";
 import { createRegistry } from "../../envs/catalog.ts";
 import type { EnvRegistry } from "../../envs/registry.ts";
+import { deeperThan, MAX_JSON_DEPTH } from "../../protocol/bounded-json.ts";
 import { CLOSE_CODES, encodeMessage } from "../../protocol/codec.ts";
 import { defaultConfig, type RollgymConfig } from "../config/index.ts";
 import { httpRefusal } from "../errors/boundary.ts";
@@ -111,6 +112,7 @@ export async function buildServer(options: ServerOptions = {}): Promise<RollgymS
     return reply.code(status).send(body);
   });
   securityHeaders(app, origins);
+  boundJsonBodies(app);
   const limits: ServerLimits = { ...DEFAULT_LIMITS, ...pickLimits(options) };
   const sessions = new Map<string, Session>();
   const wss = new WebSocketServer({
@@ -311,4 +313,24 @@ function pickLimits(options: ServerOptions): Partial<ServerLimits> {
       : { maxHeldBytesPerConnection: maxEnvBytesPerConnection }),
     ...Object.fromEntries(keys.filter((k) => options[k] !== undefined).map((k) => [k, options[k]])),
   };
+}
+
+/**
+ * JSON bodies (OpenEnv's POST routes, the page's) go through fastify's own parser once their
+ * nesting is known to be within MAX_JSON_DEPTH: a deeper one is a 400 before anything walks it.
+ */
+function boundJsonBodies(app: FastifyInstance): void {
+  const parse = app.getDefaultJsonParser("error", "ignore");
+  app.removeContentTypeParser("application/json");
+  app.addContentTypeParser("application/json", { parseAs: "string" }, (request, body, done) => {
+    const text = body as string;
+    if (deeperThan(text, MAX_JSON_DEPTH) >= 0) {
+      const error = new RollgymError("bad_request", {
+        message: `the JSON body is nested deeper than ${MAX_JSON_DEPTH} levels`,
+      });
+      done(Object.assign(error, { statusCode: 400 }), undefined);
+      return;
+    }
+    parse(request, text, done);
+  });
 }

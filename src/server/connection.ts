@@ -3,7 +3,7 @@
 // on; an undecodable one closes only this connection. Nothing a client sends can take the
 // server down.
 import type { RawData, WebSocket } from "ws";
-import { decodeFrame } from "../../protocol/codec.ts";
+import { CLOSE_CODES, decodeFrame } from "../../protocol/codec.ts";
 import { type ClientMessage, hasFrameEnvelope, validateClientMessage } from "../../protocol/messages.ts";
 import { PROTOCOL_VERSION } from "../../protocol/version.ts";
 import { type About, codeOf, messageOf, wsAnswer } from "../errors/boundary.ts";
@@ -40,7 +40,16 @@ export function handleConnection(state: ServerState, socket: WebSocket, ticket?:
   // A frame that arrives while the client's replies pile up waits, in order, until they drain.
   socket.on("message", (data: RawData, isBinary: boolean) => {
     ticket?.touch();
-    out.whenFlowing(() => onFrame(data, isBinary));
+    out.whenFlowing(() => {
+      // A fault outside the handlers' own (a reply that fails to encode, a refusal that throws)
+      // ends this connection, never the process: its session waits for a resume as after any drop.
+      try {
+        onFrame(data, isBinary);
+      } catch (error) {
+        state.log.error({ err: error }, "frame failed outside its handler");
+        socket.close(CLOSE_CODES.internalError, "internal error");
+      }
+    });
   });
 
   const onFrame = (data: RawData, isBinary: boolean): void => {

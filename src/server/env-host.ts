@@ -86,7 +86,7 @@ export class HostedEnvs {
     let sliceStart = performance.now();
     for (const [group, tag] of groupTags(this.request).entries()) {
       if (this.stop.signal.aborted) throw new Error("env session closed");
-      const built = groupEpisodes(this.registry, this.request, group, tag);
+      const built = groupEpisodes(this.registry, this.request, group, tag, (bytes) => this.charge(bytes));
       this.episodes.push(...built);
       // A remote env's reset answers later; the group's resets run together.
       const resets = built.flatMap((e) => (e.ready ? [e.ready] : []));

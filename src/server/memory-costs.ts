@@ -80,6 +80,11 @@ export class PlayMeter {
     );
   }
 
+  /** A remote env answered `bytes` (charged before the answer is parsed, held with the group). */
+  envBytes(group: number, bytes: number): void {
+    this.add(group, bytes);
+  }
+
   /** An episode ended: its token log, when it has one. */
   episode(record: EpisodeRecord): void {
     if (record.tokens) this.add(record.group_id, record.tokens.ids.length * TOKEN_ID_BYTES);

@@ -2,6 +2,7 @@
 // checked field by field, and the error frames OpenEnv clients understand. A refusal carries
 // pydantic-shaped entries (type, loc, msg, input) like OpenEnv's own, and a message that names
 // the field, the value and what is allowed.
+import { PREVIEW_CHARS, preview } from "../../protocol/bounded-json.ts";
 import { MAX_SEED } from "../../protocol/settings.ts";
 
 /** OpenEnv's WSErrorCode values (types.py). */
@@ -33,6 +34,8 @@ export type Checked<T> = { ok: true; value: T } | { ok: false; errors: FieldErro
 export const MESSAGE_TYPES = ["reset", "step", "state", "close"] as const;
 
 const MAX_ID_CHARS = 255;
+/** Entries a VALIDATION_ERROR lists at most. */
+const MAX_LISTED_ERRORS = 5;
 const RESET_KEYS = ["seed", "episode_id"];
 const ACTION_KEYS = ["action", "metadata"];
 
@@ -99,7 +102,7 @@ export function checkResetRequest(
     return refuse(
       "int_type",
       [...loc, "seed"],
-      `${JSON.stringify(seed)} is not an integer in [0, ${MAX_SEED}]`,
+      `${preview(seed)} is not an integer in [0, ${MAX_SEED}]`,
       seed,
     );
   const episodeId = data.episode_id ?? null;
@@ -152,11 +155,12 @@ function extraKeys(
   if (extra.length === 0) return null;
   return {
     ok: false,
-    errors: extra.map((k) => ({
+    // The first few: an object of 30,000 unknown keys gets an error, not 30,000 of them.
+    errors: extra.slice(0, MAX_LISTED_ERRORS).map((k) => ({
       type: "extra_forbidden",
-      loc: [...loc, k],
+      loc: [...loc, short(k)],
       msg: `is not a field here; allowed: ${allowed.join(", ")}`,
-      input: value[k],
+      input: echo(value[k]),
     })),
   };
 }
@@ -167,15 +171,23 @@ export function refuse(
   msg: string,
   input: unknown,
 ): { ok: false; errors: FieldError[] } {
-  return { ok: false, errors: [{ type, loc, msg, input }] };
+  return { ok: false, errors: [{ type, loc, msg, input: echo(input) }] };
 }
 
 function isObject(value: unknown): value is Record<string, unknown> {
   return typeof value === "object" && value !== null && !Array.isArray(value);
 }
 
-/** A value as it appears in a message, cut short. */
-function preview(value: unknown): string {
-  const text = JSON.stringify(value) ?? String(value);
-  return text.length > 60 ? `${text.slice(0, 57)}...` : text;
+/**
+ * `input` as an error echoes it (pydantic's field): the value itself when it is small and
+ * shallow, else its preview, so a deep or huge input is never walked again by JSON.stringify.
+ */
+function echo(value: unknown): unknown {
+  if (typeof value !== "object" || value === null) return typeof value === "string" ? short(value) : value;
+  const shown = preview(value, PREVIEW_CHARS);
+  return shown.endsWith("...") || shown.includes("…") ? shown : value;
+}
+
+function short(text: string): string {
+  return text.length > PREVIEW_CHARS ? `${text.slice(0, PREVIEW_CHARS - 3)}...` : text;
 }

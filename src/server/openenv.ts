@@ -12,6 +12,7 @@ import { type RawData, type WebSocket, WebSocketServer } from "ws";
 import type { ResolvedTag } from "../../envs/registry.ts";
 import { unknownTagMessage } from "../../envs/registry.ts";
 import type { Env, StepResult } from "../../envs/types.ts";
+import { parseJson, preview } from "../../protocol/bounded-json.ts";
 import { CLOSE_CODES } from "../../protocol/codec.ts";
 import { MAX_SEED } from "../../protocol/settings.ts";
 import { messageOf } from "../errors/boundary.ts";
@@ -247,8 +248,14 @@ export class OpenEnvServer {
       ticket.touch();
       touched();
       out.whenFlowing(() => {
-        const reply = this.reply(data, isBinary, ticket, answer);
-        if (reply !== null) out.sendEncoded(reply);
+        // A throw ends this session only, never the process (its env may have raised anything).
+        try {
+          const reply = this.reply(data, isBinary, ticket, answer);
+          if (reply !== null) out.sendEncoded(reply);
+        } catch (error) {
+          this.state.log.error({ err: error }, "openenv frame handler failed");
+          ws.close(CLOSE_CODES.internalError, "internal error");
+        }
       });
     });
   }
@@ -264,16 +271,16 @@ export class OpenEnvServer {
       return errorFrame("INVALID_JSON", "Invalid JSON: binary frame; OpenEnv messages are JSON text frames");
     let value: unknown;
     try {
-      value = JSON.parse(rawText(data));
+      value = parseJson(rawText(data));
     } catch (error) {
-      return errorFrame("INVALID_JSON", `Invalid JSON: ${error instanceof Error ? error.message : error}`);
+      return errorFrame("INVALID_JSON", `Invalid JSON: ${messageOf(error)}`);
     }
     const checked = checkMessage(value);
     if (!checked.ok)
       return "unknownType" in checked
         ? errorFrame(
             "UNKNOWN_TYPE",
-            `Unknown message type: ${checked.unknownType}; allowed: ${MESSAGE_TYPES.join(", ")}`,
+            `Unknown message type: ${preview(checked.unknownType)}; allowed: ${MESSAGE_TYPES.join(", ")}`,
           )
         : validationFrame(checked.errors);
     // A well-formed message is this protocol's hello: the socket is no longer a silent one.

@@ -269,6 +269,7 @@ export class Rollout implements SessionRollout {
                 if (updates.closed) await this.until(() => !updates.closed);
                 counted();
               },
+          onEnvBytes: (local, bytes) => meter.envBytes(first + local, bytes),
           onTurn: (episode) => {
             ctx.metrics.turns.inc();
             meter.turn(first + episode.groupId, episode.lastTurn);

@@ -1,6 +1,9 @@
 // Registries with a tag hosted remotely (env_type openenv), built as a user's custom_envs entry.
 import { type ChildProcess, spawn } from "node:child_process";
+import { mkdtempSync, writeFileSync } from "node:fs";
 import type { AddressInfo } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { WebSocketServer } from "ws";
 import type { EnvRegistry, TagSpec } from "../../envs/registry.ts";
@@ -189,4 +192,37 @@ export class FakeOpenEnv {
     for (const ws of this.wss.clients) ws.terminate();
     await new Promise((resolve) => this.wss.close(resolve));
   }
+}
+
+/**
+ * A fake OpenEnv server on 127.0.0.1 whose every reset and step gets `answer(message)` (the
+ * closing `close` message gets nothing); resolves once it listens, with its base URL.
+ */
+export async function fakeOpenEnvServer(
+  answer: (message: string) => string | Buffer,
+): Promise<{ server: WebSocketServer; base: string }> {
+  const server = new WebSocketServer({ host: "127.0.0.1", port: 0 });
+  server.on("connection", (ws) =>
+    ws.on("message", (data) => {
+      const text = data.toString();
+      if (!text.includes('"close"')) ws.send(answer(text));
+    }),
+  );
+  await new Promise((resolve) => server.once("listening", resolve));
+  return { server, base: `http://127.0.0.1:${(server.address() as AddressInfo).port}` };
+}
+
+/**
+ * A config file (for `rollgym serve --config`) adding `tag`: env_type openenv at `base` with
+ * `envConfig`, up to 3 actions a trajectory, told to say Up.
+ */
+export function remoteTagConfigFile(tag: string, base: string, envConfig: Record<string, unknown>): string {
+  const file = join(mkdtempSync(join(tmpdir(), "rollgym-remote-tag-")), "config.yaml");
+  const spec = { env_type: "openenv", max_actions_per_traj: 3, env_instruction: "Say Up.\n", max_tokens: 50 };
+  // YAML reads JSON as it is.
+  writeFileSync(
+    file,
+    JSON.stringify({ custom_envs: { [tag]: { ...spec, env_config: { url: base, ...envConfig } } } }),
+  );
+  return file;
 }

@@ -7,6 +7,7 @@ import { constants, type Dirent, type ReadStream, type Stats } from "node:fs";
 import { type FileHandle, lstat, open, readdir } from "node:fs/promises";
 import { join } from "node:path";
 import { isMainThread, parentPort, Worker, workerData } from "node:worker_threads";
+import { deeperThan, MAX_JSON_DEPTH } from "../../../protocol/bounded-json.ts";
 import { codeOf } from "../../errors/boundary.ts";
 import { RollgymError } from "../../errors/catalogue.ts";
 import { checkEpisodeText, EpisodeFileError } from "../../record/episode-reader.ts";
@@ -98,39 +99,13 @@ export async function openShared(dir: string, name: string, limits: FileLimits):
   return handle.createReadStream({ end: Math.max(0, info.size - 1) });
 }
 
-/** Nesting an episode file's line may have (they use fewer than ten levels). */
-const MAX_LINE_DEPTH = 64;
-
-/** The first line (1-based) of a JSON-lines text that nests arrays and objects deeper than `max`, or 0 (one pass, strings skipped). */
-function lineNestedDeeperThan(text: string, max: number): number {
-  let depth = 0;
-  let line = 1;
-  let inString = false;
-  for (let i = 0; i < text.length; i++) {
-    const c = text.charCodeAt(i);
-    if (inString) {
-      if (c === 0x5c)
-        i++; // backslash: skip the escaped character
-      else if (c === 0x22) inString = false;
-      else if (c === 0x0a) line++;
-    } else if (c === 0x22) inString = true;
-    else if (c === 0x0a) {
-      line++;
-      depth = 0; // each line is a JSON value of its own
-    } else if (c === 0x5b || c === 0x7b) {
-      if (++depth > max) return line;
-    } else if (c === 0x5d || c === 0x7d) depth--;
-  }
-  return 0;
-}
-
 /** Checks `text` with the one episode-file reader; a problem is a 400 naming the line and field. */
 function checkUpload(text: string): { episodes: number } {
   // Episode lines nest a few levels; JSON.parse of millions of nested brackets takes seconds.
-  const deep = lineNestedDeeperThan(text, MAX_LINE_DEPTH);
-  if (deep > 0)
+  const deep = deeperThan(text, MAX_JSON_DEPTH, true);
+  if (deep >= 0)
     throw new RollgymError("bad_request", {
-      message: `line ${deep}: nested deeper than ${MAX_LINE_DEPTH} levels`,
+      message: `line ${lineAt(text, deep)}: nested deeper than ${MAX_JSON_DEPTH} levels`,
     });
   try {
     return checkEpisodeText(text);
@@ -267,4 +242,11 @@ export class UploadStore {
   get(id: string): Buffer | undefined {
     return this.files.get(id);
   }
+}
+
+/** The line (1-based) of `text` that `offset` is on. */
+function lineAt(text: string, offset: number): number {
+  let line = 1;
+  for (let i = text.indexOf("\n"); i >= 0 && i < offset; i = text.indexOf("\n", i + 1)) line++;
+  return line;
 }

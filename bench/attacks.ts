@@ -28,6 +28,7 @@ import { encodeMessage } from "../protocol/codec.ts";
 import { DEFAULT_CONNECTION_LIMITS } from "../src/server/connections.ts";
 import { DEFAULT_LIMITS } from "../src/server/state.ts";
 import { servingUrl } from "../test/helpers/cli.ts";
+import { TestClient } from "../test/helpers/ws-client.ts";
 import { EMPTY_FILE_LINES } from "../test/web/fixtures.ts";
 import {
   bound,
@@ -337,6 +338,104 @@ async function signalThroughWrapper(command: string, args: string[]): Promise<st
     return `${command} ${args[0]}: gone ${Math.round(performance.now() - start)} ms after SIGTERM`;
   const what = left.map((pid) => names.get(pid)).join(", ");
   return `${command} ${args[0]}: ${stillServing ? "still serving" : "not serving"} 5 s after SIGTERM, ${left.length} process(es) left (${what}; killed)`;
+}
+
+/** A credit every 5 s on each of `sockets` while it is open: no work (#28.4). Returns how to stop. */
+function creditEvery5s(sockets: () => WebSocket[]): () => void {
+  const credit = encodeMessage({ type: "credit", groups: 1 });
+  const timer = setInterval(() => {
+    for (const ws of sockets()) if (ws.readyState === WebSocket.OPEN) ws.send(credit);
+  }, 5_000);
+  return () => clearInterval(timer);
+}
+
+/**
+ * Fills max_connections (1024) with sockets from 64 addresses that say hello and then nothing,
+ * or (`keepAlive`) a credit every 5 s, which before #28.4 kept each one fresh for ever: a
+ * newcomer at once, then past idle_drop_s.
+ */
+async function fillMaxConnections(ctx: Ctx, keepAlive: boolean): Promise<void> {
+  let k = 0;
+  const held = await openMany(1024, 100, async () => {
+    const c = await silentWebSocket(ctx.url, "", attackerAddress(k++));
+    c.ws.send(encodeMessage({ type: "hello", protocol: 1, client: keepAlive ? "keepalive" : "idle" }));
+    return c;
+  });
+  const stop = keepAlive ? creditEvery5s(() => held.ok.map((c) => c.ws)) : () => {};
+  const tryConnect = () =>
+    connect(ctx.url, "newcomer").then(
+      (c) => {
+        c.close();
+        return "welcomed";
+      },
+      (error: Error) => error.message,
+    );
+  try {
+    const early = await tryConnect();
+    await sleep(62_000); // past idle_drop_s (60 s)
+    const late = await tryConnect();
+    await sleep(500);
+    const codes = new Map<number, number>();
+    for (const c of held.ok) {
+      const code = c.code();
+      if (code !== null) codes.set(code, (codes.get(code) ?? 0) + 1);
+    }
+    ctx.observed.push(
+      `sockets closed: ${[...codes].map(([code, n]) => `${n}× ${code}`).join(" ") || "none"} of ${held.ok.length}`,
+    );
+    ctx.notes.push(
+      `${held.ok.length} hello'd sockets ${keepAlive ? "sending a credit every 5 s" : "idle"} (failed to open: ${held.failed}); a newcomer at once: ${early}; after 62 s: ${late}`,
+    );
+    expect(ctx, late === "welcomed", "a newcomer gets in once the sockets are past idle_drop_s");
+  } finally {
+    stop();
+    for (const c of held.ok) c.ws.terminate();
+  }
+}
+
+/**
+ * max_watchers (32) watch subscriptions from 4 addresses (max_watchers_per_address 8 each) that
+ * do nothing, or (`keepAlive`) send a credit every 5 s: a newcomer's watch at once, then past
+ * watch_idle_s.
+ */
+async function holdMaxWatchers(ctx: Ctx, keepAlive: boolean): Promise<void> {
+  const held = await Promise.all(
+    Array.from({ length: 32 }, (_, i) =>
+      TestClient.connect(ctx.url, {
+        hello: { type: "hello", protocol: 1, client: `watcher${i}` },
+        localAddress: attackerAddress(i % 4),
+      }),
+    ),
+  );
+  for (const c of held) c.send({ type: "watch" });
+  await Promise.all(held.map((c) => c.next((f) => f.type === "watching" || f.type === "error")));
+  const stop = keepAlive ? creditEvery5s(() => held.map((c) => c.ws)) : () => {};
+  const tryWatch = async () => {
+    const c = await connect(ctx.url, "newcomer");
+    c.send({ type: "watch" });
+    const r = await c.next((f) => f.type === "watching" || f.type === "error");
+    c.close();
+    return r.type === "watching" ? "watching" : `error ${String(r.code)}`;
+  };
+  try {
+    const early = await tryWatch();
+    const idleS = welcomeLimits(held[0]).watch_idle_s ?? 60;
+    await sleep(idleS * 1000 + 2_000);
+    const late = await tryWatch();
+    await sleep(200);
+    const ended = held.filter((c) => c.of("error").some((e) => e.field === "watch_idle_s")).length;
+    ctx.observed.push(`${keepAlive ? "credit-only" : "idle"} watchers ended: ${ended} of 32`);
+    ctx.notes.push(`a newcomer's watch at once: ${early}; after ${idleS + 2} s: ${late}`);
+    expect(ctx, early === "error limit", "a 33rd watch is refused while the 32 are fresh");
+    expect(
+      ctx,
+      late === "watching" && ended === 1,
+      "past watch_idle_s a newcomer takes an idle watch's place",
+    );
+  } finally {
+    stop();
+    for (const c of held) c.close();
+  }
 }
 
 const attacks: Attack[] = [
@@ -1185,75 +1284,27 @@ const attacks: Attack[] = [
     // Until the attackers' sockets have been idle for idle_drop_s, max_connections refuses the
     // bystander too (the documented cap); then idle ones make room.
     bystanderRefusedOk: true,
-    async run(ctx) {
-      // Fill max_connections (1024) with sockets that say hello and then nothing, from 64 addresses.
-      let k = 0;
-      const idle = await openMany(1024, 100, async () => {
-        const c = await silentWebSocket(ctx.url, "", attackerAddress(k++));
-        c.ws.send(encodeMessage({ type: "hello", protocol: 1, client: "idle" }));
-        return c;
-      });
-      const tryConnect = () =>
-        connect(ctx.url, "newcomer").then(
-          (c) => {
-            c.close();
-            return "welcomed";
-          },
-          (error: Error) => error.message,
-        );
-      const early = await tryConnect();
-      await sleep(62_000); // past idle_drop_s (60 s)
-      const late = await tryConnect();
-      await sleep(500);
-      const codes = new Map<number, number>();
-      for (const c of idle.ok) {
-        const code = c.code();
-        if (code !== null) codes.set(code, (codes.get(code) ?? 0) + 1);
-      }
-      ctx.observed.push(
-        `idle sockets closed: ${[...codes].map(([code, n]) => `${n}× ${code}`).join(" ") || "none"} of ${idle.ok.length}`,
-      );
-      ctx.notes.push(
-        `${idle.ok.length} hello'd idle sockets (failed to open: ${idle.failed}); a newcomer at once: ${early}; after 62 s: ${late}`,
-      );
-      expect(ctx, late === "welcomed", "a newcomer gets in once the idle sockets are past idle_drop_s");
-      for (const c of idle.ok) c.ws.terminate();
-    },
+    run: (ctx) => fillMaxConnections(ctx, false),
   },
   {
     name: "idle_watchers_hold_max_watchers",
     covers: "#19.6 (watchers)",
     rssBoundMiB: bound(watchers(), sockets(34)), // every watcher's buffer
-    async run(ctx) {
-      // max_watchers (32) idle watch subscriptions; a newcomer at once, then past watch_idle_s.
-      const idle = await Promise.all(
-        Array.from({ length: 32 }, (_, i) => connect(ctx.url, `idle-watcher${i}`)),
-      );
-      for (const c of idle) c.send({ type: "watch" });
-      await Promise.all(idle.map((c) => c.next((f) => f.type === "watching" || f.type === "error")));
-      const tryWatch = async () => {
-        const c = await connect(ctx.url, "newcomer");
-        c.send({ type: "watch" });
-        const r = await c.next((f) => f.type === "watching" || f.type === "error");
-        c.close();
-        return r.type === "watching" ? "watching" : `error ${String(r.code)}`;
-      };
-      const early = await tryWatch();
-      const idleS = welcomeLimits(idle[0]).watch_idle_s ?? 60;
-      await sleep(idleS * 1000 + 2_000);
-      const late = await tryWatch();
-      await sleep(200);
-      const ended = idle.filter((c) => c.of("error").some((e) => e.field === "watch_idle_s")).length;
-      ctx.observed.push(`idle watchers ended: ${ended} of 32`);
-      ctx.notes.push(`a newcomer's watch at once: ${early}; after ${idleS + 2} s: ${late}`);
-      expect(ctx, early === "error limit", "a 33rd watch is refused while the 32 are fresh");
-      expect(
-        ctx,
-        late === "watching" && ended === 1,
-        "past watch_idle_s a newcomer takes an idle watch's place",
-      );
-      for (const c of idle) c.close();
-    },
+    run: (ctx) => holdMaxWatchers(ctx, false),
+  },
+  {
+    name: "keepalive_sockets_fill_max_connections",
+    covers: "#28.4",
+    rssBoundMiB: bound(sockets(DEFAULT_CONNECTION_LIMITS.maxConnections)), // max_connections sockets
+    // As the idle row: refused until idle_drop_s has passed since the attackers' last work.
+    bystanderRefusedOk: true,
+    run: (ctx) => fillMaxConnections(ctx, true),
+  },
+  {
+    name: "keepalive_watchers_hold_max_watchers",
+    covers: "#28.4 (watchers)",
+    rssBoundMiB: bound(watchers(), sockets(34)), // every watcher's buffer
+    run: (ctx) => holdMaxWatchers(ctx, true),
   },
   {
     name: "uploads_30MB_lines_parse",

@@ -291,6 +291,7 @@ export const LimitsSchema = map({
   max_held_bytes: Type.Optional(Type.Integer({ minimum: 1 })),
   max_held_bytes_per_connection: Type.Optional(Type.Integer({ minimum: 1 })),
   max_watchers: Type.Optional(Type.Integer({ minimum: 1 })),
+  max_watchers_per_address: Type.Optional(Type.Integer({ minimum: 1 })),
   watch_idle_s: Type.Optional(Type.Number({ minimum: 0 })),
 });
 export type Limits = Static<typeof LimitsSchema>;
@@ -501,6 +502,8 @@ export const WatchingSchema = map({
   type: Type.Literal("watching"),
   limits: map({
     max_watchers: Type.Integer({ minimum: 1 }),
+    // Added later in version 1: present from servers that enforce it.
+    max_watchers_per_address: Type.Optional(Type.Integer({ minimum: 1 })),
     max_watch_buffer_bytes: Type.Integer({ minimum: 1 }),
   }),
   /** Rollouts running when the subscription started. */

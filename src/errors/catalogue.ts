@@ -97,6 +97,11 @@ export const CATALOGUE = {
     frame: "limit",
     message: ({ max }) => `max_watchers is ${max}; every watch subscription is taken`,
   }),
+  max_watchers_per_address: entry<{ max: number }>({
+    frame: "limit",
+    message: ({ max }) =>
+      `max_watchers_per_address is ${max}; every watch subscription this address may hold is taken: unwatch or close one of them first`,
+  }),
 
   // Rollout admission (admission.ts), in the order it checks.
   shutting_down: entry({

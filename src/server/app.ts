@@ -127,7 +127,7 @@ export async function buildServer(options: ServerOptions = {}): Promise<RollgymS
   });
   const registry = options.registry ?? createRegistry();
   const policy = instrumentPolicy(options.policy ?? oraclePolicy(), metrics);
-  const watch = new WatchHub(options.watch ?? {}, (socket) => guard.lastFrame(socket));
+  const watch = new WatchHub(options.watch ?? {}, guard);
   const updates = new UpdateCoordinator(policy, metrics);
   const state: ServerState = {
     options: {

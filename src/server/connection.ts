@@ -16,15 +16,17 @@ import { Outbound } from "./outbound.ts";
 import type { Session } from "./session.ts";
 import type { ServerState } from "./state.ts";
 
-/** `ticket` hears of the hello and of every frame, and asks whether the connection holds work. */
+/** `ticket` hears of the hello and of the connection's work, and asks whether it holds work. */
 export function handleConnection(state: ServerState, socket: WebSocket, ticket?: ConnectionTicket): void {
   let connection: Connection | null = null;
   const hosted = new Map<string, HostedEnvs>();
+  // An open env session is not held work: it keeps its connection through its steps (each is
+  // work), so an env_open every env_idle_s cannot keep an otherwise silent socket for ever.
   if (ticket)
     ticket.holding = () =>
-      hosted.size > 0 ||
       state.rolloutContext.watch?.watching(socket) === true ||
       [...(connection?.session.rollouts.values() ?? [])].some((r) => r.batch === null);
+  const worked = () => ticket?.worked();
   // Every reply goes through `out`, which watches the socket's buffered bytes (outbound.ts).
   const out = new Outbound(socket, state.options);
   const reply = (frame: object) => {
@@ -39,7 +41,6 @@ export function handleConnection(state: ServerState, socket: WebSocket, ticket?:
 
   // A frame that arrives while the client's replies pile up waits, in order, until they drain.
   socket.on("message", (data: RawData, isBinary: boolean) => {
-    ticket?.touch();
     out.whenFlowing(() => {
       // A fault outside the handlers' own (a reply that fails to encode, a refusal that throws)
       // ends this connection, never the process: its session waits for a resume as after any drop.
@@ -91,7 +92,7 @@ export function handleConnection(state: ServerState, socket: WebSocket, ticket?:
     try {
       if (!connection) {
         const session = handshake(state, frame, reply, out);
-        connection = { state, session, socket, out, hosted, reply, refuse };
+        connection = { state, session, socket, out, hosted, reply, refuse, worked };
         ticket?.hello();
         return;
       }

@@ -29,21 +29,29 @@ export interface ConnectionLimits {
   /** A WebSocket that has not sent a valid hello by then is closed with 4010. */
   helloTimeoutMs: number;
   /**
-   * At max_connections, a connection that has sent nothing for this long and holds nothing
-   * (no running rollout, env session or watch) is closed (4011) to make room for a new one.
+   * At max_connections, a connection that has done no work for this long (ConnectionTicket.worked:
+   * a frame that asks the server for something, not a `credit` or other frame that costs the
+   * client nothing) and holds nothing (no running rollout, no watch) is closed (4011) to make
+   * room for a new one.
    */
   idleDropMs: number;
   /** Every this often the server pings each WebSocket; one that has not answered the previous ping is dropped. */
   heartbeatMs: number;
 }
 
-/** What the guard knows of an open WebSocket: when it last sent a frame, and whether it holds work. */
+/** What the guard knows of an open WebSocket: when it last did work, and whether it holds work. */
 export interface ConnectionTicket {
-  /** Its hello was accepted (the hello timeout stops). */
+  /** Its hello was accepted (the hello timeout stops; counts as work). */
   hello(): void;
-  /** It sent a frame. */
-  touch(): void;
-  /** Whether it holds work (running rollouts, env sessions, a watch); set by the connection. */
+  /**
+   * It did useful work: sent a frame that asks the server for something or moves its work on
+   * (a rollout, an env step, an ack of held groups, …), or work the server did for it ended (a
+   * rollout's verdict). Frames that cost a client nothing and ask for nothing (`credit`, an ack
+   * of nothing, a refused frame) do not count, so sending them every few seconds does not keep
+   * a socket from being dropped at max_connections (issue 28.4).
+   */
+  worked(): void;
+  /** Whether it holds work the server is doing for it (running rollouts, a watch); set by the connection. */
   holding: () => boolean;
 }
 
@@ -89,8 +97,11 @@ export class ConnectionGuard {
   private readonly pending = new Map<Socket, () => void>();
   private readonly perAddress = new Map<string, number>();
   private open = 0;
-  /** Open WebSockets past their hello, with when they last sent a frame. */
-  private readonly talking = new Map<WebSocket, { last: number; ticket: ConnectionTicket }>();
+  /** Open WebSockets past their hello, with when they last did work and their remote address. */
+  private readonly talking = new Map<
+    WebSocket,
+    { last: number; address: string; ticket: ConnectionTicket }
+  >();
 
   constructor(limits: Partial<ConnectionLimits> = {}) {
     this.limits = { ...DEFAULT_CONNECTION_LIMITS, ...limits };
@@ -123,7 +134,7 @@ export class ConnectionGuard {
   }
 
   /**
-   * Closes the connection idle longest (no frame for idleDropMs, holding nothing) with 4011, to
+   * Closes the connection idle longest (no work for idleDropMs, holding nothing) with 4011, to
    * make room for a new one; false when there is none. Its place counts as free at once.
    */
   private dropIdle(): boolean {
@@ -196,9 +207,9 @@ export class ConnectionGuard {
         if (this.talking.has(ws)) return; // OpenEnv sockets call it for every well-formed message
         clearTimeout(timer);
         this.pending.delete(socket);
-        this.talking.set(ws, { last: performance.now(), ticket });
+        this.talking.set(ws, { last: performance.now(), address, ticket });
       },
-      touch: () => {
+      worked: () => {
         const entry = this.talking.get(ws);
         if (entry) entry.last = performance.now();
       },
@@ -207,9 +218,14 @@ export class ConnectionGuard {
     return ticket;
   }
 
-  /** When the client of a WebSocket past its hello last sent a frame (performance.now()). */
-  lastFrame(ws: WebSocket): number | undefined {
+  /** When the client of a WebSocket past its hello last did work (performance.now()). */
+  lastWork(ws: WebSocket): number | undefined {
     return this.talking.get(ws)?.last;
+  }
+
+  /** The remote address of a WebSocket past its hello. */
+  address(ws: WebSocket): string | undefined {
+    return this.talking.get(ws)?.address;
   }
 
   /** Drops every pending connection (at shutdown, so closing the server does not wait on them). */

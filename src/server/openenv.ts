@@ -208,15 +208,21 @@ export class OpenEnvServer {
     memory.charge("env", OPENENV_SESSION_BYTES);
     this.active++;
     let episode: Episode | null = null;
-    ticket.holding = () => episode !== null && !episode.done;
+    // Only reset and step are work: they keep the session from env_idle_s and, at
+    // max_connections, from being dropped as idle (4011). An open episode holds nothing beyond
+    // its steps (ticket.holding stays false), and `state` or a refused message asks for nothing,
+    // so neither keeps a socket for ever (issue 28.4).
     const idleMs = this.state.options.envIdleMs;
     const idle = setTimeout(() => {
       out.sendEncoded(
-        errorFrame("SESSION_ERROR", `no message for ${idleMs / 1000} s (env_idle_s); session closed`),
+        errorFrame("SESSION_ERROR", `no reset or step for ${idleMs / 1000} s (env_idle_s); session closed`),
       );
       ws.close(CLOSE_CODES.normal, "idle");
     }, idleMs).unref();
-    const touched = () => idle.refresh();
+    const worked = () => {
+      idle.refresh();
+      ticket.worked();
+    };
     ws.once("close", () => {
       this.active--;
       memory.close();
@@ -227,6 +233,7 @@ export class OpenEnvServer {
       switch (message.type) {
         case "reset":
           episode = new Episode(tag, message.seed, message.episodeId);
+          worked();
           return observationFrame(episode.reset());
         case "step": {
           if (episode === null) return errorFrame("EXECUTION_ERROR", "no episode yet: send reset first");
@@ -234,6 +241,7 @@ export class OpenEnvServer {
             return errorFrame("EXECUTION_ERROR", "the episode is over (done); send reset for a new one");
           const id = episode.actionId(message.action);
           if (typeof id !== "number") return validationFrame(id);
+          worked();
           return observationFrame(episode.step(id));
         }
         case "state":
@@ -245,8 +253,6 @@ export class OpenEnvServer {
     };
 
     ws.on("message", (data: RawData, isBinary: boolean) => {
-      ticket.touch();
-      touched();
       out.whenFlowing(() => {
         // A throw ends this session only, never the process (its env may have raised anything).
         try {

@@ -13,27 +13,48 @@ import type {
   WatchGroup,
   Watching,
 } from "../../protocol/messages.ts";
+import { RollgymError } from "../errors/catalogue.ts";
 import type { EpisodeRecord, GroupResult } from "../record/episode-record.ts";
 
 export interface WatchLimits {
   /** Watch subscriptions open at once over the whole server. */
   maxWatchers: number;
+  /**
+   * Watch subscriptions open at once from one remote address, well below maxWatchers, so one
+   * address cannot hold every place even with watchers that keep working (issue 28.4).
+   */
+  maxWatchersPerAddress: number;
   /** A watcher whose socket buffers more than this many bytes loses frames until it drains. */
   maxBufferBytes: number;
   /**
-   * At maxWatchers, the subscription whose client has sent nothing for this long (the longest)
-   * ends to make room for a new one, so idle watchers cannot hold every place.
+   * At maxWatchers (or its address's maxWatchersPerAddress), the subscription whose connection
+   * has done no work for this long (the longest) ends to make room for a new one, so idle
+   * watchers cannot hold every place. A `credit` is no work (ConnectionTicket.worked).
    */
   idleMs: number;
 }
 
-export const DEFAULT_WATCH_LIMITS: WatchLimits = { maxWatchers: 32, maxBufferBytes: 4 << 20, idleMs: 60_000 };
+export const DEFAULT_WATCH_LIMITS: WatchLimits = {
+  maxWatchers: 32,
+  maxWatchersPerAddress: 8,
+  maxBufferBytes: 4 << 20,
+  idleMs: 60_000,
+};
+
+/** What the hub learns of a watcher's connection from the connection guard (connections.ts). */
+export interface WatcherConnections {
+  /** When the socket's client last did work (performance.now()); every watcher is past its hello. */
+  lastWork(socket: WebSocket): number | undefined;
+  /** The socket's remote address. */
+  address(socket: WebSocket): string | undefined;
+}
 
 /** How often a watcher that lost frames is checked for room to send its gap notice. */
 const GAP_POLL_MS = 200;
 
 interface Watcher {
   socket: WebSocket;
+  address: string;
   dropped: number;
   streams: Set<number>;
   timer: NodeJS.Timeout | null;
@@ -52,15 +73,11 @@ export class WatchHub {
   private readonly running = new Map<number, WatchedRollout>();
   private lastStream = 0;
 
-  /**
-   * `lastFrame` tells when a socket's client last sent a frame (performance.now()): the
-   * connection guard keeps that for every connection past its hello, as every watcher is.
-   */
-  private readonly lastFrame: (socket: WebSocket) => number | undefined;
+  private readonly connections: WatcherConnections;
 
-  constructor(limits: Partial<WatchLimits>, lastFrame: (socket: WebSocket) => number | undefined) {
+  constructor(limits: Partial<WatchLimits>, connections: WatcherConnections) {
     this.limits = { ...DEFAULT_WATCH_LIMITS, ...limits };
-    this.lastFrame = lastFrame;
+    this.connections = connections;
   }
 
   get size(): number {
@@ -84,24 +101,34 @@ export class WatchHub {
   }
 
   /**
-   * Subscribe `socket`; false when the server already has `maxWatchers` subscriptions and none
-   * has been idle for `idleMs` (one that has is ended to make room).
+   * Subscribes `socket` (true) or sends a subscribed one `watching` again (false). Throws the
+   * `limit` error of max_watchers_per_address or max_watchers when its address or the server
+   * has that many subscriptions and none of them has been idle for `idleMs` (one that has is
+   * ended to make room).
    */
   subscribe(socket: WebSocket): boolean {
-    if (!this.watchers.has(socket)) {
-      if (this.watchers.size >= this.limits.maxWatchers && !this.endIdle()) return false;
-      this.watchers.set(socket, { socket, dropped: 0, streams: new Set(), timer: null });
+    const added = !this.watchers.has(socket);
+    if (added) {
+      const address = this.connections.address(socket) ?? "unknown";
+      const { maxWatchers, maxWatchersPerAddress } = this.limits;
+      const ofAddress = [...this.watchers.values()].filter((w) => w.address === address);
+      if (ofAddress.length >= maxWatchersPerAddress && !this.endIdle(ofAddress, "max_watchers_per_address"))
+        throw new RollgymError("max_watchers_per_address", { max: maxWatchersPerAddress });
+      if (this.watchers.size >= maxWatchers && !this.endIdle(this.watchers.values(), "max_watchers"))
+        throw new RollgymError("max_watchers", { max: maxWatchers });
+      this.watchers.set(socket, { socket, address, dropped: 0, streams: new Set(), timer: null });
     }
     const watching: Watching = {
       type: "watching",
       limits: {
         max_watchers: this.limits.maxWatchers,
+        max_watchers_per_address: this.limits.maxWatchersPerAddress,
         max_watch_buffer_bytes: this.limits.maxBufferBytes,
       },
       rollouts: [...this.running.values()].map((r) => ({ ...r })),
     };
     socket.send(encodeMessage(watching));
-    return true;
+    return added;
   }
 
   unsubscribe(socket: WebSocket): void {
@@ -112,19 +139,23 @@ export class WatchHub {
 
   /** The limits as `welcome.limits` sends them. */
   wireLimits(): Record<string, number> {
-    return { max_watchers: this.limits.maxWatchers, watch_idle_s: this.limits.idleMs / 1000 };
+    return {
+      max_watchers: this.limits.maxWatchers,
+      max_watchers_per_address: this.limits.maxWatchersPerAddress,
+      watch_idle_s: this.limits.idleMs / 1000,
+    };
   }
 
   /**
-   * Ends the subscription whose client has sent nothing for the longest, if that is at least
-   * idleMs, telling it why; false when there is none.
+   * Ends the subscription of `among` whose connection has done no work for the longest, if that
+   * is at least idleMs, telling it which limit it made room under; false when there is none.
    */
-  private endIdle(): boolean {
+  private endIdle(among: Iterable<Watcher>, limit: "max_watchers" | "max_watchers_per_address"): boolean {
     const before = performance.now() - this.limits.idleMs;
     let idle: Watcher | null = null;
     let idleSince = before;
-    for (const w of this.watchers.values()) {
-      const last = this.lastFrame(w.socket) ?? Number.POSITIVE_INFINITY;
+    for (const w of among) {
+      const last = this.connections.lastWork(w.socket) ?? Number.POSITIVE_INFINITY;
       if (last <= idleSince) {
         idle = w;
         idleSince = last;
@@ -132,13 +163,14 @@ export class WatchHub {
     }
     if (!idle) return false;
     this.unsubscribe(idle.socket);
+    const max = limit === "max_watchers" ? this.limits.maxWatchers : this.limits.maxWatchersPerAddress;
     if (idle.socket.readyState === idle.socket.OPEN)
       idle.socket.send(
         encodeMessage({
           type: "error",
           code: "limit",
           field: "watch_idle_s",
-          message: `max_watchers is ${this.limits.maxWatchers} and this watch sent nothing for ${Math.round((performance.now() - idleSince) / 1000)} s (watch_idle_s is ${this.limits.idleMs / 1000}); it ended to make room for a new one: send watch again to resubscribe`,
+          message: `${limit} is ${max} and this watch's connection did no work for ${Math.round((performance.now() - idleSince) / 1000)} s (watch_idle_s is ${this.limits.idleMs / 1000}; credit frames are no work); it ended to make room for a new one: send watch again to resubscribe`,
         }),
       );
     return true;

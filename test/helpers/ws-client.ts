@@ -36,11 +36,15 @@ export class TestClient {
 
   static async connect(
     url: string,
-    options: { token?: string; queryToken?: string; hello?: Frame | null } = {},
+    options: { token?: string; queryToken?: string; hello?: Frame | null; localAddress?: string } = {},
   ): Promise<TestClient> {
     const headers = options.token ? { authorization: `Bearer ${options.token}` } : undefined;
     const query = options.queryToken ? `?token=${encodeURIComponent(options.queryToken)}` : "";
-    const ws = new WebSocket(`${url.replace(/^http/, "ws")}/v1/rollouts${query}`, { headers });
+    const ws = new WebSocket(`${url.replace(/^http/, "ws")}/v1/rollouts${query}`, {
+      headers,
+      // Another loopback address (127.0.0.2, …) is another remote address to the server.
+      localAddress: options.localAddress,
+    });
     await new Promise<void>((resolve, reject) => {
       ws.once("open", () => resolve());
       ws.once("error", reject);

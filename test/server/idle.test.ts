@@ -1,8 +1,9 @@
 // Connections and env sessions that hold shared capacity without using it (issue 19.6): an env
 // session that takes no step is closed after env_idle_s; at max_connections the connection idle
-// longest and holding nothing makes room for a new one (4011); a client that does not answer
-// the server's pings is dropped; at max_watchers the watch idle longest past watch_idle_s makes
-// room for a new one.
+// longest (no work: credits do not count, issue 28.4) and holding nothing makes room for a new
+// one (4011); a client that does not answer the server's pings is dropped; at max_watchers the
+// watch idle longest past watch_idle_s makes room for a new one. test/server/keepalive-attack.test.ts
+// has the attacks at the default limits.
 import { afterEach, describe, expect, it } from "vitest";
 import WebSocket from "ws";
 import { encodeMessage } from "../../protocol/codec.ts";
@@ -44,31 +45,50 @@ describe("idle capacity", () => {
     c.close();
   });
 
-  it("at max_connections, drops the connection idle longest that holds nothing (4011)", async () => {
+  it("at max_connections, drops the connection idle longest that holds nothing (4011); one whose env session steps stays", async () => {
     server = await buildServer({ connections: { maxConnections: 3, idleDropMs: 1500 } });
     const url = await server.listen(0);
     const first = await TestClient.connect(url);
-    const holder = await TestClient.connect(url);
-    holder.send({ type: "env_open", id: "s", tag: "Bandit", groups: 1, group_size: 1 });
-    await holder.next((f) => f.type === "env_opened");
+    const stepper = await TestClient.connect(url);
+    stepper.send({
+      type: "env_open",
+      id: "s",
+      tag: "SimpleSokoban",
+      groups: 1,
+      group_size: 1,
+      max_turn: 100,
+    });
+    await stepper.next((f) => f.type === "env_opened");
+    // An open env session that takes no step holds nothing for the guard (issue 28.4).
     const second = await TestClient.connect(url);
+    second.send({ type: "env_open", id: "s", tag: "Bandit", groups: 1, group_size: 1 });
+    await second.next((f) => f.type === "env_opened");
     // Not idle long enough yet: refused as before.
     await expect(TestClient.connect(url)).rejects.toThrow(/HTTP 503/);
-    await sleep(1600);
+    // Steps every 100 ms for `ms` (each answered step is work).
+    const step = async (ms: number) => {
+      const end = performance.now() + ms;
+      while (performance.now() < end) {
+        stepper.send({ type: "env_step", id: "s", responses: [{ env_id: 0, text: "" }] });
+        await sleep(100);
+      }
+    };
+    await step(1600);
     const newcomer = await TestClient.connect(url);
     expect(newcomer.of("welcome")).toHaveLength(1);
     await first.closed();
     expect(first.closeCode).toBe(4011);
     expect(first.closeReason).toMatch(/idle for \d+ s with nothing held/);
-    expect(holder.closeCode).toBeNull();
+    expect(stepper.closeCode).toBeNull();
     expect(second.closeCode).toBeNull();
-    // The next one takes the other idle connection's place; the one holding an env session stays.
-    await sleep(1600);
+    // The next one takes the idle env session's place; the one whose env session steps stays.
+    await step(1600);
     await TestClient.connect(url);
     await second.closed();
     expect(second.closeCode).toBe(4011);
-    expect(holder.closeCode).toBeNull();
-    for (const c of [holder, newcomer]) c.close();
+    expect(stepper.closeCode).toBeNull();
+    expect(stepper.of("error")).toEqual([]);
+    for (const c of [stepper, newcomer]) c.close();
   });
 
   it("drops a client that does not answer pings; one that does stays", async () => {
@@ -87,7 +107,7 @@ describe("idle capacity", () => {
 });
 
 describe("idle watchers", () => {
-  it("at max_watchers, a new watch ends the subscription idle longest past watch_idle_s; a watcher that talks stays", async () => {
+  it("at max_watchers, a new watch ends the subscription idle longest past watch_idle_s; a watcher that works stays", async () => {
     server = await buildServer({ watch: { maxWatchers: 2, idleMs: 1000 } });
     const url = await server.listen(0);
     const idle = await TestClient.connect(url);
@@ -101,16 +121,18 @@ describe("idle watchers", () => {
     const newcomer = await TestClient.connect(url);
     newcomer.send({ type: "watch" });
     expect(await newcomer.next((f) => f.type === "error")).toMatchObject({ code: "limit" });
-    // The talker sends a frame every 100 ms (a credit: anything counts); the idle one nothing.
+    // The talker plays a small rollout every 100 ms or so (work); the idle one sends credits,
+    // which are not.
     for (let i = 0; i < 14; i++) {
-      talker.send({ type: "credit", groups: 1 });
+      idle.send({ type: "credit", groups: 1 });
+      await playToVerdict(talker, { ...rolloutFrame(`t${i}`, 1, 1), tags: [{ tag: "Bandit", groups: 1 }] });
       await sleep(100);
     }
     newcomer.send({ type: "watch" });
     expect(await newcomer.next((f) => f.type === "watching")).toBeTruthy();
     const ended = await idle.next((f) => f.type === "error" && f.field === "watch_idle_s");
     expect(ended).toMatchObject({ code: "limit" });
-    expect(ended.message).toMatch(/max_watchers is 2 and this watch sent nothing for \d+ s/);
+    expect(ended.message).toMatch(/max_watchers is 2 and this watch's connection did no work for \d+ s/);
     expect(talker.of("error")).toEqual([]);
     expect(server.state.rolloutContext.watch?.size).toBe(2);
     // The ended watcher gets no more watch frames; the others see a rollout.

@@ -18,4 +18,10 @@ export interface Connection {
   reply(frame: object): void;
   /** Answers with the `error` frame of `error` (errors/boundary.ts), about a rollout or env session. */
   refuse(error: unknown, about?: About): void;
+  /**
+   * The client did useful work, or work the server did for it ended: what keeps the connection
+   * from being dropped as idle (ConnectionTicket.worked). Handlers call it once a frame has been
+   * accepted, never for `credit` or for a frame that changed nothing.
+   */
+  worked(): void;
 }

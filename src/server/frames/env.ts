@@ -1,6 +1,8 @@
 // Env hosting's frames (the trainer owns inference): `env_open`, `env_step`, `env_close`. An env
 // session lives on its connection; its episodes count against the session's budget until it
-// closes, the connection ends, or it takes no step for env_idle_s.
+// closes, the connection ends, or it takes no step for env_idle_s. An accepted env_open or
+// env_close and each step the env answers are work (c.worked): a connection keeps its place
+// while its env sessions step, and only as long as that (a refused step is no work).
 import type { EnvClose, EnvOpen, EnvStep } from "../../../protocol/messages.ts";
 import { codeOf, messageOf } from "../../errors/boundary.ts";
 import { RollgymError } from "../../errors/catalogue.ts";
@@ -32,6 +34,7 @@ export function onEnvOpen(c: Connection, frame: EnvOpen): void {
     c.refuse(new RollgymError("env_idle", { idleS: options.envIdleMs / 1000, id: frame.id }), about);
   }, options.envIdleMs);
   envs.idleTimer.unref();
+  c.worked();
   // Built in slices (the event loop keeps serving); steps and close queue behind the build.
   void c.out.track(
     envs
@@ -46,7 +49,10 @@ export function onEnvOpen(c: Connection, frame: EnvOpen): void {
           });
       })
       .then(
-        () => c.reply({ type: "env_opened", id: frame.id, episodes: envs.opened() }),
+        () => {
+          c.worked();
+          c.reply({ type: "env_opened", id: frame.id, episodes: envs.opened() });
+        },
         (error: unknown) => {
           if (!dropHosted(hosted, session, frame.id, envs)) return; // closed meanwhile
           if (codeOf(error) === "memory_budget_prompts") {
@@ -90,7 +96,10 @@ export function onEnvStep(c: Connection, frame: EnvStep): void {
   void c.out.track(
     envs
       .serial(async () => (envs.tokenSession ? envs.stepTokens(frame.responses) : envs.step(frame.responses)))
-      .then((results) => c.reply({ type: "env_stepped", id: frame.id, results }), refuse),
+      .then((results) => {
+        c.worked();
+        c.reply({ type: "env_stepped", id: frame.id, results });
+      }, refuse),
   );
 }
 
@@ -98,6 +107,7 @@ export function onEnvClose(c: Connection, frame: EnvClose): void {
   const { session, hosted } = c;
   const envs = openEnvs(hosted, frame.id);
   hosted.delete(frame.id);
+  c.worked();
   // A session closes after the steps it has queued (and, when still opening, after its build).
   void c.out.track(
     envs.serial(async () => {

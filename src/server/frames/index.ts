@@ -27,11 +27,12 @@ const HANDLERS: Handlers = {
   env_open: onEnvOpen,
   env_step: onEnvStep,
   env_close: onEnvClose,
-  // Watch subscriptions belong to the connection, not the session: they are not resumed.
-  watch: ({ state, socket }) => {
+  // Watch subscriptions belong to the connection, not the session: they are not resumed. A new
+  // subscription is work; a `watch` on a subscribed connection changes nothing and is not.
+  watch: ({ state, socket, worked }) => {
     const hub = state.rolloutContext.watch;
-    if (!hub?.subscribe(socket))
-      throw new RollgymError("max_watchers", { max: hub?.limits.maxWatchers ?? 0 });
+    if (!hub) throw new RollgymError("max_watchers", { max: 0 });
+    if (hub.subscribe(socket)) worked();
   },
   unwatch: ({ state, socket }) => {
     state.rolloutContext.watch?.unsubscribe(socket);

@@ -7,26 +7,36 @@ import { holdWhenRoom } from "../budget.ts";
 import { Rollout } from "../rollouts.ts";
 import type { Connection } from "./context.ts";
 
-export function onRollout({ state, session }: Connection, frame: RolloutRequest): void {
+export function onRollout({ state, session, worked }: Connection, frame: RolloutRequest): void {
   const { request, tokenEngine, pace } = admitRollout(state, session, frame);
-  new Rollout(session, frame, request, tokenEngine, pace).start(
-    state.rolloutContext,
-    (episodes, bytes, signal, held) => holdWhenRoom(state, session, episodes, bytes, signal, held),
+  const rollout = new Rollout(session, frame, request, tokenEngine, pace);
+  rollout.start(state.rolloutContext, (episodes, bytes, signal, held) =>
+    holdWhenRoom(state, session, episodes, bytes, signal, held),
   );
+  worked();
+  // A running rollout holds its connection; its end counts as work, so a trainer that has just
+  // got its verdict has idle_drop_s to ask for the next one.
+  void rollout.done.then(worked, worked);
 }
 
+/** Credit asks for nothing new and costs nothing: it is not work (a keep-alive of credits is idle). */
 export function onCredit({ session }: Connection, frame: Credit): void {
   session.grant(frame.groups);
 }
 
-export function onAck({ session }: Connection, frame: Ack): void {
+export function onAck({ session, worked }: Connection, frame: Ack): void {
+  const confirmsBatch = frame.batch === true && (session.rollouts.get(frame.rollout)?.batch ?? null) !== null;
   const unknown = session.ack(frame.rollout, frame.groups, frame.batch === true);
+  // Only an ack that lets go of something held is work; one of nothing would be a free keep-alive.
+  if (confirmsBatch || unknown.length < frame.groups.length) worked();
   if (unknown.length > 0)
     throw new RollgymError("unknown_group", { rollout: frame.rollout, groups: unknown });
 }
 
-export function onCancel({ session }: Connection, frame: Cancel): void {
+export function onCancel({ session, worked }: Connection, frame: Cancel): void {
   const rollout = session.rollouts.get(frame.rollout);
   if (!rollout) throw new RollgymError("unknown_rollout", { rollout: frame.rollout });
+  // Cancelling a finished rollout changes nothing: not work.
+  if (rollout.batch === null) worked();
   rollout.cancel();
 }

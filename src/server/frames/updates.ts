@@ -6,8 +6,12 @@ import type { Connection } from "./context.ts";
 
 export function onBeginUpdate(c: Connection, frame: BeginUpdate): void {
   const { state, session } = c;
+  // Work once accepted: a refused begin_update (not the trainer, …) would be a free keep-alive.
   state.updates.begin(session, frame.id, frame.mode).then(
-    (begun) => session.sendNow(begun),
+    (begun) => {
+      c.worked();
+      session.sendNow(begun);
+    },
     (error: unknown) => c.refuse(error),
   );
 }
@@ -15,7 +19,10 @@ export function onBeginUpdate(c: Connection, frame: BeginUpdate): void {
 export function onEndUpdate(c: Connection, frame: EndUpdate): void {
   const { state, session } = c;
   state.updates.end(session, frame.id, frame.version).then(
-    (ended) => session.sendNow(ended),
+    (ended) => {
+      c.worked();
+      session.sendNow(ended);
+    },
     (error: unknown) => c.refuse(error),
   );
 }

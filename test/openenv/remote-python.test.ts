@@ -7,6 +7,7 @@ import type { ChildProcess } from "node:child_process";
 import { execFile } from "node:child_process";
 import { promisify } from "node:util";
 import { afterEach, expect, it } from "vitest";
+import { WebSocket } from "ws";
 import { runBatch } from "../../src/rollout/batch.ts";
 import { defaultBatchRequest } from "../../src/rollout/request.ts";
 import { ROOT } from "../helpers/cli.ts";
@@ -39,9 +40,8 @@ async function inProcess(episodes: { seed: number; actions: string[] }[]) {
   return JSON.parse(stdout) as { first: string; steps: [string, number, boolean][] }[];
 }
 
-it("rolls out GuessNumber from a Python OpenEnv server equal to the env in process", {
-  timeout: 120_000,
-}, async () => {
+/** guess_number_env.py served on a free port with its default limits. */
+async function startGuessNumber(): Promise<string> {
   const started = await startPythonProvider(ROOT, [
     "protocol/python/examples/guess_number_env.py",
     "--port",
@@ -50,10 +50,15 @@ it("rolls out GuessNumber from a Python OpenEnv server equal to the env in proce
     "2",
   ]);
   child = started.child;
+  return started.base;
+}
+
+/** 4 groups × 3 GuessNumber episodes from `base`, bisected; `envConfig` adds to the tag's env_config. */
+async function rollOut(base: string, envConfig: Record<string, unknown> = {}) {
   const registry = await remoteRegistry(
     "GuessNumber",
     "CoordSokoban",
-    { url: started.base, max_sessions: 8 },
+    { url: base, max_sessions: 8, ...envConfig },
     { max_actions_per_traj: 7, env_instruction: "Guess the number. Answer like <answer>50</answer>.\n" },
   );
   const defaults = defaultBatchRequest("train");
@@ -63,7 +68,13 @@ it("rolls out GuessNumber from a Python OpenEnv server equal to the env in proce
     seed: 900,
     episode: { ...defaults.episode, maxTurn: 8, maxActionsPerTurn: 1 },
   });
-  const result = await runBatch(registry, request, bisectPolicy());
+  return runBatch(registry, request, bisectPolicy());
+}
+
+it("rolls out GuessNumber from a Python OpenEnv server equal to the env in process", {
+  timeout: 120_000,
+}, async () => {
+  const result = await rollOut(await startGuessNumber());
   expect(result.failed).toBe(0);
   expect(result.episodes).toHaveLength(12);
 
@@ -84,4 +95,35 @@ it("rolls out GuessNumber from a Python OpenEnv server equal to the env in proce
   expect(new Set(result.episodes.map((e) => e.seed))).toEqual(new Set([900, 901, 902, 903]));
   expect(result.episodes.filter((e) => e.success).length).toBeGreaterThan(6);
   expect(result.episodes.some((e) => e.turns[0].reward === -0.1)).toBe(true);
+});
+
+// Issue 28.5: sockets that never send anything held every max_sessions place (256 by default),
+// so rollgym's own episodes got CAPACITY_REACHED until they gave up. A socket now takes a place
+// at its first reset; silent ones are closed after hello_timeout_s (10 s by default, longer
+// than the 3 s the episodes here wait out a full server).
+it("256 silent sockets on the provider do not keep rollgym's episodes out", {
+  timeout: 120_000,
+}, async () => {
+  const base = await startGuessNumber();
+  const silent = await Promise.all(
+    Array.from(
+      { length: 256 },
+      () =>
+        new Promise<WebSocket>((resolve, reject) => {
+          const ws = new WebSocket(`${base.replace(/^http/, "ws")}/ws`, { perMessageDeflate: false });
+          ws.once("open", () => resolve(ws));
+          ws.once("error", reject);
+        }),
+    ),
+  );
+  try {
+    const result = await rollOut(base, { capacity_wait_s: 3 });
+    expect(result.failed, JSON.stringify(result.episodes.find((e) => e.failure)?.failure)).toBe(0);
+    expect(result.episodes).toHaveLength(12);
+    expect(result.episodes.filter((e) => e.success).length).toBeGreaterThan(6);
+    expect(child!.exitCode).toBeNull();
+    expect(await (await fetch(`${new URL(base).origin}/health`)).json()).toEqual({ status: "healthy" });
+  } finally {
+    for (const ws of silent) ws.terminate();
+  }
 });

@@ -5,15 +5,23 @@ processes, played by the OpenEnv-style client (openenv_client.py). Run with Debi
 """
 
 import asyncio
+import http.client
 import json
+import math
 import os
 import time
 import unittest
 import urllib.request
+import warnings
 
 from guess_number_env import GuessNumber
 from openenv_client import OpenEnvClient, ServerError
 from rollgym_envs import OpenEnvProvider, StepOutcome, TextEnv
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", DeprecationWarning)
+    from websockets.exceptions import ConnectionClosed
+    from websockets.legacy.client import connect as ws_connect
 
 
 class Slow(TextEnv):
@@ -34,6 +42,47 @@ class Slow(TextEnv):
 class Broken(TextEnv):
     def reset(self, seed: int):
         return 42  # not text
+
+
+class NanReward(TextEnv):
+    def reset(self, seed: int) -> str:
+        return "nan"
+
+    def step(self, action: str) -> StepOutcome:
+        return StepOutcome("nan", math.nan, False, {})
+
+
+class Failing(OpenEnvProvider):
+    """A provider with a bug: the action "bug" breaks its own handling (not the env's)."""
+
+    async def _answer(self, message, session):
+        if message.get("action") == "bug":
+            raise KeyError("a bug of the provider")
+        return await super()._answer(message, session)
+
+
+UPGRADE = {"Upgrade": "websocket", "Connection": "Upgrade", "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==", "Sec-WebSocket-Version": "13"}
+
+
+def get_status(port: int, path: str, headers):
+    """(status, detail) of a GET (a WebSocket upgrade with UPGRADE's headers), Host as given."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        connection.request("GET", path, headers=headers)
+        response = connection.getresponse()
+        if response.status == 101:
+            return 101, None
+        body = response.read()
+        return response.status, json.loads(body).get("detail") if body.startswith(b"{") else body.decode()
+    finally:
+        connection.close()
+
+
+async def error_then_close(ws):
+    """The error frame a socket gets unasked, and the code it is then closed with."""
+    answer = json.loads(await ws.recv())
+    await ws.wait_closed()
+    return answer["data"], ws.close_code
 
 
 def play_in_process(seed: int):
@@ -65,9 +114,9 @@ async def play_remote(base_url: str, seed: int):
 
 
 class ProviderTest(unittest.TestCase):
-    def serve(self, envs, coroutine, **options):
+    def serve(self, envs, coroutine, provider_class=OpenEnvProvider, **options):
         """Starts a provider (workers fork here, before the loop), runs `coroutine(url)`, stops it."""
-        provider = OpenEnvProvider(envs, **options)
+        provider = provider_class(envs, **options)
 
         async def go():
             await provider.start("127.0.0.1", 0)
@@ -134,6 +183,16 @@ class ProviderTest(unittest.TestCase):
         error = self.serve({"Broken": Broken, "Slow": Slow}, run)
         self.assertEqual(error.code, "EXECUTION_ERROR")
         self.assertIn("reset() returned int", str(error))
+
+        async def nan(url):
+            async with OpenEnvClient(f"{url}/NanReward") as env:
+                await env.reset(seed=1)
+                with self.assertRaises(ServerError) as caught:
+                    await env.step({"action": "x"})  # NaN is not JSON: the client could not read it
+                return caught.exception
+
+        error = self.serve({"NanReward": NanReward, "Slow": Slow}, nan)
+        self.assertIn("not a finite number", str(error))
 
     def test_a_slow_env_delays_only_its_own_worker(self):
         async def run(url):
@@ -206,6 +265,173 @@ class ProviderTest(unittest.TestCase):
         self.assertEqual(state[1]["step_count"], 0)
         self.assertEqual(unknown[0], 404)
         self.assertIn("GuessNumber, Slow", unknown[1]["detail"])
+
+    # -------------------------------------------------------------------- limits (issue 28.5)
+
+    def test_silent_sockets_hold_no_place_and_are_closed_after_hello_timeout(self):
+        async def run(url):
+            port = int(url.rsplit(":", 1)[1])
+            silent = [await ws_connect(f"ws://127.0.0.1:{port}/ws") for _ in range(3)]
+            asks_state = await ws_connect(f"ws://127.0.0.1:{port}/ws")
+            await asks_state.send(json.dumps({"type": "state"}))
+            state = json.loads(await asks_state.recv())
+            no_upgrade = await asyncio.open_connection("127.0.0.1", port)  # TCP, never a request
+            # max_sessions is 1 and four sockets are open: the one that plays gets the place.
+            async with OpenEnvClient(url) as env:
+                await env.reset(seed=1)
+                played = (await env.step({"action": "0"})).observation["text"]
+            closed = [await error_then_close(ws) for ws in [*silent, asks_state]]
+            eof = await no_upgrade[0].read()
+            no_upgrade[1].close()
+            return state, played, closed, eof
+
+        state, played, closed, eof = self.serve({"Slow": Slow}, run, max_sessions=1, hello_timeout_s=1.5)
+        self.assertEqual(state["type"], "state")
+        self.assertEqual(played, "slept 0")
+        for data, code in closed:
+            self.assertEqual(data["code"], "SESSION_ERROR")
+            self.assertIn("no reset within 1.5 s of connecting (hello_timeout_s)", data["message"])
+            self.assertEqual(code, 1000)
+        self.assertEqual(eof, b"")
+
+    def test_past_max_pending_the_oldest_silent_socket_is_closed(self):
+        async def run(url):
+            first = await ws_connect(f"{url.replace('http', 'ws')}/ws")
+            second = await ws_connect(f"{url.replace('http', 'ws')}/ws")
+            async with OpenEnvClient(url) as env:  # the third pending socket
+                dropped = await error_then_close(first)
+                await env.reset(seed=3)
+                played = (await env.step({"action": "0"})).observation["text"]
+            still_open = second.open
+            await second.close()
+            return dropped, played, still_open
+
+        (data, code), played, still_open = self.serve({"Slow": Slow}, run, max_pending=2)
+        self.assertEqual((data["code"], code), ("SESSION_ERROR", 1000))
+        self.assertIn("2 sockets (max_pending) were waiting for their first reset", data["message"])
+        self.assertEqual(played, "slept 0")
+        self.assertTrue(still_open)
+
+    def test_a_session_without_reset_or_step_for_idle_s_is_closed(self):
+        async def asks_state_only(url):
+            env = await OpenEnvClient(url).connect()
+            await env.reset(seed=1)
+            for asked in range(1, 50):  # state does not keep a session: the close comes anyway
+                try:
+                    await env.ws.send(json.dumps({"type": "state"}))
+                except ConnectionClosed:
+                    pass  # closed since the last answer: the error frame waits to be read
+                answer = json.loads(await env.ws.recv())
+                if answer["type"] == "error":
+                    await env.ws.wait_closed()
+                    return answer["data"], env.ws.close_code, asked
+                await asyncio.sleep(0.2)
+            return None, None, asked
+
+        async def steps_slowly(url):
+            async with OpenEnvClient(url) as env:
+                await env.reset(seed=2)
+                return [(await env.step({"action": a})).observation["text"] for a in ("1.5", "0")]
+
+        async def run(url):
+            return await asyncio.gather(asks_state_only(url), steps_slowly(url))
+
+        (data, code, asked), steps = self.serve({"Slow": Slow}, run, idle_s=1.0, workers=2)
+        self.assertEqual((data["code"], code), ("SESSION_ERROR", 1000))
+        self.assertIn("no reset or step for 1 s (idle_s)", data["message"])
+        self.assertGreater(asked, 1)
+        self.assertEqual(steps, ["slept 1.5", "slept 0"])  # time in the env is not idle time
+
+    def test_deep_wide_huge_and_malformed_frames_get_short_openenv_errors(self):
+        wide = {"type": "reset", "data": {f"key{i}": "x" * 100 for i in range(5000)}}
+        frames = [
+            "[" * 100_000,  # RecursionError in json.loads before
+            '{"type": "step", "data": {"action": "0", "metadata": ' + "[" * 40 + "]" * 40 + "}}",
+            "[" * 20 + "]" * 20,
+            '{"type": "reset", "data": {"seed": ' + "9" * 5000 + "}}",
+            json.dumps(wide),
+            json.dumps({"type": "x" * 100_000}),
+            json.dumps({"type": "step", "data": {"action": "0", "metadata": ["y" * 10_000]}}),
+            "{",
+        ]
+
+        async def run(url):
+            async with OpenEnvClient(url) as env:
+                answers = []
+                for frame in frames:
+                    await env.ws.send(frame)
+                    answers.append(await env.ws.recv())
+                await env.reset(seed=4)
+                played = (await env.step({"action": "0"})).observation["text"]
+                await env.ws.send(json.dumps({"type": "step", "data": {"action": "a" * (2 << 20)}}))
+                huge = await error_then_close(env.ws)
+            async with OpenEnvClient(url) as env:
+                await env.ws.write_frame(True, 0x1, b'{"type": "\xff"}')  # a text frame, not UTF-8
+                not_utf8 = await error_then_close(env.ws)
+            return answers, played, huge, not_utf8
+
+        answers, played, (data, code), not_utf8 = self.serve({"Slow": Slow}, run)
+        for answer in answers:
+            self.assertLess(len(answer), 600, answer[:200])
+        codes = [json.loads(a)["data"]["code"] for a in answers]
+        self.assertEqual(codes, ["INVALID_JSON", "INVALID_JSON", "VALIDATION_ERROR", "INVALID_JSON", "VALIDATION_ERROR", "UNKNOWN_TYPE", "VALIDATION_ERROR", "INVALID_JSON"])
+        messages = [json.loads(a)["data"]["message"] for a in answers]
+        self.assertIn("nested deeper than 32 levels (max_depth)", messages[0])
+        self.assertIn("nested deeper than 32 levels (max_depth)", messages[1])
+        self.assertIn("data.key0: is not a field here", messages[4])
+        self.assertIn("data.metadata: must be an object", messages[6])
+        self.assertEqual(played, "slept 0")  # the session went on
+        self.assertEqual((data["code"], code), ("SESSION_ERROR", 1009))
+        self.assertIn("frame over max_frame_bytes", data["message"])
+        self.assertEqual((not_utf8[0]["code"], not_utf8[1]), ("SESSION_ERROR", 1007))
+
+    def test_origin_and_host_checks_at_the_upgrade_and_the_routes(self):
+        async def run(url):
+            port = int(url.rsplit(":", 1)[1])
+            own = f"127.0.0.1:{port}"
+            cases = [
+                ("/GuessNumber/ws", {**UPGRADE, "Host": "rebind.example"}),  # a trainer by any name
+                ("/GuessNumber/ws", {**UPGRADE, "Host": own, "Origin": f"http://{own}"}),
+                ("/GuessNumber/ws", {**UPGRADE, "Host": own, "Origin": "https://lab.example:8443"}),
+                ("/GuessNumber/ws", {**UPGRADE, "Host": own, "Origin": "http://evil.example"}),
+                ("/GuessNumber/ws", {**UPGRADE, "Host": own, "Origin": "null"}),
+                ("/GuessNumber/ws", {**UPGRADE, "Host": f"rebind.example:{port}", "Origin": f"http://rebind.example:{port}"}),
+                ("/GuessNumber/schema", {"Host": f"rebind.example:{port}"}),
+                ("/GuessNumber/schema", {"Host": f"envs.internal:{port}"}),
+                ("/GuessNumber/schema", {"Host": f"app.localhost:{port}"}),
+                ("/GuessNumber/schema", {"Host": own, "Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "no-cors"}),
+                ("/health", {"Host": "rebind.example"}),
+            ]
+            return await asyncio.get_running_loop().run_in_executor(None, lambda: [get_status(port, p, h) for p, h in cases])
+
+        answers = self.serve({"GuessNumber": GuessNumber, "Slow": Slow}, run, allow_origins=["https://LAB.example:8443/"], allow_hosts=["envs.internal"])
+        self.assertEqual([status for status, _ in answers], [101, 101, 101, 403, 403, 403, 403, 200, 200, 403, 200])
+        self.assertIn("Origin 'http://evil.example' may not use this provider", answers[3][1])
+        self.assertIn("Origin 'null'", answers[4][1])
+        self.assertIn("Host 'rebind.example:", answers[5][1])
+        self.assertIn("--allow-host", answers[6][1])
+        self.assertIn("Sec-Fetch-Site: cross-site", answers[9][1])
+        with self.assertRaisesRegex(ValueError, "allow_origins: 'lab.example' is not an origin"):
+            OpenEnvProvider({"Slow": Slow}, workers=1, allow_origins=["lab.example"])
+
+    def test_a_failure_of_the_provider_fails_only_its_session(self):
+        async def run(url):
+            other = await OpenEnvClient(url).connect()
+            await other.reset(seed=1)
+            async with OpenEnvClient(url) as env:
+                await env.reset(seed=2)
+                await env.ws.send(json.dumps({"type": "step", "data": {"action": "bug"}}))
+                failed = await error_then_close(env.ws)
+            played = (await other.step({"action": "0"})).observation["text"]
+            await other.close()
+            return failed, played
+
+        with self.assertLogs("rollgym_envs", "ERROR") as logged:
+            (data, code), played = self.serve({"Slow": Slow}, run, Failing, workers=1)
+        self.assertEqual((data["code"], code), ("SESSION_ERROR", 1000))
+        self.assertIn("KeyError", data["message"])
+        self.assertEqual(played, "slept 0")
+        self.assertIn("a bug of the provider", logged.output[0])
 
     def test_snapshot_is_optional(self):
         self.assertTrue(GuessNumber.supports_snapshot())

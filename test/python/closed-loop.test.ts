@@ -130,6 +130,18 @@ describe("rollgym_engine: rollgym's connection bursts and pause/load/resume unde
   }, 660_000);
 });
 
+describe("rollgym_engine: clients that hang up", () => {
+  // Issue 28.8: each request rollgym aborted left a BrokenPipeError or ConnectionResetError
+  // traceback on the engine's stderr.
+  it("prints no traceback for 32 aborted requests and still answers", () => {
+    expect(runCheck("engine_aborts_check.py", 240_000)).toMatchObject({
+      ok: true,
+      aborted: 32,
+      stderr_chars: 0,
+    });
+  }, 300_000);
+});
+
 describe("closed loop: SFT then GRPO through rollgym on a CPU", () => {
   const good = join(dir, "good");
   let run: Awaited<ReturnType<typeof train>>;

@@ -8,11 +8,10 @@ number in range costs -0.1 and changes nothing; seven guesses end the episode.
     # then an OpenEnv client at http://127.0.0.1:8010/GuessNumber
 """
 
-import argparse
 import random
 from typing import Optional
 
-from rollgym_envs import StepOutcome, TextEnv, serve_openenv
+from rollgym_envs import StepOutcome, TextEnv, provider_options, provider_parser, serve_openenv
 
 
 class GuessNumber(TextEnv):
@@ -49,9 +48,6 @@ class GuessNumber(TextEnv):
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8010)
-    parser.add_argument("--workers", type=int, default=2)
-    args = parser.parse_args()
-    serve_openenv({"GuessNumber": GuessNumber}, host=args.host, port=args.port, workers=args.workers)
+    # The provider's options (limits, --allow-origin, ...): docs/openenv.md "Provider limits".
+    args = provider_parser(__doc__.splitlines()[0]).parse_args()
+    serve_openenv({"GuessNumber": GuessNumber}, **provider_options(args))

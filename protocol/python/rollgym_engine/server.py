@@ -8,6 +8,7 @@ Errors use vLLM's body, ``{"error": {"message", "type", "param", "code"}}``."""
 from __future__ import annotations
 
 import json
+import sys
 import threading
 import time
 import uuid
@@ -212,6 +213,14 @@ class EngineHTTPServer(ThreadingHTTPServer):
     # (the RL run that stalled at step 63). The kernel caps this at net.core.somaxconn.
     request_queue_size = 4096
     daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that hung up is no engine error: rollgym aborts the requests it no longer
+        # needs (a cancelled rollout, a pause), and each left a BrokenPipeError or
+        # ConnectionResetError traceback on stderr when its answer was written.
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
 
 
 def listen(engine: Engine, host: str = "127.0.0.1", port: int = 0) -> EngineHTTPServer:

@@ -8,20 +8,29 @@ own env instance. The envs run in a pool of worker processes, a session pinned t
 one, so a slow env only delays the sessions on its own worker, and a worker that dies ends its
 sessions with SESSION_ERROR instead of hanging them.
 
+A socket holds a session place (max_sessions) and an env instance only from its first reset:
+until then it is pending, closed after hello_timeout_s, and the oldest pending socket is closed
+when max_pending are waiting. So silent sockets cannot lock out clients that play, and a session
+that stops playing is closed after idle_s (docs/openenv.md "Provider limits").
+
 Needs only `websockets` (Debian's python3-websockets 10.4 is enough); the HTTP routes are the GET
 ones, answered at the upgrade (OpenEnv's POST /reset and /step build a throwaway env per call;
 episodes live on /ws).
 """
 
+import argparse
 import asyncio
+import functools
 import http
 import json
+import logging
+import math
 import multiprocessing
 import random
 import uuid
 import warnings
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 import websockets.exceptions as wsx
 
@@ -29,14 +38,20 @@ with warnings.catch_warnings():
     # websockets >= 14 made a new asyncio server the default, whose process_request takes other
     # arguments; this server is written for the legacy one (path, headers), as the client is.
     warnings.simplefilter("ignore", DeprecationWarning)
+    from websockets.legacy.server import WebSocketServerProtocol
     from websockets.legacy.server import serve as ws_serve
 
 from .env import TextEnv
+from .origin import OriginPolicy, normal_origin
 
 MAX_SEED = 2**32 - 1
 MESSAGE_TYPES = ("reset", "step", "state", "close")
+# Frames websockets reads ahead of the handler per socket: with max_frame_bytes, what one
+# socket may make the provider hold (OpenEnv clients send one request and wait for its answer).
+MAX_QUEUE = 4
 
 EnvFactory = Callable[[], TextEnv]
+log = logging.getLogger("rollgym_envs")
 
 
 # --------------------------------------------------------------------------- worker processes
@@ -45,6 +60,7 @@ EnvFactory = Callable[[], TextEnv]
 def _worker_main(conn: Any, factories: Dict[str, EnvFactory]) -> None:
     """One worker: envs by session id, one request at a time, answers (ok, value)."""
     envs: Dict[str, TextEnv] = {}
+    names: Dict[str, str] = {}
     while True:
         try:
             request = conn.recv()
@@ -53,10 +69,17 @@ def _worker_main(conn: Any, factories: Dict[str, EnvFactory]) -> None:
         if request is None:
             return
         session, op, arg = request
+        if op == "open":
+            names[session] = arg
         try:
             conn.send((True, _run(envs, factories, session, op, arg)))
-        except Exception as error:  # the env's own failure: the session hears of it
-            conn.send((False, f"{type(error).__name__}: {error}"))
+        except Exception as error:  # the env's own failure: the session hears of it, the log too
+            text = f"{type(error).__name__}: {error}"
+            log.warning("env %s (session %s) failed in %s: %s", names.get(session), session[:8], op, text)
+            log.debug("the env's traceback", exc_info=True)
+            conn.send((False, text))
+        if op == "close":
+            names.pop(session, None)
 
 
 def _run(envs: Dict[str, TextEnv], factories: Dict[str, EnvFactory], session: str, op: str, arg: Any) -> Any:
@@ -83,8 +106,8 @@ def _run(envs: Dict[str, TextEnv], factories: Dict[str, EnvFactory], session: st
         text, reward, done, info = outcome
         if not isinstance(text, str):
             raise TypeError(f"step() returned observation of type {type(text).__name__}, not str")
-        if isinstance(reward, bool) or not isinstance(reward, (int, float)):
-            raise TypeError(f"step() returned reward {reward!r}, not a number")
+        if isinstance(reward, bool) or not isinstance(reward, (int, float)) or not math.isfinite(reward):
+            raise TypeError(f"step() returned reward {reward!r}, not a finite number")
         if not isinstance(info, dict):
             raise TypeError(f"step() returned info of type {type(info).__name__}, not dict")
         return text, float(reward), bool(done), info, _names(env)
@@ -135,14 +158,56 @@ class _Worker:
 # --------------------------------------------------------------------------- messages
 
 
+PREVIEW_CHARS = 60
+
+
 def _error(code: str, message: str, **extra: Any) -> str:
     return json.dumps({"type": "error", "data": {"message": message, "code": code, **extra}})
 
 
+def _cut(text: str) -> str:
+    return text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 3] + "..."
+
+
+def _clip(value: Any) -> Any:
+    """A value echoed in an error: itself when short, else the start of its JSON."""
+    text = json.dumps(value)
+    return value if len(text) <= PREVIEW_CHARS else _cut(text)
+
+
 def _invalid(loc: List[Any], msg: str, value: Any, kind: str) -> str:
-    where = ".".join(str(p) for p in loc)
-    errors = [{"type": kind, "loc": loc, "msg": msg, "input": value}]
+    where = ".".join(_cut(str(p)) for p in loc)
+    errors = [{"type": kind, "loc": [_clip(p) for p in loc], "msg": msg, "input": _clip(value)}]
     return _error("VALIDATION_ERROR", f"Invalid message: {where + ': ' if where else ''}{msg}", errors=errors)
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether arrays and objects nest more than `limit` levels (the message itself is level 1)."""
+    stack = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        children = node.values() if isinstance(node, dict) else node
+        nested = [c for c in children if isinstance(c, (dict, list))]
+        if nested and depth == limit:
+            return True
+        stack.extend((c, depth + 1) for c in nested)
+    return False
+
+
+def parse_frame(frame: Any, max_depth: int) -> Tuple[Any, Optional[str]]:
+    """(value, None) for a JSON text frame nested at most `max_depth` levels, (None, error frame) otherwise."""
+    if isinstance(frame, bytes):
+        return None, _error("INVALID_JSON", "Invalid JSON: binary frame; OpenEnv messages are JSON text frames")
+    too_deep = _error("INVALID_JSON", f"Invalid JSON: nested deeper than {max_depth} levels (max_depth); OpenEnv messages nest 3")
+    try:
+        value = json.loads(frame)
+    except RecursionError:  # deeper than the parser's own recursion limit
+        return None, too_deep
+    except ValueError as error:  # not JSON, or an integer of more digits than Python converts
+        return None, _error("INVALID_JSON", f"Invalid JSON: {_cut(str(error))}")
+    if isinstance(value, (dict, list)) and _deeper_than(value, max_depth):
+        return None, too_deep
+    return value, None
 
 
 def _extra(value: Dict[str, Any], allowed: Tuple[str, ...], loc: List[Any]) -> Optional[str]:
@@ -158,7 +223,7 @@ def check_message(value: Any) -> Tuple[Optional[Dict[str, Any]], Optional[str]]:
         return None, _invalid([], f'a message must be a JSON object with a string "type" ({", ".join(MESSAGE_TYPES)})', value, "model_type")
     kind = value["type"]
     if kind not in MESSAGE_TYPES:
-        return None, _error("UNKNOWN_TYPE", f"Unknown message type: {kind}; allowed: {', '.join(MESSAGE_TYPES)}")
+        return None, _error("UNKNOWN_TYPE", f"Unknown message type: {_cut(kind)}; allowed: {', '.join(MESSAGE_TYPES)}")
     problem = _extra(value, ("type", "data") if kind in ("reset", "step") else ("type",), [])
     if problem:
         return None, problem
@@ -171,7 +236,7 @@ def check_message(value: Any) -> Tuple[Optional[Dict[str, Any]], Optional[str]]:
             return None, problem
         seed = data.get("seed")
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED):
-            return None, _invalid(["data", "seed"], f"{json.dumps(seed)} is not an integer in [0, {MAX_SEED}]", seed, "int_type")
+            return None, _invalid(["data", "seed"], f"{_cut(json.dumps(seed))} is not an integer in [0, {MAX_SEED}]", seed, "int_type")
         episode = data.get("episode_id")
         if episode is not None and (not isinstance(episode, str) or len(episode) > 255):
             return None, _invalid(["data", "episode_id"], "must be a string of at most 255 characters", episode, "string_type")
@@ -187,6 +252,8 @@ def check_message(value: Any) -> Tuple[Optional[Dict[str, Any]], Optional[str]]:
             return None, problem
         if not isinstance(data.get("action"), str):
             return None, _invalid(["data", "action"], "is required: the action as text", data.get("action"), "string_type")
+        if "metadata" in data and not isinstance(data["metadata"], dict):
+            return None, _invalid(["data", "metadata"], "must be an object", data["metadata"], "dict_type")
         return {"type": "step", "action": data["action"]}, None
     return {"type": kind}, None
 
@@ -222,25 +289,105 @@ SCHEMAS = {
 
 # --------------------------------------------------------------------------- the server
 
+DEFAULTS: Dict[str, Any] = {
+    "workers": 2,
+    "max_sessions": 256,
+    "max_pending": 512,
+    "hello_timeout_s": 10.0,
+    "idle_s": 600.0,
+    "max_frame_bytes": 1 << 20,
+    "max_depth": 32,
+}
+
+
+class _Session:
+    """One socket: pending until its first reset, then a session with a worker and an env."""
+
+    def __init__(self, ws: Any, name: Optional[str]):
+        self.ws = ws
+        self.id = uuid.uuid4().hex
+        self.worker: Optional[_Worker] = None
+        self.state: Dict[str, Any] = {"episode_id": None, "step_count": 0, "env": name, "seed": None, "done": False}
+        self.touched = 0.0
+
+
+class _Protocol(WebSocketServerProtocol):
+    """The legacy server's connection, with the provider's clock on the opening handshake and
+    an OpenEnv error frame before the close websockets makes for a frame it refuses."""
+
+    def __init__(self, *args: Any, provider: "OpenEnvProvider", **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.provider = provider
+        self.connected_at = 0.0
+
+    def connection_made(self, transport: Any) -> None:
+        super().connection_made(transport)
+        self.connected_at = self.loop.time()
+        self.provider._add_pending(self)
+
+    def connection_lost(self, exc: Optional[Exception]) -> None:
+        self.provider.pending.pop(self, None)
+        super().connection_lost(exc)
+
+    async def handshake(self, *args: Any, **kwargs: Any) -> str:
+        try:
+            return await asyncio.wait_for(super().handshake(*args, **kwargs), self.provider.hello_timeout_s)
+        except asyncio.TimeoutError:
+            # A ConnectionError ends the connection without a log line (websockets' handler).
+            raise ConnectionAbortedError("no WebSocket upgrade within hello_timeout_s") from None
+
+    def fail_connection(self, code: int = 1006, reason: str = "") -> None:
+        why = {1009: f"frame over max_frame_bytes ({self.provider.max_frame_bytes} bytes)", 1007: "text frame that is not UTF-8"}.get(code)
+        if why is not None and self.state.name == "OPEN":
+            message = f"a {why}; the session is closed ({code})"
+            self.write_frame_sync(True, 0x1, _error("SESSION_ERROR", message).encode())
+            reason = reason or why.split(" (")[0]
+        super().fail_connection(code, reason)
+
 
 class OpenEnvProvider:
     """The server; `await provider.start(host, port)` then `provider.port`, `await provider.stop()`.
 
-    Build it before the event loop runs (worker processes are forked at construction)."""
+    Build it before the event loop runs (worker processes are forked at construction). The
+    limits are docs/openenv.md's "Provider limits"; `allow_origins` and `allow_hosts` let
+    browsers in by other names ("Origin and Host")."""
 
-    def __init__(self, envs: Dict[str, EnvFactory], workers: int = 2, max_sessions: int = 256, max_frame_bytes: int = 1 << 20):
+    def __init__(
+        self,
+        envs: Dict[str, EnvFactory],
+        workers: int = DEFAULTS["workers"],
+        max_sessions: int = DEFAULTS["max_sessions"],
+        max_frame_bytes: int = DEFAULTS["max_frame_bytes"],
+        *,
+        max_pending: int = DEFAULTS["max_pending"],
+        hello_timeout_s: float = DEFAULTS["hello_timeout_s"],
+        idle_s: float = DEFAULTS["idle_s"],
+        max_depth: int = DEFAULTS["max_depth"],
+        allow_origins: Sequence[str] = (),
+        allow_hosts: Sequence[str] = (),
+    ):
         if not envs:
             raise ValueError("envs: give at least one name -> TextEnv class (or factory)")
-        if workers < 1:
-            raise ValueError(f"workers: {workers} is not a positive integer")
-        if max_sessions < 1:
-            raise ValueError(f"max_sessions: {max_sessions} is not a positive integer")
+        for name, value, low in (("workers", workers, 1), ("max_sessions", max_sessions, 1), ("max_pending", max_pending, 1), ("max_frame_bytes", max_frame_bytes, 1024), ("max_depth", max_depth, 3)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"{name}: {value!r} is not an integer >= {low}")
+        for name, value in (("hello_timeout_s", hello_timeout_s), ("idle_s", idle_s)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+                raise ValueError(f"{name}: {value!r} is not a positive number of seconds")
         self.envs = dict(envs)
         self.max_sessions = max_sessions
+        self.max_pending = max_pending
         self.max_frame_bytes = max_frame_bytes
+        self.hello_timeout_s = float(hello_timeout_s)
+        self.idle_s = float(idle_s)
+        self.max_depth = max_depth
+        self.origins = OriginPolicy(allow_origins, allow_hosts)
         context = multiprocessing.get_context("fork")
         self.workers = [_Worker(context, self.envs) for _ in range(workers)]
         self.active = 0
+        # Connections without a session place yet, oldest first (dicts keep insertion order).
+        self.pending: Dict[_Protocol, None] = {}
+        self.closing: Set["asyncio.Future[None]"] = set()
         self.server: Any = None
         self.port = 0
 
@@ -254,6 +401,18 @@ class OpenEnvProvider:
         return None, parts[0] if parts else ""
 
     async def _http(self, path: str, headers: Any) -> Any:
+        try:
+            return self._route(path, headers)
+        except Exception as error:  # a bug of ours answers 500, never a traceback per request
+            log.error("GET %s failed: %s: %s", path[:100], type(error).__name__, error)
+            log.debug("the request's traceback", exc_info=True)
+            return self._json(http.HTTPStatus.INTERNAL_SERVER_ERROR, {"detail": f"the provider failed on this request: {type(error).__name__}"})
+
+    def _route(self, path: str, headers: Any) -> Any:
+        """The HTTP answer to a request, or None to go on with the WebSocket upgrade."""
+        refusal = self.origins.refusal(path, headers)
+        if refusal is not None:
+            return self._json(http.HTTPStatus.FORBIDDEN, {"detail": refusal})
         name, route = self._env_of(path)
         if route == "ws" and name is not None:
             return None
@@ -261,7 +420,7 @@ class OpenEnvProvider:
             return self._json(http.HTTPStatus.OK, {"status": "healthy"})
         if name is None:
             known = ", ".join(self.envs)
-            return self._json(http.HTTPStatus.NOT_FOUND, {"detail": f"no route {path}; envs: {known} (each at /NAME/ws, /NAME/schema, /NAME/metadata, /NAME/state)"})
+            return self._json(http.HTTPStatus.NOT_FOUND, {"detail": f"no route {path[:100]}; envs: {known} (each at /NAME/ws, /NAME/schema, /NAME/metadata, /NAME/state)"})
         if route == "schema":
             return self._json(http.HTTPStatus.OK, SCHEMAS)
         if route == "metadata":
@@ -269,101 +428,239 @@ class OpenEnvProvider:
             return self._json(http.HTTPStatus.OK, {"name": name, "description": getattr(factory, "description", "") or name})
         if route == "state":
             return self._json(http.HTTPStatus.OK, {"episode_id": None, "step_count": 0, "env": name, "seed": None, "done": False})
-        return self._json(http.HTTPStatus.NOT_FOUND, {"detail": f"no route {path}; {name} answers at /{name}/ws, /{name}/schema, /{name}/metadata, /{name}/state"})
+        return self._json(http.HTTPStatus.NOT_FOUND, {"detail": f"no route {path[:100]}; {name} answers at /{name}/ws, /{name}/schema, /{name}/metadata, /{name}/state"})
 
     @staticmethod
     def _json(status: http.HTTPStatus, body: Any) -> Any:
         return status, [("Content-Type", "application/json")], json.dumps(body).encode()
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> "OpenEnvProvider":
-        self.server = await ws_serve(self._session, host, port, process_request=self._http, max_size=self.max_frame_bytes)
+        if host:
+            self.origins.add_host(host)
+        self.server = await ws_serve(
+            self._session,
+            host,
+            port,
+            create_protocol=functools.partial(_Protocol, provider=self),
+            process_request=self._http,
+            max_size=self.max_frame_bytes,
+            max_queue=MAX_QUEUE,
+        )
         self.port = self.server.sockets[0].getsockname()[1]
         return self
 
     async def stop(self) -> None:
         if self.server is not None:
+            # websockets would wait out the handshake of a connection that sends no request, and
+            # trips over one that answered HTTP but is not unregistered yet: both end first.
+            ending = [c for c in self.server.websockets if c.state.name != "OPEN"]
+            for connection in ending:
+                if connection.state.name == "CONNECTING":
+                    connection.transport.abort()
+            if ending:
+                await asyncio.wait([c.handler_task for c in ending])
             self.server.close()
             await self.server.wait_closed()
         for worker in self.workers:
             worker.stop()
 
-    async def _session(self, ws: Any, path: Optional[str] = None) -> None:
-        name, _ = self._env_of(path if path is not None else ws.path)
-        if self.active >= self.max_sessions:
-            await ws.send(_error("CAPACITY_REACHED", f"Server at capacity: {self.active}/{self.max_sessions} sessions active. Cannot accept new connections.", active_sessions=self.active, max_sessions=self.max_sessions))
-            await ws.close(1000, "at capacity")
+    def _add_pending(self, connection: _Protocol) -> None:
+        self.pending[connection] = None
+        while len(self.pending) > self.max_pending:
+            oldest = next(iter(self.pending))
+            del self.pending[oldest]
+            if oldest.state.name == "OPEN":
+                message = f"closed for a newer connection: {self.max_pending} sockets (max_pending) were waiting for their first reset"
+                closing = asyncio.ensure_future(_end(oldest, "SESSION_ERROR", message, "too many pending"))
+                self.closing.add(closing)  # the loop holds tasks weakly
+                closing.add_done_callback(self.closing.discard)
+            else:  # still in its opening handshake
+                oldest.transport.abort()
+
+    async def _session(self, ws: Any) -> None:
+        name, _ = self._env_of(ws.path)
+        if self.active >= self.max_sessions:  # OpenEnv's behaviour: accept, say so, close
+            await self._refuse_full(ws)
             return
+        session = _Session(ws, name)
+        try:
+            await self._serve(session)
+        except wsx.ConnectionClosed:
+            pass
+        except WorkerDied as error:
+            await _end(ws, "SESSION_ERROR", str(error), "worker died")
+        except Exception as error:  # a bug of ours fails this session, never the provider
+            log.error("session %s of %s failed: %s: %s", session.id[:8], name, type(error).__name__, error)
+            log.debug("the session's traceback", exc_info=True)
+            await _end(ws, "SESSION_ERROR", f"the provider failed on this session: {type(error).__name__}", "internal error")
+        finally:
+            self.pending.pop(ws, None)
+            if session.worker is not None:
+                self.active -= 1
+                session.worker.sessions -= 1
+                try:
+                    await session.worker.call(session.id, "close")
+                except WorkerDied:
+                    pass
+            await ws.close()
+
+    async def _refuse_full(self, ws: Any) -> None:
+        message = f"Server at capacity: {self.active}/{self.max_sessions} sessions active. Cannot accept new connections."
+        await _end(ws, "CAPACITY_REACHED", message, "at capacity", active_sessions=self.active, max_sessions=self.max_sessions)
+
+    async def _serve(self, session: _Session) -> None:
+        ws = session.ws
+        loop = asyncio.get_running_loop()
+        while True:
+            if session.worker is None:
+                deadline = ws.connected_at + self.hello_timeout_s
+                silence = f"no reset within {self.hello_timeout_s:g} s of connecting (hello_timeout_s)"
+            else:
+                deadline = session.touched + self.idle_s
+                silence = f"no reset or step for {self.idle_s:g} s (idle_s)"
+            try:
+                frame = await asyncio.wait_for(ws.recv(), max(0.0, deadline - loop.time()))
+            except asyncio.TimeoutError:
+                await _end(ws, "SESSION_ERROR", f"{silence}; session closed", "idle")
+                return
+            value, problem = parse_frame(frame, self.max_depth)
+            message = None
+            if problem is None:
+                message, problem = check_message(value)
+            if problem is not None:
+                await ws.send(problem)
+                continue
+            kind = message["type"]
+            if kind == "close":
+                return
+            if kind == "reset" and session.worker is None and not await self._open(session):
+                return
+            await ws.send(await self._answer(message, session))
+            if kind in ("reset", "step"):
+                session.touched = loop.time()
+
+    async def _open(self, session: _Session) -> bool:
+        """Gives a pending socket its session place and env at its first reset; False if it closed."""
+        self.pending.pop(session.ws, None)
+        if self.active >= self.max_sessions:  # others took the places since this socket connected
+            await self._refuse_full(session.ws)
+            return False
         self.active += 1
         worker = min(self.workers, key=lambda w: w.sessions)
         worker.sessions += 1
-        session = uuid.uuid4().hex
-        state: Dict[str, Any] = {"episode_id": None, "step_count": 0, "env": name, "seed": None, "done": False}
-        try:
-            ok, value = await worker.call(session, "open", name)
-            if not ok:
-                await ws.send(_error("FACTORY_ERROR", f"Environment factory '{name}' failed to create instance: {value}", factory_name=name))
-                return
-            async for frame in ws:
-                reply = await self._answer(frame, worker, session, state)
-                if reply is None:
-                    break
-                await ws.send(reply)
-        except WorkerDied as error:
-            await ws.send(_error("SESSION_ERROR", str(error)))
-        except wsx.ConnectionClosed:
-            pass
-        finally:
-            self.active -= 1
-            worker.sessions -= 1
-            try:
-                await worker.call(session, "close")
-            except WorkerDied:
-                pass
-            await ws.close()
+        session.worker = worker
+        name = session.state["env"]
+        ok, value = await worker.call(session.id, "open", name)
+        if not ok:
+            await _end(session.ws, "FACTORY_ERROR", f"Environment factory '{name}' failed to create instance: {value}", "factory failed", factory_name=name)
+            return False
+        return True
 
-    async def _answer(self, frame: Any, worker: _Worker, session: str, state: Dict[str, Any]) -> Optional[str]:
-        """The reply to one frame; None when the client closed the session."""
-        if isinstance(frame, bytes):
-            return _error("INVALID_JSON", "Invalid JSON: binary frame; OpenEnv messages are JSON text frames")
-        try:
-            value = json.loads(frame)
-        except ValueError as error:
-            return _error("INVALID_JSON", f"Invalid JSON: {error}")
-        message, problem = check_message(value)
-        if problem is not None:
-            return problem
-        kind = message["type"]
-        if kind == "close":
-            return None
+    async def _answer(self, message: Dict[str, Any], session: _Session) -> str:
+        """The reply to one valid message other than close."""
+        state, kind = session.state, message["type"]
         if kind == "state":
             return json.dumps({"type": "state", "data": state})
+        if kind == "step" and state["episode_id"] is None:
+            return _error("EXECUTION_ERROR", "no episode yet: send reset first")
+        worker = session.worker
+        assert worker is not None  # a reset opened the session; a step before one is answered above
         if kind == "reset":
             seed = message["seed"] if message["seed"] is not None else random.randint(0, MAX_SEED)
-            ok, value = await worker.call(session, "reset", seed)
+            ok, value = await worker.call(session.id, "reset", seed)
             if not ok:
                 return _error("EXECUTION_ERROR", value)
             text, names = value
             state.update(episode_id=message["episode_id"] or uuid.uuid4().hex, step_count=0, seed=seed, done=False)
             return json.dumps({"type": "observation", "data": {"observation": {"text": text, "actions": names, "info": {}}, "reward": None, "done": False}})
-        if state["episode_id"] is None:
-            return _error("EXECUTION_ERROR", "no episode yet: send reset first")
         if state["done"]:
             return _error("EXECUTION_ERROR", "the episode is over (done); send reset for a new one")
-        ok, value = await worker.call(session, "step", message["action"])
+        ok, value = await worker.call(session.id, "step", message["action"])
         if not ok:
             return _error("EXECUTION_ERROR", value)
         text, reward, done, info, names = value
         state.update(step_count=state["step_count"] + 1, done=done)
         try:
-            observation = json.dumps({"text": text, "actions": names, "info": info})
+            observation = json.dumps({"text": text, "actions": names, "info": info}, allow_nan=False)
         except (TypeError, ValueError) as error:
             return _error("EXECUTION_ERROR", f"step() returned info that is not JSON: {error}")
         return '{"type": "observation", "data": {"observation": %s, "reward": %s, "done": %s}}' % (observation, json.dumps(reward), json.dumps(done))
 
 
-def serve_openenv(envs: Dict[str, EnvFactory], host: str = "127.0.0.1", port: int = 8010, workers: int = 2, max_sessions: int = 256) -> None:
-    """Serves `envs` (name -> TextEnv class or factory) until interrupted; prints the base URLs."""
-    provider = OpenEnvProvider(envs, workers=workers, max_sessions=max_sessions)
+async def _end(ws: Any, code: str, message: str, reason: str, **extra: Any) -> None:
+    """An OpenEnv error frame, then the close (as OpenEnv ends a session it cannot go on with)."""
+    try:
+        await ws.send(_error(code, message, **extra))
+        await ws.close(1000, reason)
+    except wsx.ConnectionClosed:
+        pass
+
+
+# --------------------------------------------------------------------------- serving from a script
+
+
+def provider_parser(description: str, prog: Optional[str] = None) -> argparse.ArgumentParser:
+    """The provider's command-line options (`python3 -m rollgym_envs --help`), for scripts that
+    serve their own envs: `serve_openenv(envs, **provider_options(parser.parse_args()))`."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    d = DEFAULTS
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8010, help="port; 0 picks a free one (default: 8010)")
+    parser.add_argument("--workers", metavar="N", type=_at_least(1), default=d["workers"], help=f"worker processes the envs run in (default: {d['workers']})")
+    parser.add_argument("--max-sessions", metavar="N", type=_at_least(1), default=d["max_sessions"], help=f"sessions (sockets past their first reset) at once; one more gets CAPACITY_REACHED (default: {d['max_sessions']})")
+    parser.add_argument("--max-pending", metavar="N", type=_at_least(1), default=d["max_pending"], help=f"sockets waiting for their first reset; one more closes the oldest (default: {d['max_pending']})")
+    parser.add_argument("--hello-timeout-s", type=_seconds, default=d["hello_timeout_s"], metavar="S", help=f"a socket with no reset this long after connecting is closed (default: {d['hello_timeout_s']:g})")
+    parser.add_argument("--idle-s", type=_seconds, default=d["idle_s"], metavar="S", help=f"a session with no reset or step for this long is closed (default: {d['idle_s']:g})")
+    parser.add_argument("--max-frame-bytes", metavar="BYTES", type=_at_least(1024), default=d["max_frame_bytes"], help=f"largest frame a client may send; larger closes the session with 1009 (default: {d['max_frame_bytes']})")
+    parser.add_argument("--max-depth", metavar="N", type=_at_least(3), default=d["max_depth"], help=f"nesting of arrays and objects a frame may have; deeper gets INVALID_JSON (default: {d['max_depth']})")
+    parser.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN", type=_origin, help="a browser origin (https://lab.example:8443) that may use the provider besides its own page; repeatable")
+    parser.add_argument("--allow-host", action="append", default=[], metavar="NAME", help="a host name browsers may reach the provider by besides IP addresses, localhost and this machine's name; repeatable")
+    parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info", help="debug adds the traceback of each env failure (default: info)")
+    return parser
+
+
+def provider_options(args: argparse.Namespace) -> Dict[str, Any]:
+    """serve_openenv's keyword arguments from provider_parser's options."""
+    names = ("host", "port", "workers", "max_sessions", "max_pending", "hello_timeout_s", "idle_s", "max_frame_bytes", "max_depth", "log_level")
+    return {**{n: getattr(args, n) for n in names}, "allow_origins": args.allow_origin, "allow_hosts": args.allow_host}
+
+
+def _at_least(low: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = low - 1
+        if value < low:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer >= {low}")
+        return value
+
+    return parse
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
+    return value
+
+
+def _origin(text: str) -> str:
+    try:
+        return normal_origin(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error).replace("allow_origins: ", "")) from None
+
+
+def serve_openenv(envs: Dict[str, EnvFactory], host: str = "127.0.0.1", port: int = 8010, log_level: str = "info", **options: Any) -> None:
+    """Serves `envs` (name -> TextEnv class or factory) until interrupted; prints the base URLs.
+    `options` are OpenEnvProvider's (workers, max_sessions, idle_s, allow_origins, ...)."""
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("websockets").setLevel(logging.WARNING)  # a line per connection otherwise
+    provider = OpenEnvProvider(envs, **options)
 
     async def main() -> None:
         await provider.start(host, port)

@@ -9,10 +9,10 @@ import { readFileSync } from "node:fs";
 import { say } from "./io.ts";
 
 /** Set to 1 in a child's environment: the child stops once this process has gone. */
-export const EXIT_WITH_PARENT = "ROLLGYM_EXIT_WITH_PARENT";
+const EXIT_WITH_PARENT = "ROLLGYM_EXIT_WITH_PARENT";
 
 /** Whether this process ends with the processes that launched it. */
-export function tiedToParent(env: NodeJS.ProcessEnv = process.env): boolean {
+function tiedToParent(env: NodeJS.ProcessEnv = process.env): boolean {
   return env.npm_lifecycle_event !== undefined || env[EXIT_WITH_PARENT] === "1";
 }
 

@@ -7,7 +7,11 @@ import { fileURLToPath } from "node:url";
 
 const ROLLGYM = fileURLToPath(new URL("../../bin/rollgym.js", import.meta.url));
 
-/** Children still running: killed when this process exits, also by a crash, so none is orphaned. */
+/**
+ * Children still running: killed when this process exits, also by a crash or a SIGINT/SIGTERM,
+ * so none is orphaned. A bench killed outright (SIGKILL) cannot: its children watch it instead
+ * (ROLLGYM_EXIT_WITH_PARENT, src/cli/lifeline.ts) and stop within a second.
+ */
 const live = new Set<ChildProcess>();
 let reaperInstalled = false;
 
@@ -19,6 +23,13 @@ function track(child: ChildProcess): void {
   process.once("exit", () => {
     for (const c of live) c.kill("SIGKILL");
   });
+  // Node's default for these signals ends the process without its "exit" event.
+  for (const [signal, status] of [
+    ["SIGINT", 130],
+    ["SIGTERM", 143],
+  ] as const) {
+    process.once(signal, () => process.exit(status));
+  }
 }
 
 export interface Child {
@@ -37,7 +48,11 @@ export interface Child {
 export function startRollgym(name: string, args: readonly string[], listening: RegExp): Promise<Child> {
   const child = spawn(process.execPath, [ROLLGYM, ...args], {
     stdio: ["ignore", "pipe", "pipe"],
-    env: { ...process.env, ROLLGYM_LOG_LEVEL: process.env.ROLLGYM_LOG_LEVEL ?? "error" },
+    env: {
+      ...process.env,
+      ROLLGYM_LOG_LEVEL: process.env.ROLLGYM_LOG_LEVEL ?? "error",
+      ROLLGYM_EXIT_WITH_PARENT: "1",
+    },
   });
   track(child);
   let stderr = "";

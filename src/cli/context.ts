@@ -73,6 +73,7 @@ export async function setup(args: ParsedArgs, overrides: readonly string[]): Pro
   try {
     const registry = await buildRegistry(loaded.config, {
       origins: loaded.origins,
+      dirs: loaded.dirs,
       plugins: (args.lists.get("plugin") ?? []).map((module) => ({ module, from: "--plugin" })),
       notices: loaded.notices,
     });

@@ -22,6 +22,7 @@ import {
 import { EXPORT_FLAGS, exportCommand } from "./export.ts";
 import { FILTER_FLAGS, filterCommand } from "./filter.ts";
 import { type CliStreams, io, say, withStreams } from "./io.ts";
+import { tieToParent } from "./lifeline.ts";
 import { PARSE_FLAGS, parseCommand } from "./parse.ts";
 import { ROLLOUT_FLAGS, rolloutCommand } from "./rollout.ts";
 import { SERVE_FLAGS, serveCommand, tuneServeProcess } from "./serve.ts";
@@ -267,6 +268,8 @@ export async function runMain(): Promise<void> {
   // A server runs as started, or, asked for, with its measured memory settings (runtime.ts),
   // which may re-execute in place: before anything else has run.
   if (argv[0] === "serve" && !wantsHelp(argv)) tuneServeProcess(argv.slice(1));
+  // Started through npm or by a parent that asks for it: end with it (lifeline.ts).
+  tieToParent();
   process.exitCode = await run(argv);
 }
 

@@ -10,6 +10,7 @@ import { DEFAULT_LIMITS } from "../server/state.ts";
 import { type FlagSpec, parseArgs, parseInteger, UsageError } from "./args.ts";
 import { CONFIG_FLAGS, isOverride, reportLoaded, setup } from "./context.ts";
 import { io, say } from "./io.ts";
+import { whenParentGone } from "./lifeline.ts";
 import { checkPolicyKeys, readyPolicy } from "./rollout.ts";
 import { applyTunedRuntime, RUNTIME_VARIABLE, runtimeLines, tunedRuntimeAsked } from "./runtime.ts";
 
@@ -211,8 +212,8 @@ function tokenFrom(flag: string | undefined, file: string | undefined): string |
  * deadline), a second cancels what is running at once (verdicts still go out), a third exits
  * without waiting. A SIGINT within a second of the previous signal is the same Ctrl-C: the
  * terminal sends it to the server and `npm start` passes its own copy on. Started through npm
- * (`npx rollgym serve`), the server also drains when the process that started it dies: npm
- * passes a SIGTERM to its `sh -c`, which dies without passing it on.
+ * (`npx rollgym serve`) or by a parent that asks for it, the server also drains when the process
+ * that started it dies (lifeline.ts).
  */
 async function untilStopped(server: RollgymServer): Promise<void> {
   let signals = 0;
@@ -241,13 +242,10 @@ async function untilStopped(server: RollgymServer): Promise<void> {
   };
   process.on("SIGTERM", onSignal);
   process.on("SIGINT", onSignal);
-  const watcher =
-    process.env.npm_lifecycle_event === undefined
-      ? null
-      : watchParent(() => {
-          // Like a first signal, never counted as a second one.
-          if (signals === 0) stop("the process that started it exited", "the server's parent process exited");
-        });
+  whenParentGone(() => {
+    // Like a first signal, never counted as a second one.
+    if (signals === 0) stop("the process that started it exited", "the server's parent process exited");
+  });
   try {
     const { cancelled, dropped } = await stopped;
     const parts = [
@@ -256,7 +254,7 @@ async function untilStopped(server: RollgymServer): Promise<void> {
     ].filter(Boolean);
     say(`closed${parts.length ? `: ${parts.join(", ")}` : ""}`);
   } finally {
-    if (watcher) clearInterval(watcher);
+    whenParentGone(null);
     process.off("SIGTERM", onSignal);
     process.off("SIGINT", onSignal);
     // A copy of the signal may still be on its way (npm passes Ctrl-C on to the server it
@@ -267,52 +265,3 @@ async function untilStopped(server: RollgymServer): Promise<void> {
 }
 
 function ignoreLateSignal(): void {}
-
-/**
- * The processes that launched the server: the parent, and also the grandparent when the parent
- * is the `sh -c` npm runs scripts through (npm may die of a SIGTERM before passing it on, leaving
- * the shell alive). Read when this module loads, since the signal may kill them before the
- * server is up.
- */
-const LAUNCHERS = launcherPids();
-
-function launcherPids(): number[] {
-  const launchers = [process.ppid];
-  if (/^(sh|dash|bash)$/.test(procField(process.ppid, "comm") ?? "")) {
-    const grandparent = Number(procField(process.ppid, "stat")?.split(") ")[1]?.split(" ")[1]);
-    if (Number.isInteger(grandparent) && grandparent > 1) launchers.push(grandparent);
-  }
-  return launchers;
-}
-
-/** Calls `gone` once a process that launched the server has exited (checked every half second). */
-function watchParent(gone: () => void): NodeJS.Timeout {
-  const timer = setInterval(() => {
-    if (LAUNCHERS.every(alive)) return;
-    clearInterval(timer);
-    // Our stdout and stderr may have gone with it.
-    process.stdout.on("error", () => {});
-    process.stderr.on("error", () => {});
-    gone();
-  }, 500);
-  timer.unref();
-  return timer;
-}
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (error) {
-    return (error as NodeJS.ErrnoException).code !== "ESRCH";
-  }
-}
-
-/** A file of /proc/PID (Linux), trimmed; null where there is none. */
-function procField(pid: number, name: "comm" | "stat"): string | null {
-  try {
-    return readFileSync(`/proc/${pid}/${name}`, "utf8").trim();
-  } catch {
-    return null;
-  }
-}

@@ -2,14 +2,16 @@
 // by the oracle (Sokoban BFS, FrozenLake shortest path, Bandit's high arm, or a chosen arm mix)
 // through the same episode code as a rollout, so the conversation is RAGEN's prompts, the
 // solver's <think>…</think><answer>…</answer> turns and the environment's real replies.
-import { spawn } from "node:child_process";
+import { type ChildProcessByStdio, spawn } from "node:child_process";
 import { once } from "node:events";
 import { writeFile } from "node:fs/promises";
+import type { Readable, Writable } from "node:stream";
+import type { EnvRegistry } from "../../envs/registry.ts";
 import { armMixPolicy, oraclePolicy } from "../llm/builtin.ts";
 import type { ChatMessage } from "../llm/chat.ts";
 import type { Policy, PolicyRequest, PolicyResponse } from "../llm/policy.ts";
 import type { EpisodeRecord } from "../record/episode-record.ts";
-import { runBatch } from "../rollout/batch.ts";
+import { type BatchRequest, runBatch } from "../rollout/batch.ts";
 import { CommandFailure, type FlagSpec, parseArgs, parseChoice, parseNumber, UsageError } from "./args.ts";
 import { isOverride, loadOrExplain, reportLoaded, setup } from "./context.ts";
 import { io, say } from "./io.ts";
@@ -157,8 +159,29 @@ export async function sftCommand(argv: readonly string[]): Promise<number> {
       `--arm-mix: tag ${other?.tag} is not a bandit (env_type ${other ? registry.tag(other.tag).type.name : "?"}); allowed: bandit tags only`,
     );
   }
-  reportLoaded(loaded);
 
+  // A Python without pyarrow is a mistake in the input: found before any episode plays.
+  const parquet =
+    format === "parquet" ? await ParquetWriter.start(out, pythonOf(args.values.get("python"))) : null;
+  try {
+    reportLoaded(loaded);
+    const examples = await solverExamples(registry, request, mix, bandit);
+    const lines = examples.map((x) => `${JSON.stringify(x)}\n`).join("");
+    if (parquet) await parquet.write(lines, examples.length);
+    else await writeText(out, lines);
+    report(out, format, examples, bandit);
+  } finally {
+    parquet?.abandon();
+  }
+  return 0;
+}
+
+async function solverExamples(
+  registry: EnvRegistry,
+  request: BatchRequest,
+  mix: number | null,
+  bandit: boolean,
+): Promise<SftExample[]> {
   const policy = new Recording(mix === null ? oraclePolicy() : armMixPolicy(mix), bandit);
   const total = request.tags.reduce((n, t) => n + t.groups, 0) * request.groupSize;
   const bar = new ProgressBar(`sft ${request.tags.map((t) => t.tag).join("+")}`, total);
@@ -170,15 +193,14 @@ export async function sftCommand(argv: readonly string[]): Promise<number> {
   }
   const failed = batch.episodes.find((e) => e.failure !== null);
   if (failed) throw new CommandFailure(`episode ${failed.env_id} failed: ${failed.failure}`);
-  const examples = batch.episodes.map((e) => {
+  return batch.episodes.map((e) => {
     const last = policy.last.get(e.env_id);
     if (!last) throw new Error(`episode ${e.env_id} was never asked for an answer`);
     return sftExample(e, last, bandit ? policy.highArms.get(e.env_id) : undefined);
   });
-  const lines = examples.map((x) => `${JSON.stringify(x)}\n`).join("");
-  if (format === "jsonl") await writeText(out, lines);
-  else await writeParquet(out, lines, args.values.get("python") ?? process.env.ROLLGYM_PYTHON ?? "python3");
+}
 
+function report(out: string, format: Format, examples: readonly SftExample[], bandit: boolean): void {
   const solved = examples.filter((x) => x.extra_info.success).length;
   const high = examples.filter((x) => x.extra_info.arm === "high").length;
   say(
@@ -194,7 +216,6 @@ export async function sftCommand(argv: readonly string[]): Promise<number> {
     ...(bandit ? { high_arm: high } : {}),
   };
   io().stdout.write(`${JSON.stringify(written)}\n`);
-  return 0;
 }
 
 async function writeText(path: string, text: string): Promise<void> {
@@ -205,32 +226,109 @@ async function writeText(path: string, text: string): Promise<void> {
   }
 }
 
-/** JSON lines in, one parquet file out: pyarrow infers messages as list<struct<role, content>>. */
+/** The Python that writes parquet, and how the user named it (for errors). */
+interface Python {
+  exe: string;
+  named: string;
+}
+
+function pythonOf(flag: string | undefined): Python {
+  if (flag !== undefined) return { exe: flag, named: `--python ${flag}` };
+  const env = process.env.ROLLGYM_PYTHON;
+  if (env !== undefined && env !== "") return { exe: env, named: `ROLLGYM_PYTHON=${env}` };
+  return { exe: "python3", named: "python3" };
+}
+
+/** Exit status of the writer when pyarrow does not import. */
+const NO_PYARROW = 3;
+
+/**
+ * JSON lines in, one parquet file out: pyarrow infers messages as list<struct<role, content>>.
+ * It says "ready" once pyarrow is imported; its first line in is the row count, so a rollgym that
+ * stops before sending every row (killed: the pipe closes) leaves no partial file.
+ */
 const PARQUET_WRITER = `
 import json, sys
 try:
     import pyarrow as pa, pyarrow.parquet as pq
 except ImportError as error:
-    sys.exit(f"--format parquet needs pyarrow in {sys.executable}: {error} (pip install pyarrow, or give --python)")
+    print(error, file=sys.stderr)
+    sys.exit(${NO_PYARROW})
+print("ready", flush=True)
+expected = sys.stdin.readline()
+if not expected:
+    sys.exit(0)
 rows = [json.loads(line) for line in sys.stdin if line.strip()]
+if len(rows) != int(expected):
+    sys.exit(f"received {len(rows)} of {int(expected)} rows; nothing written")
 pq.write_table(pa.Table.from_pylist(rows), sys.argv[1])
 `;
 
-async function writeParquet(path: string, lines: string, python: string): Promise<void> {
-  const child = spawn(python, ["-c", PARQUET_WRITER, path], { stdio: ["pipe", "inherit", "pipe"] });
-  let stderr = "";
-  child.stderr.on("data", (chunk) => {
-    stderr += chunk;
-  });
-  child.stdin.end(lines);
-  const [code] = (await Promise.race([
-    once(child, "close"),
-    once(child, "error").then(([error]) => {
-      throw new UsageError(`--python: cannot run ${JSON.stringify(python)}: ${(error as Error).message}`);
-    }),
-  ])) as [number | null];
-  if (code !== 0)
-    throw new CommandFailure(
-      `--format parquet: ${python} failed (exit ${code}): ${stderr.trim().split("\n").at(-1)}`,
+/** The Python child that writes --format parquet, started (and checked) before the episodes play. */
+class ParquetWriter {
+  private readonly child: ChildProcessByStdio<Writable, Readable, Readable>;
+  private readonly python: Python;
+  /** How it ended, in words ("" for a clean exit); a failure to start is `spawnError`. */
+  private readonly ended: Promise<string>;
+  private spawnError: string | null = null;
+  private stderr = "";
+
+  private constructor(path: string, python: Python) {
+    this.python = python;
+    this.child = spawn(python.exe, ["-c", PARQUET_WRITER, path], { stdio: ["pipe", "pipe", "pipe"] });
+    // A writer that exits early closes the pipe under our write (EPIPE): its exit status says why.
+    this.child.stdin.on("error", () => {});
+    this.child.stderr.setEncoding("utf8").on("data", (text: string) => {
+      this.stderr = (this.stderr + text).slice(-4000);
+    });
+    this.ended = new Promise((resolve) => {
+      this.child.once("error", (error: NodeJS.ErrnoException) => {
+        this.spawnError =
+          error.code === "ENOENT"
+            ? "no such file"
+            : error.code === "EACCES"
+              ? "not executable"
+              : error.message;
+        resolve(this.spawnError);
+      });
+      this.child.once("close", (code, signal) =>
+        resolve(code === 0 ? "" : signal ? `killed by ${signal}` : `exit ${code}`),
+      );
+    });
+  }
+
+  /** Resolves once pyarrow is imported; a usage error naming the fix when it cannot be. */
+  static async start(path: string, python: Python): Promise<ParquetWriter> {
+    const writer = new ParquetWriter(path, python);
+    const ready = once(writer.child.stdout, "data").then(() => null);
+    const ended = await Promise.race([ready, writer.ended]);
+    if (ended === null) return writer;
+    if (writer.spawnError !== null) throw new UsageError(`${python.named}: ${writer.spawnError}`);
+    if (writer.child.exitCode === NO_PYARROW)
+      throw new UsageError(
+        `--format parquet needs pyarrow, which ${python.named} lacks (${writer.lastLine()}): ` +
+          `run ${python.exe} -m pip install pyarrow, or give --python EXE of a Python that has it`,
+      );
+    throw new UsageError(
+      `${python.named}: ${ended || "exited"} before it could write parquet; is it a Python 3? ${writer.lastLine()}`.trim(),
     );
+  }
+
+  async write(lines: string, rows: number): Promise<void> {
+    this.child.stdin.end(`${rows}\n${lines}`);
+    const ended = await this.ended;
+    if (ended !== "")
+      throw new CommandFailure(
+        `--format parquet: ${this.python.named} failed (${ended}): ${this.lastLine()}`,
+      );
+  }
+
+  /** Lets a writer still waiting for rows exit without writing (the command failed first). */
+  abandon(): void {
+    if (!this.child.stdin.writableEnded) this.child.stdin.end();
+  }
+
+  private lastLine(): string {
+    return this.stderr.trim().split("\n").at(-1) ?? "";
+  }
 }

@@ -363,7 +363,7 @@ export const CONFIG_KEYS = {
     Type.Array(nonEmpty(), {
       ...doc(
         [],
-        "modules whose register(registry) adds env types and tags (paths from the current directory, or package names)",
+        "modules whose register(registry) adds env types and tags: package names, or paths (in a config file from the file's directory; in key=value from the current directory)",
       ),
       "x-allowed": "a list of non-empty strings",
       "x-coerce": "one",

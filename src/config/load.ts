@@ -36,6 +36,7 @@
 // Old training.* keys that only shaped the trainer are listed in `ignored`; max_start_length,
 // state_masking and train_data_num changed old prompts or seeds and are unsupported.
 import { readFileSync } from "node:fs";
+import { dirname, resolve } from "node:path";
 import {
   type Document,
   isAlias,
@@ -78,6 +79,12 @@ export interface LoadedConfig {
   notices: string[];
   /** Where each key set by a source was set: "file:line" or `override "key=value"` (see originOf). */
   origins: Record<string, string>;
+  /**
+   * The directory of the file each key was set in (absolute), for keys set by a file: relative
+   * paths in a file's values start there. Keys set by key=value are absent (their paths start
+   * in the current directory).
+   */
+  dirs: Record<string, string>;
 }
 
 /**
@@ -784,8 +791,11 @@ export function loadConfig(input: LoadConfigInput): LoadedConfig {
   }
   // Every set key, and every mapping above one (where it first appears), for later errors.
   const origins: Record<string, string> = {};
+  const dirs: Record<string, string> = {};
   for (const leaf of store.leaves.values()) {
     origins[dotted(leaf.path)] = where(leaf).label!;
+    const file = sources[leaf.source].file;
+    if (file !== undefined) dirs[dotted(leaf.path)] = dirname(resolve(file));
     for (let i = leaf.path.length - 1; i > 0; i--) {
       const key = dotted(leaf.path.slice(0, i));
       if (key in origins) break;
@@ -794,7 +804,7 @@ export function loadConfig(input: LoadConfigInput): LoadedConfig {
       origins[key] = line === undefined ? source.label : `${source.label}:${line}`;
     }
   }
-  return { config: validated, ignored, notices, origins };
+  return { config: validated, ignored, notices, origins, dirs };
 }
 
 type Fail = (leaf: Leaf | undefined, key: string, message: string) => never;

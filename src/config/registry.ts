@@ -17,18 +17,22 @@ import { ConfigError, type CustomEnvEntry, formatValue, type RollgymConfig } fro
 export type RegisterEnvs = (registry: EnvRegistry) => void | Promise<void>;
 
 export interface PluginRef {
-  /** A path (from the current directory) or a package name. */
+  /** A path (from `dir`, else the current directory) or a package name. */
   module: string;
   /** Where it was named, for errors: "--plugin" or "rollgym.plugins (set in run.yaml:3)". */
   from: string;
+  /** The directory of the config file that named it: its relative path starts there. */
+  dir?: string;
 }
 
 export interface RegistryOptions {
   /** LoadedConfig.origins, so errors can say where a key was set. */
   origins?: Readonly<Record<string, string>>;
+  /** LoadedConfig.dirs: a rollgym.plugins set in a file names paths from the file's directory. */
+  dirs?: Readonly<Record<string, string>>;
   /** Plugins beyond config.rollgym.plugins (e.g. from --plugin). */
   plugins?: readonly PluginRef[];
-  /** Where relative plugin paths start (default: the current directory). */
+  /** Where relative plugin paths not from a config file start (default: the current directory). */
   cwd?: string;
   /** Receives a line per custom_envs entry skipped (unusable, and no mode plays its tag). */
   notices?: string[];
@@ -133,18 +137,20 @@ export async function loadPlugins(
   cwd = process.cwd(),
 ): Promise<void> {
   for (const plugin of plugins) {
+    const base = plugin.dir ?? cwd;
     const fail = (why: string): never => {
       throw new ConfigError(
         plugin.from.startsWith("rollgym.plugins") ? "rollgym.plugins" : null,
-        `${plugin.from}: ${formatValue(plugin.module)} ${why}; allowed: a module (a path from the ` +
-          "current directory, or a package name) exporting register(registry)",
+        `${plugin.from}: ${formatValue(plugin.module)} ${why}; allowed: a module (a path from ` +
+          `${plugin.dir === undefined ? "the current directory" : `the config file's directory, ${plugin.dir}`}, ` +
+          "or a package name) exporting register(registry)",
       );
     };
     let exports: Record<string, unknown>;
-    const commonJs = commonJsProblem(resolve(cwd, plugin.module));
+    const commonJs = commonJsProblem(resolve(base, plugin.module));
     if (commonJs) return fail(commonJs);
     try {
-      exports = await importPlugin(plugin.module, cwd);
+      exports = await importPlugin(plugin.module, base);
     } catch (error) {
       return fail(`cannot be loaded: ${oneLine(error)}`);
     }
@@ -192,7 +198,7 @@ function oneLine(error: unknown): string {
 
 /**
  * Paths resolve from `cwd` (an existing file, or anything starting with . or /); other names are
- * packages, found beside rollgym (a project's node_modules) or else installed in `cwd`.
+ * packages, found beside rollgym (a project's node_modules) or else installed in `cwd` or above.
  */
 async function importPlugin(spec: string, cwd: string): Promise<Record<string, unknown>> {
   const path = resolve(cwd, spec);
@@ -220,9 +226,13 @@ export async function buildRegistry(
   const registry = createRegistry();
   // Remote envs are a type like the in-process ones: custom_envs.X.env_type: openenv.
   registry.registerType(openenv);
+  // A config file is often kept beside its plugin and used from elsewhere: its paths start at
+  // the file, as a tsconfig.json's or a compose file's do.
+  const dir = options.dirs?.["rollgym.plugins"];
   const fromConfig = config.rollgym.plugins.map((module) => ({
     module,
     from: `rollgym.plugins${suffix(origins, "rollgym.plugins")}`,
+    ...(dir === undefined ? {} : { dir }),
   }));
   await loadPlugins(registry, [...fromConfig, ...(options.plugins ?? [])], options.cwd);
   applyCustomEnvs(registry, config, origins, options.notices ?? null);

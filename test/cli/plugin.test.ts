@@ -4,11 +4,20 @@
 import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { pathToFileURL } from "node:url";
 import { describe, expect, it } from "vitest";
-import { expectUsageError, jsonLines, rollgym, spawnServe } from "../helpers/cli.ts";
+import { expectUsageError, jsonLines, ROOT, rollgym, spawnServe } from "../helpers/cli.ts";
 import { TestClient } from "../helpers/ws-client.ts";
 
 const PLUGIN = ["--plugin", "examples/number-line.ts"];
+
+/** A new directory outside the checkout holding my-env.ts, a plugin (the example, re-exported). */
+function pluginDir(): string {
+  const dir = mkdtempSync(join(tmpdir(), "rollgym-plugin-"));
+  const example = pathToFileURL(join(ROOT, "examples", "number-line.ts")).href;
+  writeFileSync(join(dir, "my-env.ts"), `export { register } from ${JSON.stringify(example)};\n`);
+  return dir;
+}
 
 describe.concurrent("custom env types through --plugin", () => {
   it("envs list, sample, play, prompt and check see the plugin's tag", async () => {
@@ -55,10 +64,11 @@ describe.concurrent("custom env types through --plugin", () => {
     const summary = JSON.parse(r.stdout) as { episodes: number; metrics: Record<string, number> };
     expect(summary.episodes).toBe(12);
     expect(summary.metrics).toHaveProperty(["train/NumberLine/success"]);
-    const config = join(mkdtempSync(join(tmpdir(), "rollgym-plugin-")), "run.yaml");
+    // The config file names its plugin from its own directory, not the one rollgym runs in.
+    const config = join(pluginDir(), "run.yaml");
     writeFileSync(
       config,
-      "rollgym:\n  plugins: [examples/number-line.ts]\ncustom_envs:\n  NumberLine:\n    env_config:\n      length: 5\n" +
+      "rollgym:\n  plugins: [./my-env.ts]\ncustom_envs:\n  NumberLine:\n    env_config:\n      length: 5\n" +
         "es_manager:\n  val:\n    env_groups: 2\n    env_configs: {tags: [NumberLine], n_groups: [2]}\n",
     );
     // NumberLine has no solver: the default oracle policy refuses it rather than play random
@@ -133,6 +143,27 @@ describe.concurrent("custom env types through --plugin", () => {
     } finally {
       child.kill("SIGTERM");
     }
+  });
+
+  it("a config file's plugin paths start at the file; --plugin's and key=value's at the current directory", async () => {
+    const dir = pluginDir();
+    const config = join(dir, "run.yaml");
+    writeFileSync(config, "rollgym:\n  plugins: [examples/number-line.ts]\n");
+    // examples/number-line.ts is there from the current directory (the checkout), not from the file's.
+    expectUsageError(await rollgym(["envs", "list", "--config", config]), [
+      `rollgym.plugins (set in ${config}:2)`,
+      `a path from the config file's directory, ${dir}`,
+    ]);
+    // (--plugin's paths are the other tests'.)
+    const list = await rollgym([
+      "envs",
+      "list",
+      "--config",
+      config,
+      "rollgym.plugins=examples/number-line.ts",
+    ]);
+    expect(list.code, list.stderr).toBe(0);
+    expect(jsonLines(list.stdout).map((l) => l.tag)).toContain("NumberLine");
   });
 
   it("a plugin that cannot be loaded or registers nothing is one line naming it", async () => {

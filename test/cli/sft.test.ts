@@ -1,12 +1,23 @@
 // `rollgym sft`: SFT conversations from the built-in solvers, checked against the envs they
 // claim to come from, and one-line errors for bad input.
-import { mkdtempSync, readFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { spawnSync } from "node:child_process";
+import { existsSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { homedir, tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { expectUsageError, jsonLines, rollgym } from "../helpers/cli.ts";
 
 const dir = mkdtempSync(join(tmpdir(), "rollgym-sft-"));
+
+/** A real Python 3 without pyarrow on any machine: this one's, with its site-packages left out. */
+const BARE_PYTHON = join(dir, "python-without-site");
+writeFileSync(BARE_PYTHON, '#!/bin/sh\nexec python3 -I -S "$@"\n', { mode: 0o755 });
+
+/** A Python with pyarrow, if this machine has one (the closed loop's venv, docs/closed-loop.md). */
+const PYARROW_PYTHON = [
+  process.env.ROLLGYM_TRAIN_PYTHON,
+  join(homedir(), ".cache", "rollgym", "train-venv", "bin", "python"),
+].find((python) => python && existsSync(python) && spawnSync(python, ["-c", "import pyarrow"]).status === 0);
 
 interface Example {
   messages: { role: string; content: string }[];
@@ -100,4 +111,69 @@ describe.concurrent("rollgym sft", () => {
       "csv",
     ]);
   });
+
+  // The docs' command (docs/closed-loop.md): its 1,000 rows overflow the pipe to a writer that
+  // has already exited, which used to end in Node's EPIPE stack trace.
+  const PARQUET = [
+    "sft",
+    "--tag",
+    "SimpleSokoban",
+    "--groups",
+    "1000",
+    "--seed",
+    "100000",
+    "--format",
+    "parquet",
+  ];
+
+  it("--format parquet with a Python lacking pyarrow, or no Python at all, is one line naming the fix, before any work", async () => {
+    const out = join(dir, "none.parquet");
+    expectUsageError(await rollgym([...PARQUET, "--out", out, "--python", BARE_PYTHON]), [
+      "--format parquet needs pyarrow",
+      `--python ${BARE_PYTHON}`,
+      "pip install pyarrow",
+      "give --python EXE",
+    ]);
+    expectUsageError(await rollgym([...PARQUET, "--out", out, "--python", "/bad"]), [
+      "--python /bad: no such file",
+    ]);
+    expect(existsSync(out)).toBe(false);
+  });
+
+  it.skipIf(PYARROW_PYTHON === undefined)(
+    "--format parquet writes the JSONL rows as a parquet table",
+    async () => {
+      const args = ["sft", "--tag", "SimpleSokoban", "--groups", "6", "--seed", "10000"];
+      const jsonl = join(dir, "rows.jsonl");
+      const parquet = join(dir, "rows.parquet");
+      expect((await rollgym([...args, "--out", jsonl])).code).toBe(0);
+      const r = await rollgym([
+        ...args,
+        "--out",
+        parquet,
+        "--format",
+        "parquet",
+        "--python",
+        PYARROW_PYTHON!,
+      ]);
+      expect(r.code, r.stderr).toBe(0);
+      const read = spawnSync(
+        PYARROW_PYTHON!,
+        [
+          "-c",
+          "import json, sys, pyarrow.parquet as pq; print(json.dumps(pq.read_table(sys.argv[1]).to_pylist()))",
+          parquet,
+        ],
+        { encoding: "utf8" },
+      );
+      expect(read.status, read.stderr).toBe(0);
+      const rows = examples(jsonl).map(({ messages, data_source }) => ({ messages, data_source }));
+      expect(
+        (JSON.parse(read.stdout) as Example[]).map(({ messages, data_source }) => ({
+          messages,
+          data_source,
+        })),
+      ).toEqual(rows);
+    },
+  );
 });

@@ -33,7 +33,13 @@ function expectError(
 
 describe("loadConfig basics", () => {
   it("returns the defaults for no input", () => {
-    expect(loadConfig({})).toEqual({ config: defaultConfig(), ignored: [], notices: [], origins: {} });
+    expect(loadConfig({})).toEqual({
+      config: defaultConfig(),
+      ignored: [],
+      notices: [],
+      origins: {},
+      dirs: {},
+    });
   });
 
   it("applies later files over earlier ones and overrides over files", () => {

@@ -1,6 +1,8 @@
 // The registry a config describes: custom_envs merged into the tags they name (as Hydra merges
 // RAGEN's envs.yaml), new tags, plugins; errors with the full key and where it was set.
+import { writeFileSync } from "node:fs";
 import { join } from "node:path";
+import { pathToFileURL } from "node:url";
 import { describe, expect, it } from "vitest";
 import { createRegistry } from "../../envs/catalog.ts";
 import { ConfigError, loadConfig, originOf } from "../../src/config/index.ts";
@@ -8,7 +10,7 @@ import { buildRegistry } from "../../src/config/registry.ts";
 import { FIXTURES } from "../helpers/fixtures.ts";
 import { yamlFiles } from "./yaml-files.ts";
 
-const { yamlFile } = yamlFiles("registry");
+const { dir, yamlFile } = yamlFiles("registry");
 
 async function registryError(files: string[], overrides: string[] = []): Promise<ConfigError> {
   const loaded = loadConfig({ files, overrides });
@@ -93,14 +95,35 @@ describe("custom_envs in the registry", () => {
   });
 
   it("loads plugins from the config and from options; registering a type twice is named", async () => {
-    const file = yamlFile("rollgym:\n  plugins: [examples/number-line.ts]\n");
-    const { config, origins } = loadConfig({ files: [file] });
-    expect((await buildRegistry(config, { origins })).hasTag("NumberLine")).toBe(true);
+    // A config file's paths start at its directory; --plugin's and key=value's at the current one.
+    const example = pathToFileURL(join(import.meta.dirname, "../../examples/number-line.ts")).href;
+    writeFileSync(join(dir, "my-env.ts"), `export { register } from ${JSON.stringify(example)};\n`);
+    const file = yamlFile("rollgym:\n  plugins: [./my-env.ts]\n");
+    const { config, origins, dirs } = loadConfig({ files: [file] });
+    expect(dirs["rollgym.plugins"]).toBe(dir);
+    expect((await buildRegistry(config, { origins, dirs })).hasTag("NumberLine")).toBe(true);
+    await expect(buildRegistry(config, { origins })).rejects.toThrow(
+      `rollgym.plugins (set in ${file}:2): "./my-env.ts" cannot be loaded`,
+    );
     await expect(
-      buildRegistry(config, { origins, plugins: [{ module: "examples/number-line.ts", from: "--plugin" }] }),
+      buildRegistry(config, {
+        origins,
+        dirs,
+        plugins: [{ module: "examples/number-line.ts", from: "--plugin" }],
+      }),
     ).rejects.toThrow(
       /--plugin: "examples\/number-line.ts" failed to register its envs: env type number_line is already registered/,
     );
+    const overridden = loadConfig({
+      files: [file],
+      overrides: ["rollgym.plugins=[examples/number-line.ts]"],
+    });
+    expect(overridden.dirs).not.toHaveProperty(["rollgym.plugins"]);
+    const registry = await buildRegistry(overridden.config, {
+      origins: overridden.origins,
+      dirs: overridden.dirs,
+    });
+    expect(registry.hasTag("NumberLine")).toBe(true);
   });
 });
 

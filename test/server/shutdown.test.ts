@@ -3,23 +3,14 @@
 // Also through the wrappers users start it with (`npm start`, `npx rollgym serve`), with a
 // client that does not read, and with a second and third signal.
 import { type ChildProcess, spawn } from "node:child_process";
-import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { afterEach, describe, expect, it } from "vitest";
 import { ROOT, servingUrl, spawnServe } from "../helpers/cli.ts";
+import { descendants, gone, killLeftovers } from "../helpers/processes.ts";
 import { pauseReading, TestClient } from "../helpers/ws-client.ts";
 
 // Processes a failed test may leave behind (an orphaned server is what these tests look for).
 const leftovers: number[] = [];
-afterEach(() => {
-  for (const pid of leftovers.splice(0)) {
-    try {
-      // Only if it is still ours: a pid can be reused once its process has gone.
-      if (readFileSync(`/proc/${pid}/cmdline`, "utf8").includes("rollgym")) process.kill(pid, "SIGKILL");
-    } catch {
-      // already gone
-    }
-  }
-});
+afterEach(() => killLeftovers(leftovers));
 
 describe("graceful shutdown", () => {
   it("refuses new work, cancels what is left at the deadline, sends the verdict, and exits", async () => {
@@ -195,38 +186,4 @@ async function serve(
         ? Promise.resolve()
         : new Promise((resolve) => watchers.push({ pattern, resolve })),
   };
-}
-
-/** Every process below `pid` now (Linux /proc). */
-function descendants(pid: number): number[] {
-  const parentOf = new Map<number, number>();
-  for (const entry of readdirSync("/proc")) {
-    if (!/^\d+$/.test(entry)) continue;
-    try {
-      const stat = readFileSync(`/proc/${entry}/stat`, "utf8");
-      // pid (comm) state ppid …; comm may hold spaces and parentheses.
-      const ppid = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
-      parentOf.set(Number(entry), ppid);
-    } catch {
-      // it exited meanwhile
-    }
-  }
-  const found: number[] = [];
-  let frontier = [pid];
-  while (frontier.length > 0) {
-    const children = [...parentOf].filter(([, ppid]) => frontier.includes(ppid)).map(([child]) => child);
-    found.push(...children);
-    frontier = children;
-  }
-  return found;
-}
-
-/** Resolves once none of `pids` is running (a zombie counts as gone). */
-async function gone(pids: readonly number[]): Promise<void> {
-  const running = (pid: number) => {
-    if (!existsSync(`/proc/${pid}/stat`)) return false;
-    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-    return stat.slice(stat.lastIndexOf(")") + 2)[0] !== "Z";
-  };
-  while (pids.some(running)) await new Promise((resolve) => setTimeout(resolve, 100));
 }

@@ -83,6 +83,12 @@ def rollgym_cmd(*args: str) -> List[str]:
     return [node_binary(), os.path.join(ROOT, "src", "cli", "main.ts"), *args]
 
 
+def rollgym_env() -> Dict[str, str]:
+    """The environment of a rollgym child: it stops on its own once this process has gone, even
+    when that is a SIGKILL, which skips main's cleanup (docs/server.md "Shutdown")."""
+    return dict(os.environ, ROLLGYM_EXIT_WITH_PARENT="1")
+
+
 def start(cmd: List[str], pattern: str, children: List[subprocess.Popen],
           env: Optional[Dict[str, str]] = None) -> Tuple[subprocess.Popen, str]:
     """Starts a server and returns it with the URL it prints when listening. It joins `children`
@@ -487,7 +493,7 @@ def main(argv: Sequence[str]) -> int:
                 mix = ["--arm-mix", str(args.arm_mix)] if "bandit" in args.tag.lower() else []
                 subprocess.run(rollgym_cmd("sft", "--tag", args.tag, "--groups", str(args.sft_episodes), *mix,
                                            "--max-turn", str(args.max_turn), "--seed", "100000", "--out", data),
-                               check=True, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                               check=True, cwd=ROOT, env=rollgym_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             model = TinyLM(ModelConfig(d_model=args.d_model, n_layers=args.layers, n_heads=args.heads, d_ff=4 * args.d_model,
                                        max_len=args.max_len))
             losses = sft(model, load_sft(data), args.sft_steps, args.sft_batch, args.sft_prompts, args.sft_lr, args.seed, progress,
@@ -506,7 +512,7 @@ def main(argv: Sequence[str]) -> int:
                            "--threads", str(args.threads)],
                           r"serving on (http://\S+)/v1", children, env)
         _, server = start(rollgym_cmd("serve", "--port", "0", "--llm", f"{engine}/v1", "--model", "rollgym-tiny"),
-                          r"serving on (http://\S+)", children)
+                          r"serving on (http://\S+)", children, rollgym_env())
         optimizer = rl_optimizer(model, args)
         reference = TinyLM.load(weights)[0].eval() if args.kl_coef > 0 else None
         with Client(server) as client:

@@ -14,6 +14,8 @@ export const CLOSE_CODES = {
   resumeRefused: 4002,
   /** A second trainer while the first is connected (PROTOCOL.md "Weight updates"). */
   trainerTaken: 4003,
+  /** hello role "trainer" without the server's trainer token, or with another (PROTOCOL.md "Handshake"). */
+  trainerToken: 4004,
   /** The client left the server's replies unread (PROTOCOL.md "Backpressure"). */
   slowReader: 4008,
   /** No valid hello within hello_timeout_s, or dropped as the oldest of too many silent sockets. */

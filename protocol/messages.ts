@@ -6,6 +6,7 @@ import {
   MAX_GROUPS,
   MAX_SEED,
   MAX_TOKENS,
+  MAX_VERSION_ORDINAL,
   MODES,
   optionalFields,
   PAUSE_MODES,
@@ -23,6 +24,7 @@ export {
   MAX_TOKENS,
   MAX_TOP_K,
   MAX_TURNS,
+  MAX_VERSION_ORDINAL,
 } from "./settings.ts";
 
 // ---------------------------------------------------------------------------------------------
@@ -35,6 +37,8 @@ export const MAX_GROUP_SIZE = 4096;
 export const MAX_TAGS = 1000;
 export const MAX_INT32 = 2 ** 31 - 1;
 export const MAX_CREDIT = 1_000_000;
+/** hello.trainer_token, and the trainer token a server may be given. */
+export const MAX_TRAINER_TOKEN_LENGTH = 200;
 /** Items per `ack.groups` and per `env_step.responses`. */
 export const MAX_ITEMS = 100_000;
 
@@ -83,6 +87,8 @@ export const HelloSchema = map({
   resume: Type.Optional(Id),
   /** "trainer": the one session that may bracket weight updates (PROTOCOL.md "Weight updates"). */
   role: Type.Optional(Type.Enum(["trainer"])),
+  /** With role "trainer", on a server that reserves the role: its trainer token (PROTOCOL.md "Handshake"). */
+  trainer_token: Type.Optional(Type.String({ minLength: 1, maxLength: MAX_TRAINER_TOKEN_LENGTH })),
 });
 export type Hello = Static<typeof HelloSchema>;
 
@@ -183,12 +189,26 @@ export type EnvStep = Static<typeof EnvStepSchema>;
 export const EnvCloseSchema = map({ type: Type.Literal("env_close"), id: Id });
 export type EnvClose = Static<typeof EnvCloseSchema>;
 
+const VersionLabel = Type.String({ minLength: 1, maxLength: MAX_ID_LENGTH });
+
 /** A weight version as the trainer names it: a label and an ordinal that grows with every update. */
 export const VersionSchema = map({
-  label: Type.String({ minLength: 1, maxLength: MAX_ID_LENGTH }),
-  ordinal: Type.Integer({ minimum: 0, maximum: Number.MAX_SAFE_INTEGER }),
+  label: VersionLabel,
+  ordinal: Type.Integer({ minimum: 0, maximum: MAX_VERSION_ORDINAL }),
 });
 export type Version = Static<typeof VersionSchema>;
+
+/**
+ * The version end_update names. Its ordinal has no maximum here: one past MAX_VERSION_ORDINAL
+ * is the update's error (`update`, the update stays open), answered where trainers wait for it.
+ */
+const NewVersionSchema = map({
+  label: VersionLabel,
+  ordinal: Type.Integer({
+    minimum: 0,
+    description: `greater than the current ordinal and at most ${MAX_VERSION_ORDINAL}; otherwise error update (the update stays open)`,
+  }),
+});
 
 export const PauseModeSchema = Type.Enum(PAUSE_MODES);
 
@@ -204,7 +224,7 @@ export type BeginUpdate = Static<typeof BeginUpdateSchema>;
 export const EndUpdateSchema = map({
   type: Type.Literal("end_update"),
   id: Id,
-  version: VersionSchema,
+  version: NewVersionSchema,
 });
 export type EndUpdate = Static<typeof EndUpdateSchema>;
 
@@ -293,6 +313,8 @@ export const LimitsSchema = map({
   max_watchers: Type.Optional(Type.Integer({ minimum: 1 })),
   max_watchers_per_address: Type.Optional(Type.Integer({ minimum: 1 })),
   watch_idle_s: Type.Optional(Type.Number({ minimum: 0 })),
+  /** Trainer sessions only: how long an update may stay open before the server ends it at the old version. */
+  max_update_s: Type.Optional(Type.Number({ minimum: 0 })),
 });
 export type Limits = Static<typeof LimitsSchema>;
 

@@ -42,6 +42,11 @@ export type NormalizationMethod = (typeof NORMALIZATION_METHODS)[number];
 /** vLLM's POST /pause modes (facts/async-rl.md §1.3), the first rollgym's default. */
 export const PAUSE_MODES = ["keep", "wait", "abort"] as const;
 export type PauseMode = (typeof PAUSE_MODES)[number];
+/**
+ * The largest weight-version ordinal (2³¹−1): token mode's token_versions_i32 carries ordinals
+ * as int32. end_update past it is refused, and begin_update once the ordinal has reached it.
+ */
+export const MAX_VERSION_ORDINAL = 2 ** 31 - 1;
 
 /**
  * Where a setting lives in the configuration: `key` (RAGEN's name) with the schema's default;

@@ -3,6 +3,7 @@
 
 import { readFileSync, statSync } from "node:fs";
 import { resolve as absolute } from "node:path";
+import { MAX_TRAINER_TOKEN_LENGTH } from "../../protocol/messages.ts";
 import { buildServer, type RollgymServer, type ShutdownReport } from "../server/app.ts";
 import { DEFAULT_CONNECTION_LIMITS } from "../server/connections.ts";
 import { normalOrigin } from "../server/origin.ts";
@@ -26,6 +27,16 @@ export const SERVE_FLAGS: Record<string, FlagSpec> = {
     kind: "value",
     arg: "FILE",
     help: "read the bearer token from FILE (its first line), so it never shows in ps",
+  },
+  "trainer-token": {
+    kind: "value",
+    arg: "T",
+    help: 'the token a hello with role "trainer" must carry (default $ROLLGYM_TRAINER_TOKEN; none = the role is anyone\'s); visible in ps, prefer --trainer-token-file',
+  },
+  "trainer-token-file": {
+    kind: "value",
+    arg: "FILE",
+    help: "read the trainer token from FILE (its first line)",
   },
   "allow-origin": {
     kind: "value",
@@ -53,6 +64,11 @@ export const SERVE_FLAGS: Record<string, FlagSpec> = {
     help: "groups of one rollout played at once (rollgym.limits.group_concurrency, 64)",
   },
   "resume-grace": { kind: "value", arg: "S", help: "seconds a dropped session waits for its client (60)" },
+  "max-update": {
+    kind: "value",
+    arg: "S",
+    help: `seconds a weight update may stay open before the engines resume at the old version (${DEFAULT_LIMITS.maxUpdateMs / 1000})`,
+  },
   "shutdown-deadline": { kind: "value", arg: "S", help: "seconds SIGTERM lets rollouts finish (30)" },
   "max-connections": { kind: "value", arg: "N", help: "WebSocket connections at once (1024)" },
   "max-connections-per-address": {
@@ -118,7 +134,12 @@ export async function serveCommand(argv: readonly string[]): Promise<void> {
   const host = args.values.get("host") ?? "127.0.0.1";
   const seconds = (flag: string, fallback: number) =>
     parseInteger(`--${flag}`, args.values.get(flag) ?? String(fallback), 0, 86_400);
-  const token = tokenFrom(args.values.get("token"), args.values.get("token-file"));
+  const token = secretFrom("token", "ROLLGYM_TOKEN", args.values);
+  const trainerToken = secretFrom("trainer-token", "ROLLGYM_TRAINER_TOKEN", args.values);
+  if (trainerToken !== null && trainerToken.length > MAX_TRAINER_TOKEN_LENGTH)
+    throw new UsageError(
+      `--trainer-token: ${trainerToken.length} characters; a hello carries at most ${MAX_TRAINER_TOKEN_LENGTH}`,
+    );
   const browsers = {
     allowOrigins: args.lists.get("allow-origin") ?? [],
     allowHosts: args.lists.get("allow-host") ?? [],
@@ -137,6 +158,13 @@ export async function serveCommand(argv: readonly string[]): Promise<void> {
   );
   const resumeGraceMs = seconds("resume-grace", 60) * 1000;
   const shutdownDeadlineMs = seconds("shutdown-deadline", 30) * 1000;
+  const maxUpdateMs =
+    parseInteger(
+      "--max-update",
+      args.values.get("max-update") ?? String(DEFAULT_LIMITS.maxUpdateMs / 1000),
+      1,
+      86_400,
+    ) * 1000;
   const count = (flag: string, fallback: number) =>
     parseInteger(`--${flag}`, args.values.get(flag) ?? String(fallback), 1, 1_000_000);
   const connections = {
@@ -156,10 +184,12 @@ export async function serveCommand(argv: readonly string[]): Promise<void> {
     registry,
     policy,
     token,
+    trainerToken,
     browsers,
     share: share === null ? null : absolute(share),
     maxBufferedGroups,
     resumeGraceMs,
+    maxUpdateMs,
     shutdownDeadlineMs,
     connections,
     // The limits `rollgym rollout` checks a batch against, from the same config keys.
@@ -181,28 +211,35 @@ export async function serveCommand(argv: readonly string[]): Promise<void> {
     ? `model ${config.rollgym.llm.model} at ${config.rollgym.llm.base_url}`
     : `built-in ${config.rollgym.policy.name} policy`;
   io().stdout.write(
-    `rollgym serving on ${url} (the web page; ${ws}/v1/rollouts) with the ${using}${token ? ", token required" : ""}\n`,
+    `rollgym serving on ${url} (the web page; ${ws}/v1/rollouts) with the ${using}${token ? ", token required" : ""}${trainerToken ? ", trainer token required" : ""}\n`,
   );
   // Readiness for a parent on an IPC channel, the way PM2's wait_ready expects it.
   process.send?.("ready");
   await untilStopped(server);
 }
 
-/** The token: --token, else the first line of --token-file, else $ROLLGYM_TOKEN, else none. */
-function tokenFrom(flag: string | undefined, file: string | undefined): string | null {
+/**
+ * A secret: --NAME, else the first line of --NAME-file, else $VARIABLE, else none (the bearer
+ * token and the trainer token alike).
+ */
+function secretFrom(name: string, variable: string, values: ReadonlyMap<string, string>): string | null {
+  const flag = values.get(name);
+  const file = values.get(`${name}-file`);
   if (flag !== undefined && file !== undefined)
-    throw new UsageError("--token and --token-file: give one of them");
-  let token = flag ?? process.env.ROLLGYM_TOKEN ?? null;
+    throw new UsageError(`--${name} and --${name}-file: give one of them`);
+  let token = flag ?? process.env[variable] ?? null;
   if (file !== undefined) {
     try {
       token = readFileSync(file, "utf8").split(/\r?\n/)[0].trim();
     } catch (error) {
-      throw new UsageError(`--token-file: cannot read ${JSON.stringify(file)}: ${(error as Error).message}`);
+      throw new UsageError(
+        `--${name}-file: cannot read ${JSON.stringify(file)}: ${(error as Error).message}`,
+      );
     }
   }
   if (token === "")
     throw new UsageError(
-      `${file !== undefined ? "--token-file" : "--token"}: an empty token would let anyone in; omit it to serve without auth`,
+      `${file !== undefined ? `--${name}-file` : `--${name}`}: an empty token would let anyone in; omit it to serve without one`,
     );
   return token;
 }

@@ -185,6 +185,16 @@ export const CATALOGUE = {
     message: ({ session }) =>
       `hello role "trainer": session ${session} is the trainer and is connected; one trainer at a time (a new one takes over only once the old one's connection is gone)`,
   }),
+  trainer_token: entry<{ given: boolean }>({
+    frame: "not_trainer",
+    close: CLOSE_CODES.trainerToken,
+    closeReason: "trainer token refused",
+    field: "trainer_token",
+    message: ({ given }) =>
+      given
+        ? 'hello role "trainer": trainer_token is not this server\'s trainer token'
+        : 'hello role "trainer": this server reserves the trainer role; send its trainer token as hello.trainer_token',
+  }),
   updates_unsupported: entry<{ policy: string; type: string }>({
     frame: "update",
     message: ({ policy, type }) =>
@@ -206,6 +216,22 @@ export const CATALOGUE = {
     message: ({ id, open }) =>
       `end_update ${JSON.stringify(id)}: the open update is ${JSON.stringify(open)}; end it with that id`,
   }),
+  ordinals_exhausted: entry<{ id: string; ordinal: number; label: string }>({
+    frame: "update",
+    message: ({ id, ordinal, label }) =>
+      `begin_update ${JSON.stringify(id)}: the version in force, ${JSON.stringify(label)}, has ordinal ${ordinal}, the maximum; no end_update could name a greater one, so no update begins (the engines keep running)`,
+  }),
+  update_ending: entry<{ id: string }>({
+    frame: "update",
+    message: ({ id }) =>
+      `end_update ${JSON.stringify(id)}: an end_update for this update is already resuming the engines`,
+  }),
+  update_expired: entry<{ id: string; late: boolean; maxS: number; label: string; ordinal: number }>({
+    frame: "update",
+    field: "max_update_s",
+    message: ({ id, late, maxS, label, ordinal }) =>
+      `${late ? `end_update ${JSON.stringify(id)}: ` : ""}update ${JSON.stringify(id)} expired: it stayed open longer than max_update_s (${maxS} s) without end_update, so the engines resumed at the old version ${JSON.stringify(label)} (ordinal ${ordinal}) and admission reopened; begin a new update`,
+  }),
   update_pausing: entry<{ id: string }>({
     frame: "update",
     message: ({ id }) =>
@@ -217,6 +243,13 @@ export const CATALOGUE = {
     fieldFirst: true,
     message: ({ ordinal, current, label }) =>
       `version.ordinal: got ${ordinal}, must be greater than the current ${current} (${JSON.stringify(label)}); the update stays open`,
+  }),
+  version_ordinal_max: entry<{ ordinal: number; max: number }>({
+    frame: "update",
+    field: "version.ordinal",
+    fieldFirst: true,
+    message: ({ ordinal, max }) =>
+      `version.ordinal: got ${ordinal}, must be at most ${max} (token_versions_i32 carries ordinals as int32); the update stays open`,
   }),
   update_failed: entry<Said>({ frame: "update", message: said }),
 

@@ -2,7 +2,7 @@
 // in force, the admission gate that holds every new turn while an update is open, and the pause
 // clock that keeps the time held off request timeouts and retry budgets. Remote policies add
 // the engines (engine-updates.ts); the built-in policies use it as it is.
-import { PAUSE_MODES } from "../../protocol/settings.ts";
+import { MAX_VERSION_ORDINAL, PAUSE_MODES } from "../../protocol/settings.ts";
 import { onParentAbort, type PauseClock } from "./deadline.ts";
 import {
   INITIAL_VERSION,
@@ -25,8 +25,12 @@ export class UpdateStateError extends Error {
 export function versionProblem(version: PolicyVersion, current: PolicyVersion): string | null {
   if (typeof version?.label !== "string" || version.label === "")
     return `version.label ${JSON.stringify(version?.label)} is not a non-empty string`;
-  if (!Number.isSafeInteger(version.ordinal) || version.ordinal < current.ordinal)
-    return `version.ordinal ${JSON.stringify(version.ordinal)} is not an integer ≥ the current ordinal ${current.ordinal}`;
+  if (
+    !Number.isSafeInteger(version.ordinal) ||
+    version.ordinal < current.ordinal ||
+    version.ordinal > MAX_VERSION_ORDINAL
+  )
+    return `version.ordinal ${JSON.stringify(version.ordinal)} is not an integer from the current ordinal ${current.ordinal} to ${MAX_VERSION_ORDINAL}`;
   if (version.ordinal === current.ordinal && version.label !== current.label)
     return `version.ordinal ${version.ordinal} is the current one, so its label must stay ${JSON.stringify(current.label)} (got ${JSON.stringify(version.label)}); a new version takes a higher ordinal`;
   return null;

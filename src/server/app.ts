@@ -11,6 +11,7 @@ import { createRegistry } from "../../envs/catalog.ts";
 import type { EnvRegistry } from "../../envs/registry.ts";
 import { deeperThan, MAX_JSON_DEPTH } from "../../protocol/bounded-json.ts";
 import { CLOSE_CODES, encodeMessage } from "../../protocol/codec.ts";
+import { MAX_TRAINER_TOKEN_LENGTH } from "../../protocol/messages.ts";
 import { defaultConfig, type RollgymConfig } from "../config/index.ts";
 import { httpRefusal } from "../errors/boundary.ts";
 import { RollgymError } from "../errors/catalogue.ts";
@@ -48,6 +49,8 @@ export interface ServerOptions extends Partial<ServerLimits> {
   policy?: Policy;
   /** Bearer token required at the upgrade; null or omitted = open. */
   token?: string | null;
+  /** The token a hello with role "trainer" must carry (hello.trainer_token); null or omitted = the role is anyone's. */
+  trainerToken?: string | null;
   /** Groups of one rollout played at once. */
   groupConcurrency?: number;
   /** How long a SIGTERM lets running rollouts finish before cancelling them. */
@@ -128,11 +131,12 @@ export async function buildServer(options: ServerOptions = {}): Promise<RollgymS
   const registry = options.registry ?? createRegistry();
   const policy = instrumentPolicy(options.policy ?? oraclePolicy(), metrics);
   const watch = new WatchHub(options.watch ?? {}, guard);
-  const updates = new UpdateCoordinator(policy, metrics);
+  const updates = new UpdateCoordinator(policy, metrics, { maxUpdateMs: limits.maxUpdateMs, log: app.log });
   const state: ServerState = {
     options: {
       ...limits,
       token: options.token ?? null,
+      trainerToken: trainerTokenOf(options.trainerToken),
       groupConcurrency: options.groupConcurrency ?? 64,
       shutdownDeadlineMs: options.shutdownDeadlineMs ?? 30_000,
     },
@@ -269,6 +273,16 @@ export async function buildServer(options: ServerOptions = {}): Promise<RollgymS
     },
     shutdown,
   };
+}
+
+/** The trainer token, refused when no hello could carry it. */
+function trainerTokenOf(token: string | null | undefined): string | null {
+  if (token === undefined || token === null) return null;
+  if (token.length === 0 || token.length > MAX_TRAINER_TOKEN_LENGTH)
+    throw new RangeError(
+      `trainerToken: ${token.length} characters; a hello carries 1 to ${MAX_TRAINER_TOKEN_LENGTH} (hello.trainer_token)`,
+    );
+  return token;
 }
 
 function sleep(ms: number): Promise<void> {

@@ -1,6 +1,6 @@
 // Bearer-token check at the HTTP upgrade, before any work: header first, query parameter for
-// browsers. Compared as SHA-256 digests with timingSafeEqual, so time leaks neither content
-// nor length.
+// browsers; and the trainer token of a hello with role "trainer". Compared as SHA-256 digests
+// with timingSafeEqual, so time leaks neither content nor length.
 import { createHash, timingSafeEqual } from "node:crypto";
 import type { IncomingMessage } from "node:http";
 
@@ -20,8 +20,11 @@ export function tokenOf(request: IncomingMessage): string | null {
 
 /** Whether the request may connect: always when the server has no token. */
 export function authorized(request: IncomingMessage, expected: string | null): boolean {
-  if (expected === null) return true;
-  const given = tokenOf(request);
+  return expected === null || sameSecret(tokenOf(request), expected);
+}
+
+/** Whether `given` is `expected`, in constant time. */
+export function sameSecret(given: string | null | undefined, expected: string): boolean {
   // Compare even when nothing was given, so a missing token costs the same as a wrong one.
-  return timingSafeEqual(digest(given ?? ""), digest(expected)) && given !== null;
+  return timingSafeEqual(digest(given ?? ""), digest(expected)) && typeof given === "string";
 }

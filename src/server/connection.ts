@@ -8,6 +8,7 @@ import { type ClientMessage, hasFrameEnvelope, validateClientMessage } from "../
 import { PROTOCOL_VERSION } from "../../protocol/version.ts";
 import { type About, codeOf, messageOf, wsAnswer } from "../errors/boundary.ts";
 import { RollgymError } from "../errors/catalogue.ts";
+import { sameSecret } from "./auth.ts";
 import { openSession } from "./budget.ts";
 import type { ConnectionTicket } from "./connections.ts";
 import type { HostedEnvs } from "./env-host.ts";
@@ -89,6 +90,15 @@ export function handleConnection(state: ServerState, socket: WebSocket, ticket?:
       return;
     }
     const frame = checked.message;
+    // A handler's throw, now or later, is answered on this connection and goes no further.
+    const failed = (error: unknown): void => {
+      if (codeOf(error) !== null) {
+        refuse(error, connection ? aboutOf(frame) : {});
+        return;
+      }
+      state.log.error({ err: error }, "frame handler failed");
+      refuse(error);
+    };
     try {
       if (!connection) {
         const session = handshake(state, frame, reply, out);
@@ -96,14 +106,15 @@ export function handleConnection(state: ServerState, socket: WebSocket, ticket?:
         ticket?.hello();
         return;
       }
-      handleFrame(connection, frame);
+      handleFrame(connection, frame)?.catch((error: unknown) => {
+        try {
+          failed(error);
+        } catch (answering) {
+          state.log.error({ err: answering }, "answering a failed frame failed");
+        }
+      });
     } catch (error) {
-      if (codeOf(error) !== null) {
-        refuse(error, connection ? aboutOf(frame) : {});
-        return;
-      }
-      state.log.error({ err: error }, "frame handler failed");
-      refuse(error);
+      failed(error);
     }
   };
 
@@ -130,6 +141,10 @@ function handshake(
   if (frame.type !== "hello") throw new RollgymError("no_hello", { type: frame.type });
   if (frame.protocol !== PROTOCOL_VERSION)
     throw new RollgymError("protocol_version", { client: frame.protocol, server: PROTOCOL_VERSION });
+  // A resume that claims the role needs the token too: a session id is not a trainer token.
+  const { trainerToken } = state.options;
+  if (frame.role === "trainer" && trainerToken !== null && !sameSecret(frame.trainer_token, trainerToken))
+    throw new RollgymError("trainer_token", { given: frame.trainer_token !== undefined });
   let session: Session;
   let resumed = false;
   if (frame.resume !== undefined) {
@@ -156,7 +171,8 @@ function handshake(
     };
   }
   // Only a trainer's welcome says anything of versions: other clients see the same bytes as ever.
-  const trainer = frame.role === "trainer" ? state.updates.claimTrainer(session) : {};
+  const trainer = frame.role === "trainer" ? state.updates.claimTrainer(session) : null;
+  const limits = state.limits();
   reply({
     type: "welcome",
     protocol: PROTOCOL_VERSION,
@@ -164,7 +180,7 @@ function handshake(
     session: session.id,
     resumed,
     envs: state.registry.tagNames(),
-    limits: state.limits(),
+    limits: trainer ? { ...limits, max_update_s: state.updates.maxUpdateS } : limits,
     ...trainer,
   });
   session.attach(out, resumed);

@@ -103,7 +103,7 @@ export function createMetrics(sources: GaugeSources): ServerMetrics {
     }),
     weightUpdates: new client.Counter({
       name: "rollgym_weight_updates_total",
-      help: "Weight updates by outcome: ended (end_update), failed (pausing failed), abandoned (the trainer left; resumed at the old version)",
+      help: "Weight updates by outcome: ended (end_update), failed (pausing failed), abandoned (the trainer left; resumed at the old version), expired (open past max_update_s; resumed at the old version)",
       labelNames: ["outcome"],
       registers,
     }),

@@ -43,6 +43,8 @@ export interface ServerLimits {
   /** How long a client may leave the server's replies unread (paused) before it is closed (4008). */
   sendStallMs: number;
   resumeGraceMs: number;
+  /** How long a weight update may stay open before the server ends it at the old version (trainers' welcome.limits only). */
+  maxUpdateMs: number;
 }
 
 export const DEFAULT_LIMITS: ServerLimits = {
@@ -60,6 +62,7 @@ export const DEFAULT_LIMITS: ServerLimits = {
   maxSendBufferBytes: 64 << 20,
   sendStallMs: 60_000,
   resumeGraceMs: 60_000,
+  maxUpdateMs: 600_000,
 };
 
 /**
@@ -114,7 +117,13 @@ export function wireLimits(limits: ServerLimits): Record<string, number> {
 }
 
 export interface ServerState {
-  options: ServerLimits & { token: string | null; groupConcurrency: number; shutdownDeadlineMs: number };
+  options: ServerLimits & {
+    token: string | null;
+    /** The token a hello with role "trainer" must carry; null: the role is anyone's. */
+    trainerToken: string | null;
+    groupConcurrency: number;
+    shutdownDeadlineMs: number;
+  };
   config: RollgymConfig;
   registry: EnvRegistry;
   policy: Policy;

@@ -325,6 +325,10 @@ describe("paused time, failures and misuse", () => {
       /version\.label "" is not a non-empty string/,
     );
     await expect(updates.end({ label: "x", ordinal: -1 })).rejects.toThrow(/version\.ordinal -1/);
+    // Ordinals are int32 in token_versions_i32: one past 2³¹−1 would wrap.
+    await expect(updates.end({ label: "x", ordinal: 2 ** 31 })).rejects.toThrow(
+      "version.ordinal 2147483648 is not an integer from the current ordinal 0 to 2147483647",
+    );
     expect(updates.updating).toBe(true);
     await updates.end(STEP_1);
     expect(mock.isPaused()).toBe(false);

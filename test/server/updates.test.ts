@@ -1,13 +1,16 @@
 // The trainer's weight-update bracket over real WebSockets on 127.0.0.1:0: begin_update and
 // end_update, who may send them, the server's admission gate while one is open, and the defined
-// outcome of every misuse (a second begin, end without begin, ordinals that do not increase, a
-// trainer that disconnects mid-update, an update with nothing in flight).
+// outcome of every misuse (a second begin, end without begin, ordinals that do not increase or
+// pass the maximum, a trainer that disconnects mid-update, an update left open past
+// max_update_s, an update with nothing in flight, a trainer without the server's trainer token).
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { CLOSE_CODES } from "../../protocol/codec.ts";
+import { MAX_VERSION_ORDINAL } from "../../protocol/messages.ts";
 import { oraclePolicy } from "../../src/llm/builtin.ts";
 import type { Policy } from "../../src/llm/policy.ts";
 import { buildServer, type RollgymServer } from "../../src/server/app.ts";
 import { VersionedPolicy } from "../helpers/versioned-policy.ts";
-import { type Frame, rolloutFrame, TestClient, until } from "../helpers/ws-client.ts";
+import { type Frame, playToVerdict, rolloutFrame, TestClient, until } from "../helpers/ws-client.ts";
 
 const TRAINER = { type: "hello", protocol: 1, client: "trainer", role: "trainer" };
 
@@ -266,5 +269,262 @@ describe("a policy without weight updates", () => {
     );
     trainer.close();
     await server.shutdown();
+  });
+});
+
+/** Begins update `id` and ends it as version `label` with `ordinal`; resolves to the answer to the end. */
+async function bracket(trainer: TestClient, id: string, label: string, ordinal: number): Promise<Frame> {
+  await ask(trainer, { type: "begin_update", id }, "update_begun");
+  return ask(trainer, { type: "end_update", id, version: { label, ordinal } }, "update_ended", "error");
+}
+
+/** A bystander's stream rollout of `groups` groups, acknowledged as they come: resolves to its batch frame. */
+function bystanderRollout(bystander: TestClient, id: string, groups: number): Promise<Frame> {
+  return playToVerdict(bystander, rolloutFrame(id, groups, 2, { delivery: "stream" }));
+}
+
+describe("bounded ordinals (issue #28)", () => {
+  it("the 2⁵³−1 ordinal is refused naming the maximum; the update stays open, later updates complete, a bystander's rollout too", async () => {
+    // The built-in policy's own version book, as `rollgym serve` runs it.
+    const { server, url } = await serve(oraclePolicy());
+    const trainer = await TestClient.connect(url, { hello: TRAINER });
+    const bystander = await TestClient.connect(url);
+    await ask(trainer, { type: "begin_update", id: "u1" }, "update_begun");
+    const verdict = bystanderRollout(bystander, "r", 6);
+
+    const huge = await ask(
+      trainer,
+      { type: "end_update", id: "u1", version: { label: "huge", ordinal: 2 ** 53 - 1 } },
+      "update_ended",
+      "error",
+    );
+    expect(huge).toMatchObject({ type: "error", code: "update", field: "version.ordinal" });
+    expect(huge.message).toBe(
+      `version.ordinal: got ${2 ** 53 - 1}, must be at most ${MAX_VERSION_ORDINAL} (token_versions_i32 carries ordinals as int32); the update stays open`,
+    );
+    expect(server.state.updates.closed).toBe(true);
+
+    // Corrected, and the next update after it, end as usual.
+    const ended = await ask(
+      trainer,
+      { type: "end_update", id: "u1", version: { label: "step-1", ordinal: 1 } },
+      "update_ended",
+      "error",
+    );
+    expect(ended).toEqual({ type: "update_ended", id: "u1", version: { label: "step-1", ordinal: 1 } });
+    expect(await bracket(trainer, "u2", "step-2", 2)).toMatchObject({
+      type: "update_ended",
+      version: { label: "step-2", ordinal: 2 },
+    });
+    expect(await verdict).toMatchObject({ type: "batch", rollout: "r", episodes: 12, failed: 0 });
+    expect(server.state.updates.closed).toBe(false);
+    bystander.close();
+    trainer.close();
+    await server.shutdown();
+  });
+
+  it("an ordinal past any integer the wire can carry is refused the same way", async () => {
+    const { server, url } = await serve(new VersionedPolicy());
+    const trainer = await TestClient.connect(url, { hello: TRAINER });
+    await ask(trainer, { type: "begin_update", id: "u" }, "update_begun");
+    const refused = await ask(
+      trainer,
+      { type: "end_update", id: "u", version: { label: "x", ordinal: 2 ** 64 } },
+      "error",
+    );
+    expect(refused).toMatchObject({ code: "update", field: "version.ordinal" });
+    expect(refused.message).toContain(`must be at most ${MAX_VERSION_ORDINAL}`);
+    expect(
+      await ask(
+        trainer,
+        { type: "end_update", id: "u", version: { label: "s1", ordinal: 1 } },
+        "update_ended",
+      ),
+    ).toMatchObject({ version: { ordinal: 1 } });
+    trainer.close();
+    await server.shutdown();
+  });
+
+  it("at the maximum ordinal, begin_update is refused and the engines are never paused", async () => {
+    const { server, url } = await serve(oraclePolicy());
+    const trainer = await TestClient.connect(url, { hello: TRAINER });
+    const bystander = await TestClient.connect(url);
+    expect(await bracket(trainer, "last", "final", MAX_VERSION_ORDINAL)).toMatchObject({
+      type: "update_ended",
+      version: { label: "final", ordinal: MAX_VERSION_ORDINAL },
+    });
+    const refused = await ask(trainer, { type: "begin_update", id: "next" }, "update_begun", "error");
+    expect(refused).toMatchObject({ type: "error", code: "update" });
+    expect(refused.message).toBe(
+      `begin_update "next": the version in force, "final", has ordinal ${MAX_VERSION_ORDINAL}, the maximum; no end_update could name a greater one, so no update begins (the engines keep running)`,
+    );
+    expect(server.state.updates.closed).toBe(false);
+    expect(await bystanderRollout(bystander, "r", 3)).toMatchObject({ type: "batch", failed: 0 });
+    bystander.close();
+    trainer.close();
+    await server.shutdown();
+  });
+});
+
+describe("max_update_s: an update left open too long", () => {
+  it("ends at the old version: admission reopens, the trainer is told, a late end_update is refused", async () => {
+    const policy = new VersionedPolicy();
+    const { server, url } = await serve(policy, { maxUpdateMs: 300 });
+    const trainer = await TestClient.connect(url, { hello: TRAINER });
+    const bystander = await TestClient.connect(url);
+    // Only a trainer's welcome names the limit: other clients see the bytes they always did.
+    expect(trainer.of("welcome")[0].limits).toMatchObject({ max_update_s: 0.3 });
+    expect(bystander.of("welcome")[0].limits).not.toHaveProperty("max_update_s");
+
+    await ask(trainer, { type: "begin_update", id: "slow" }, "update_begun");
+    const verdict = bystanderRollout(bystander, "r", 4);
+    const told = await trainer.next((f) => f.type === "error");
+    expect(told).toEqual({
+      type: "error",
+      code: "update",
+      message:
+        'update "slow" expired: it stayed open longer than max_update_s (0.3 s) without end_update, so the engines resumed at the old version "initial" (ordinal 0) and admission reopened; begin a new update',
+      field: "max_update_s",
+    });
+    expect(server.state.updates.closed).toBe(false);
+    expect(policy.ended).toEqual([{ label: "initial", ordinal: 0 }]);
+    expect(await verdict).toMatchObject({ type: "batch", episodes: 8, failed: 0 });
+    const metrics = await (await fetch(`${url}/metrics`)).text();
+    expect(metrics).toMatch(/^rollgym_weight_updates_total\{outcome="expired"\} 1$/m);
+
+    const late = await ask(
+      trainer,
+      { type: "end_update", id: "slow", version: { label: "step-1", ordinal: 1 } },
+      "update_ended",
+      "error",
+    );
+    expect(late).toMatchObject({ type: "error", code: "update", field: "max_update_s" });
+    expect(late.message).toMatch(/^end_update "slow": update "slow" expired: /);
+    // The next update starts from the old version and ends as usual.
+    await ask(trainer, { type: "begin_update", id: "again" }, "update_begun");
+    expect(
+      await ask(
+        trainer,
+        { type: "end_update", id: "again", version: { label: "step-1", ordinal: 1 } },
+        "update_ended",
+      ),
+    ).toMatchObject({ version: { label: "step-1", ordinal: 1 } });
+    bystander.close();
+    trainer.close();
+    await server.shutdown();
+  });
+});
+
+describe("a handler that throws", () => {
+  it("fails its frame on its connection, never the process: the server serves on", async () => {
+    const versioned = new VersionedPolicy();
+    // A begin() whose answer cannot be encoded: the throw comes from sending update_begun.
+    const broken: Policy = {
+      name: "broken-answers",
+      generate: (request) => versioned.generate(request),
+      updates: () => {
+        const updates = versioned.updates();
+        return {
+          get current() {
+            return updates.current;
+          },
+          get updating() {
+            return updates.updating;
+          },
+          begin: async (mode) => ({ ...(await updates.begin(mode)), in_flight: 1n as unknown as number }),
+          end: (version) => updates.end(version),
+        };
+      },
+    };
+    const { server, url } = await serve(broken);
+    const trainer = await TestClient.connect(url, { hello: TRAINER });
+    const bystander = await TestClient.connect(url);
+    const failed = await ask(trainer, { type: "begin_update", id: "u" }, "update_begun", "error");
+    expect(failed).toMatchObject({ type: "error", code: "internal" });
+    expect(failed.message).toContain("BigInt");
+    // The update did begin; the trainer ends it and everyone goes on.
+    await ask(trainer, { type: "end_update", id: "u", version: { label: "s1", ordinal: 1 } }, "update_ended");
+    expect(await bystanderRollout(bystander, "r", 2)).toMatchObject({ type: "batch", failed: 0 });
+    expect((await fetch(`${url}/healthz`)).status).toBe(200);
+    bystander.close();
+    trainer.close();
+    await server.shutdown();
+  });
+});
+
+describe("the trainer token", () => {
+  const TOKEN = "trainer-secret-7f3a";
+  let server: RollgymServer;
+  let url: string;
+
+  beforeAll(async () => {
+    ({ server, url } = await serve(new VersionedPolicy(), { trainerToken: TOKEN }));
+  });
+  afterAll(async () => {
+    await server.shutdown();
+  });
+
+  /** A hello claiming the role with `extra`: resolves to its error frame and close code. */
+  async function refusedHello(
+    extra: Record<string, unknown>,
+  ): Promise<{ error: Frame; code: number | null }> {
+    const client = await TestClient.connect(url, { hello: { ...TRAINER, ...extra } });
+    await client.closed();
+    expect(client.of("welcome")).toEqual([]);
+    return { error: client.of("error")[0], code: client.closeCode };
+  }
+
+  it("a hello claiming the role without it, or with another, is refused (close 4004)", async () => {
+    const missing = await refusedHello({});
+    expect(missing.code).toBe(CLOSE_CODES.trainerToken);
+    expect(missing.error).toEqual({
+      type: "error",
+      code: "not_trainer",
+      message:
+        'hello role "trainer": this server reserves the trainer role; send its trainer token as hello.trainer_token',
+      field: "trainer_token",
+    });
+    for (const wrong of [`${TOKEN}x`, TOKEN.slice(0, -1), "a"]) {
+      const refused = await refusedHello({ trainer_token: wrong });
+      expect(refused.code).toBe(4004);
+      expect(refused.error).toMatchObject({ code: "not_trainer", field: "trainer_token" });
+      expect(refused.error.message).toBe(
+        'hello role "trainer": trainer_token is not this server\'s trainer token',
+      );
+    }
+    expect(server.state.updates.trainer).toBeNull();
+  });
+
+  it("with it, the session is the trainer; other clients need none and are not affected", async () => {
+    const trainer = await TestClient.connect(url, { hello: { ...TRAINER, trainer_token: TOKEN } });
+    expect(trainer.of("welcome")[0]).toMatchObject({ version: { label: "initial" } });
+    const player = await TestClient.connect(url);
+    expect(player.of("welcome")).toHaveLength(1);
+    expect(await bracket(trainer, "u", "step-1", 1)).toMatchObject({ type: "update_ended" });
+    expect(await playToVerdict(player, rolloutFrame("r", 2, 2))).toMatchObject({ type: "batch", failed: 0 });
+    expect(await ask(player, { type: "begin_update", id: "x" }, "error")).toMatchObject({
+      code: "not_trainer",
+    });
+
+    // Claiming the role on a resume needs the token too.
+    const session = trainer.of("welcome")[0].session;
+    trainer.ws.terminate();
+    await until(() => server.state.updates.trainer?.outbound === null);
+    const resumed = await refusedHello({ resume: session });
+    expect(resumed.code).toBe(4004);
+    const back = await TestClient.connect(url, {
+      hello: { ...TRAINER, resume: session, trainer_token: TOKEN },
+    });
+    expect(back.of("welcome")[0]).toMatchObject({ resumed: true, version: { label: "step-1", ordinal: 1 } });
+    back.close();
+    player.close();
+  });
+
+  it("a server without one takes a hello that carries one, as it takes any trainer", async () => {
+    const open = await serve(new VersionedPolicy());
+    const trainer = await TestClient.connect(open.url, { hello: { ...TRAINER, trainer_token: "anything" } });
+    expect(trainer.of("welcome")[0]).toMatchObject({ version: { label: "initial" } });
+    trainer.close();
+    await open.server.shutdown();
   });
 });

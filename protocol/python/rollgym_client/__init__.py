@@ -11,7 +11,7 @@
 Needs only ``websockets`` (>= 10.4, asyncio API), ``msgpack`` (>= 1.0) and ``numpy``.
 """
 
-from .aio import PROTOCOL_VERSION, AsyncClient, EnvSession, RolloutStream, normalize_tags, ws_url
+from .aio import MAX_VERSION_ORDINAL, PROTOCOL_VERSION, AsyncClient, EnvSession, RolloutStream, normalize_tags, ws_url
 from .batch import Batch, Group, StepResult
 from .errors import AuthError, ConnectionLost, ProtocolError, RollgymError
 from .pack import grpo_advantages, pack_batch
@@ -21,6 +21,7 @@ from .tokens import TokenLog
 __version__ = "0.1.0"
 
 __all__ = [
+    "MAX_VERSION_ORDINAL",
     "PROTOCOL_VERSION",
     "AsyncClient",
     "AuthError",

@@ -44,6 +44,7 @@ _FATAL_CLOSES = {
     4001: "protocol version mismatch",
     4002: "resume refused (unknown or expired session)",
     4003: "another trainer session is connected (one trainer at a time)",
+    4004: "the server reserves the trainer role and did not accept this client's trainer_token",
 }
 
 #: Error codes about weight updates (PROTOCOL.md "Weight updates"): they answer the oldest
@@ -73,6 +74,8 @@ def ws_url(url: str) -> str:
 
 
 MAX_SEED = 2**32 - 1  # seeds and steps are uint32 on the wire
+MAX_VERSION_ORDINAL = 2**31 - 1  # token_versions_i32 carries ordinals as int32
+MAX_TRAINER_TOKEN_LENGTH = 200
 
 
 def _int(name: str, value: Any, minimum: int = 0, maximum: Optional[int] = None) -> int:
@@ -230,6 +233,9 @@ class AsyncClient:
         trainer: say ``role: "trainer"`` in ``hello``: this session may bracket weight updates
             (:meth:`begin_update`, :meth:`end_update`, :meth:`update`). One trainer per server
             at a time.
+        trainer_token: the server's trainer token, sent as ``hello.trainer_token`` (needs
+            ``trainer=True``), for a server started with ``--trainer-token-file``; a server
+            without one ignores it.
         protocol_version: the protocol this client speaks (tests only).
     """
 
@@ -249,6 +255,7 @@ class AsyncClient:
         max_size: Optional[int] = None,
         protocol_version: int = PROTOCOL_VERSION,
         trainer: bool = False,
+        trainer_token: Optional[str] = None,
     ):
         self.url = ws_url(url)
         self.token = token
@@ -264,6 +271,12 @@ class AsyncClient:
         self.max_size = max_size
         self.protocol_version = protocol_version
         self.trainer = bool(trainer)
+        if trainer_token is not None:
+            if not self.trainer:
+                raise ValueError("trainer_token is for the trainer role: pass trainer=True too")
+            if not isinstance(trainer_token, str) or not 1 <= len(trainer_token) <= MAX_TRAINER_TOKEN_LENGTH:
+                raise ValueError(f"trainer_token must be a string of 1 to {MAX_TRAINER_TOKEN_LENGTH} characters")
+        self.trainer_token = trainer_token
         #: The weight version in force, ``{"label", "ordinal"}``, as the server last said
         #: (trainer sessions: from ``welcome``, ``update_begun`` and ``update_ended``).
         self.version: Optional[Dict[str, Any]] = None
@@ -407,6 +420,8 @@ class AsyncClient:
                 hello["resume"] = resume
             if self.trainer:
                 hello["role"] = "trainer"
+                if self.trainer_token is not None:
+                    hello["trainer_token"] = self.trainer_token
             await ws.send(codec.encode(hello))
             try:
                 data = await asyncio.wait_for(ws.recv(), self.open_timeout)
@@ -464,6 +479,8 @@ class AsyncClient:
             return ConnectionLost(f"resume refused: {reason}", code="unknown_session")
         if code == 4003:
             return RollgymError("not_trainer", f"another trainer is connected: {reason}")
+        if code == 4004:
+            return RollgymError("not_trainer", f"the trainer token was refused: {reason}", field="trainer_token")
         return ProtocolError(f"{self.url} closed the connection during the handshake (code {code}: {reason or 'no reason'})")
 
     async def _send(self, frame: Dict[str, Any]) -> bool:
@@ -685,8 +702,15 @@ class AsyncClient:
         code = str(frame.get("code", "internal"))
         rid = frame.get("rollout")
         error = RollgymError(code, str(frame.get("message", "")), rollout=rid, field=frame.get("field"))
-        if code in _UPDATE_ERRORS and self._update_waiters:
-            waiter = self._update_waiters.popleft()
+        if code in _UPDATE_ERRORS:
+            # An update that expired (max_update_s) is told unasked: only an end_update waits for that.
+            expired = frame.get("field") == "max_update_s"
+            waiter = next((w for w in self._update_waiters if not expired or w.reply == "update_ended"), None)
+            if waiter is None:
+                log.warning("server: %s", error)
+                self.unattributed_errors.append(error)
+                return
+            self._update_waiters.remove(waiter)
             if not waiter.future.done():
                 waiter.future.set_exception(error)
             return
@@ -987,11 +1011,18 @@ class AsyncClient:
 
     async def end_update(self, update_id: str, label: str, ordinal: int) -> Dict[str, Any]:
         """Trainer only: the new weights are in place as version ``label`` with ``ordinal``
-        (greater than the current one). Resumes the engines and admission; returns the
-        ``update_ended`` frame. An error leaves the update open (send a corrected one)."""
+        (greater than the current one, at most ``MAX_VERSION_ORDINAL`` = 2**31 - 1). Resumes
+        the engines and admission; returns the ``update_ended`` frame. An error leaves the
+        update open (send a corrected one), except ``update`` with ``field == "max_update_s"``:
+        the update was open longer than the server's ``limits["max_update_s"]`` and the engines
+        resumed at the old version (begin a new one)."""
         if not isinstance(label, str) or not label:
             raise TypeError("label must be a non-empty string, e.g. 'step-42'")
-        frame = {"type": "end_update", "id": update_id, "version": {"label": label, "ordinal": _int("ordinal", ordinal, 0)}}
+        frame = {
+            "type": "end_update",
+            "id": update_id,
+            "version": {"label": label, "ordinal": _int("ordinal", ordinal, 0, MAX_VERSION_ORDINAL)},
+        }
         return await self._update_request(frame, "update_ended")
 
     @contextlib.asynccontextmanager
@@ -1004,7 +1035,8 @@ class AsyncClient:
 
         When the body raises, the update is left open and the error propagates: end it with
         :meth:`end_update` once the weights are consistent (the server resumes the engines at
-        the old version only when this session ends).
+        the old version only when this session ends, or once the update has been open for
+        ``limits["max_update_s"]``).
         """
         begun = await self.begin_update(mode=mode)
         yield begun

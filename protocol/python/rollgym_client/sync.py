@@ -13,6 +13,7 @@ from typing import Any, Callable, Deque, Dict, Iterable, Iterator, List, Mapping
 
 from .aio import AsyncClient, EnvSession, RolloutStream, TagsArg
 from .batch import Batch, Group, StepResult
+from .errors import RollgymError
 
 
 class _LoopThread:
@@ -149,6 +150,11 @@ class Client:
     @property
     def resumes(self) -> int:
         return self._async.resumes
+
+    @property
+    def unattributed_errors(self) -> List[RollgymError]:
+        """Server errors not tied to a request, e.g. an update that expired while no end_update waited."""
+        return self._async.unattributed_errors
 
     # ------------------------------------------------------------------ rollouts
 

@@ -1,6 +1,6 @@
 // One handler per client frame type, after the hello. A handler refuses by throwing a
-// RollgymError; the connection answers it with an `error` frame about the rollout or env
-// session the frame names (aboutOf).
+// RollgymError (or by rejecting the promise it returns, when it answers later); the connection
+// answers it with an `error` frame about the rollout or env session the frame names (aboutOf).
 import type { ClientMessage, ClientMessageType } from "../../../protocol/messages.ts";
 import type { About } from "../../errors/boundary.ts";
 import { RollgymError } from "../../errors/catalogue.ts";
@@ -13,7 +13,10 @@ export type { Connection } from "./context.ts";
 export { dropHosted } from "./env.ts";
 
 type Handlers = {
-  [T in ClientMessageType]: (c: Connection, frame: Extract<ClientMessage, { type: T }>) => void;
+  [T in ClientMessageType]: (
+    c: Connection,
+    frame: Extract<ClientMessage, { type: T }>,
+  ) => void | Promise<void>;
 };
 
 const HANDLERS: Handlers = {
@@ -41,8 +44,9 @@ const HANDLERS: Handlers = {
   end_update: onEndUpdate,
 };
 
-export function handleFrame(c: Connection, frame: ClientMessage): void {
-  (HANDLERS[frame.type] as (c: Connection, frame: ClientMessage) => void)(c, frame);
+/** Runs the frame's handler; a promise when it answers later (its rejection is the refusal). */
+export function handleFrame(c: Connection, frame: ClientMessage): void | Promise<void> {
+  return (HANDLERS[frame.type] as (c: Connection, frame: ClientMessage) => void | Promise<void>)(c, frame);
 }
 
 /** The rollout or env session a frame is about, as its `error` frame names it. */

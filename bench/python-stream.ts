@@ -21,7 +21,7 @@
 //   --save DIR   also write the recorded frames (one file per mode) to DIR
 //   --frames DIR replay frames saved earlier instead of recording
 //   --client DIR the directory holding the rollgym_client package to measure (default
-//                protocol/python), e.g. an older version for a before/after comparison
+//                python/), e.g. an older version for a before/after comparison
 //   --listen     only replay: print the replay server's URL and serve until stopped (for
 //                profiling the client by hand, e.g. python3 -m cProfile bench/python_stream.py …)
 //   --engine-args="…"  `rollgym mock-engine` flags for the recording (default
@@ -390,7 +390,7 @@ async function main(): Promise<void> {
       loadavg_1m: loadavg()[0],
     },
     apis,
-    client: values.client ?? "protocol/python",
+    client: values.client ?? "python",
     target_mb: int("mb"),
     modes: {},
   };

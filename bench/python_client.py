@@ -9,7 +9,7 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "protocol", "python"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 from rollgym_client import Client  # noqa: E402
 
 url = sys.argv[1] if len(sys.argv) > 1 else "ws://127.0.0.1:8787"

@@ -12,7 +12,7 @@ group frames plus the verdict, as recorded) and prints one line of JSON.
 Usage: /usr/bin/python3 bench/python_stream.py URL tokens|chat TARGET_MB BYTES_PER_ROLLOUT sync|async REQUEST_JSON [CLIENT_DIR]
 
 CLIENT_DIR: the directory holding the ``rollgym_client`` package to measure (default: this
-repository's protocol/python), e.g. an older version for a before/after comparison.
+repository's python/), e.g. an older version for a before/after comparison.
 """
 import asyncio
 import json
@@ -20,7 +20,7 @@ import os
 import sys
 import time
 
-CLIENT_DIR = sys.argv[7] if len(sys.argv) > 7 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "protocol", "python")
+CLIENT_DIR = sys.argv[7] if len(sys.argv) > 7 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python")
 sys.path.insert(0, CLIENT_DIR)
 from rollgym_client import AsyncClient, Client  # noqa: E402
 

@@ -17,7 +17,7 @@ import struct
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "protocol", "python"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 from rollgym_client.batch import Group  # noqa: E402
 from rollgym_client.codec import decode  # noqa: E402
 

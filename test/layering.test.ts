@@ -1,7 +1,11 @@
 // The layering of DESIGN.md ("Layout" and "Dependencies point one way"), checked on the import
 // lines of every module under src/, envs/ and protocol/: an import between folders the table
 // below does not allow fails, and so does any import cycle between files. Type-only imports
-// count: a type is a dependency too, and a cycle of types is a cycle of design.
+// count: a type is a dependency too, and a cycle of types is a cycle of design. The Python side
+// lives in python/ (one distribution of three packages that import none of each other, so a
+// trainer's client never pulls the engine), and protocol/ holds no Python but the stubs that
+// name the new place.
+import { spawnSync } from "node:child_process";
 import { readdirSync, readFileSync } from "node:fs";
 import { join, posix } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -67,12 +71,42 @@ function layerOf(path: string): string {
   return parts.length === 2 ? path : `src/${parts[1]}`;
 }
 
-function modules(dir: string): string[] {
+/** The files under dir (repository-relative), leaving out installs and build output. */
+function filesUnder(dir: string): string[] {
   return readdirSync(join(ROOT, dir), { withFileTypes: true }).flatMap((entry) => {
     const path = `${dir}/${entry.name}`;
-    if (entry.isDirectory()) return entry.name === "node_modules" ? [] : modules(path);
-    return entry.name.endsWith(".ts") && !entry.name.endsWith(".d.ts") ? [path] : [];
+    if (!entry.isDirectory()) return [path];
+    const generated =
+      ["node_modules", "__pycache__", "build"].includes(entry.name) || entry.name.endsWith(".egg-info");
+    return generated ? [] : filesUnder(path);
   });
+}
+
+function modules(dir: string): string[] {
+  return filesUnder(dir).filter((path) => path.endsWith(".ts") && !path.endsWith(".d.ts"));
+}
+
+/** The Python packages of python/: each one a folder with an __init__.py. */
+const PY_PACKAGES = ["rollgym_client", "rollgym_envs", "rollgym_engine"];
+
+/** protocol/python/ kept only these: one stub per package that raises ImportError naming python/. */
+const PY_STUBS = PY_PACKAGES.map((pkg) => `protocol/python/${pkg}/__init__.py`);
+
+/** The rollgym packages a Python file imports by absolute name (`import X`, `from X[.y] import`). */
+function pythonImports(source: string): string[] {
+  const names = [...source.matchAll(/^[ \t]*(?:from|import)[ \t]+(rollgym_\w+)/gm)].map((m) => m[1]);
+  return [...new Set(names)];
+}
+
+/** Every import of one python/ package from another, as "file -> package". */
+function crossPackageImports(files: ReadonlyMap<string, string>): string[] {
+  const found: string[] = [];
+  for (const [file, source] of files) {
+    const pkg = file.split("/")[1];
+    if (!PY_PACKAGES.includes(pkg)) continue;
+    for (const imported of pythonImports(source)) if (imported !== pkg) found.push(`${file} -> ${imported}`);
+  }
+  return found;
 }
 
 /**
@@ -208,6 +242,53 @@ describe("layering (DESIGN.md: dependencies point one way)", () => {
   });
 });
 
+describe("python/: the Python side, outside protocol/", () => {
+  const pyFiles = filesUnder("python");
+
+  it("holds the three packages, the examples and one pyproject.toml that packages all three, and no TypeScript", () => {
+    for (const pkg of PY_PACKAGES) expect(pyFiles).toContain(`python/${pkg}/__init__.py`);
+    expect(pyFiles.some((file) => file.startsWith("python/examples/") && file.endsWith(".py"))).toBe(true);
+    const pyproject = readFileSync(join(ROOT, "python", "pyproject.toml"), "utf8");
+    const packages = /^packages = \[(.*)\]$/m.exec(pyproject)?.[1];
+    expect(packages?.split(",").map((name) => name.trim().replace(/"/g, ""))).toEqual(PY_PACKAGES);
+    expect(pyFiles.filter((file) => /\.[cm]?[jt]s$/.test(file))).toEqual([]);
+  });
+
+  it("has packages that import none of each other (the client never pulls the engine)", () => {
+    const sources = new Map(
+      pyFiles
+        .filter((file) => file.endsWith(".py"))
+        .map((file) => [file, readFileSync(join(ROOT, file), "utf8")]),
+    );
+    expect(sources.size).toBeGreaterThan(10);
+    expect(crossPackageImports(sources)).toEqual([]);
+  });
+
+  it("leaves no Python in protocol/ but the stubs, and each stub's ImportError names python/", () => {
+    const protocolPy = filesUnder("protocol").filter((file) => /\.(py|pyi|toml|cfg)$/.test(file));
+    expect(protocolPy.sort()).toEqual([...PY_STUBS].sort());
+    // One interpreter tries all three, so the check costs one Python start.
+    const tryEach = `for name in ${JSON.stringify(PY_PACKAGES)}:
+    try:
+        __import__(name)
+        print(name, "imported")
+    except ImportError as error:
+        print(error)`;
+    const r = spawnSync("python3", ["-c", tryEach], {
+      cwd: ROOT,
+      env: { ...process.env, PYTHONPATH: "protocol/python", PYTHONDONTWRITEBYTECODE: "1" },
+      encoding: "utf8",
+    });
+    expect(r.status, r.stderr).toBe(0);
+    expect(r.stdout.trim().split("\n")).toEqual(
+      PY_PACKAGES.map(
+        (pkg) =>
+          `${pkg} moved from protocol/python/ to python/: pip install -e python, or sys.path.insert(0, 'python') (PYTHONPATH=python)`,
+      ),
+    );
+  });
+});
+
 describe("the layering checks themselves", () => {
   it("name a back-edge and a folder missing from the table", () => {
     const graph = new Map([
@@ -221,6 +302,21 @@ describe("the layering checks themselves", () => {
       "src/util/x.ts: layer src/util is not in the table (add it to ALLOWED)",
       "envs/registry.ts -> test/helpers/x.ts (envs may not import test)",
     ]);
+  });
+
+  it("name a python/ package importing another, not its own modules or an example's imports", () => {
+    const files = new Map([
+      [
+        "python/rollgym_client/pack.py",
+        "import os\nfrom .batch import Batch\n    from rollgym_engine.model import TinyLM\n",
+      ],
+      [
+        "python/rollgym_envs/env.py",
+        "from rollgym_envs.origin import normal_origin\n# import rollgym_client in a comment\n",
+      ],
+      ["python/examples/train.py", "from rollgym_client import Client\nfrom rollgym_engine import model\n"],
+    ]);
+    expect(crossPackageImports(files)).toEqual(["python/rollgym_client/pack.py -> rollgym_engine"]);
   });
 
   it("find cycles of two or more files and self-imports, inside a folder too", () => {

@@ -316,7 +316,7 @@ describe.concurrent("the first hour", () => {
   });
 
   it("the Python README's first example reads only metrics a default rollout has", async () => {
-    const readme = readFileSync(join(ROOT, "protocol", "python", "README.md"), "utf8");
+    const readme = readFileSync(join(ROOT, "python", "README.md"), "utf8");
     const read = [...readme.matchAll(/metrics\["([^"]+)"\]/g)].map((m) => m[1]);
     expect(read.length).toBeGreaterThan(0);
     const r = await runInProcess(["rollout", "--json"]);

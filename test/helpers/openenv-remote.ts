@@ -53,7 +53,7 @@ export function addRemoteTag(
 
 /** Where Python finds rollgym_envs and its examples (and the test envs beside this suite). */
 export function pythonPath(root: string): string {
-  return [`${root}/protocol/python`, `${root}/protocol/python/examples`, `${root}/test/openenv`].join(":");
+  return [`${root}/python`, `${root}/python/examples`, `${root}/test/openenv`].join(":");
 }
 
 /** A Python OpenEnv provider started from `args`, once it prints its first base URL. */

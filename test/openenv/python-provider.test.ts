@@ -1,4 +1,4 @@
-// rollgym_envs (protocol/python): Python envs served as OpenEnv environments by a pool of worker
+// rollgym_envs (python/): Python envs served as OpenEnv environments by a pool of worker
 // processes. Its unittest suite (test/openenv/test_provider.py) under Debian's /usr/bin/python3:
 // remote episodes equal the env in process seed for seed, bad input gets OpenEnv's codes, a slow
 // env delays only its own worker, a dead worker ends its sessions with a reason, capacity, routes.
@@ -14,7 +14,7 @@ it("the Python environment provider's suite passes", { timeout: 180_000 }, async
     cwd: join(ROOT, "test/openenv"),
     env: {
       ...process.env,
-      PYTHONPATH: [join(ROOT, "protocol/python"), join(ROOT, "protocol/python/examples"), "."].join(":"),
+      PYTHONPATH: [join(ROOT, "python"), join(ROOT, "python/examples"), "."].join(":"),
       PYTHONDONTWRITEBYTECODE: "1",
     },
     timeout: 170_000,

@@ -38,7 +38,7 @@ describe("conformance of remote tags", () => {
 
   it("the Python GuessNumber (free-text actions) passes", { timeout: 60_000 }, async () => {
     const { child, base } = await startPythonProvider(ROOT, [
-      "protocol/python/examples/guess_number_env.py",
+      "python/examples/guess_number_env.py",
       "--port",
       "0",
     ]);

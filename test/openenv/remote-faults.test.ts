@@ -192,11 +192,7 @@ describe("remote env faults", () => {
   it("a Python env server killed mid-rollout: its episodes fail with a reason, the others finish", {
     timeout: 120_000,
   }, async () => {
-    const started = await startPythonProvider(ROOT, [
-      "protocol/python/examples/guess_number_env.py",
-      "--port",
-      "0",
-    ]);
+    const started = await startPythonProvider(ROOT, ["python/examples/guess_number_env.py", "--port", "0"]);
     const child: ChildProcess = started.child;
     stops.push(() => child.kill("SIGKILL"));
     const walk = await FakeOpenEnv.start({ kind: "none" });

@@ -1,4 +1,4 @@
-// rollgym hosting a Python OpenEnv environment: protocol/python/examples/guess_number_env.py,
+// rollgym hosting a Python OpenEnv environment: python/examples/guess_number_env.py,
 // served by rollgym_envs' worker pool, rolled out in groups by rollgym as env_type openenv with
 // free-text actions. Every episode equals the same env run in process in Python, seed for seed:
 // the same observations turn by turn, rewards, and end.
@@ -43,7 +43,7 @@ async function inProcess(episodes: { seed: number; actions: string[] }[]) {
 /** guess_number_env.py served on a free port with its default limits. */
 async function startGuessNumber(): Promise<string> {
   const started = await startPythonProvider(ROOT, [
-    "protocol/python/examples/guess_number_env.py",
+    "python/examples/guess_number_env.py",
     "--port",
     "0",
     "--workers",

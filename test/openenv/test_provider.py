@@ -1,7 +1,7 @@
 """rollgym_envs: Python envs (TextEnv) served as OpenEnv environments by a pool of worker
 processes, played by the OpenEnv-style client (openenv_client.py). Run with Debian's python3:
 
-    PYTHONPATH=protocol/python:protocol/python/examples:test/openenv python3 -m unittest test_provider
+    PYTHONPATH=python:python/examples:test/openenv python3 -m unittest test_provider
 """
 
 import asyncio

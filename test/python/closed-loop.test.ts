@@ -1,6 +1,6 @@
 // The closed loop, short and fixed-seed: `rollgym sft` data → SFT warm start → GRPO through
 // `rollgym serve --llm <rollgym_engine>` with token logs, pack_batch and weight pushes every
-// step (protocol/python/examples/train_grpo.py under the torch venv .ci/run makes). The
+// step (python/examples/train_grpo.py under the torch venv .ci/run makes). The
 // trainer checks each step that its logprobs of the sampled tokens equal the engine's, that the
 // engine serves the pushed version and that no group is lost; here the run must pass those
 // checks, and the same run with a mask shifted by one token, or with the engine left on stale
@@ -14,7 +14,7 @@ import { ROOT } from "../helpers/cli.ts";
 
 const PYTHON =
   process.env.ROLLGYM_TRAIN_PYTHON ?? join(homedir(), ".cache", "rollgym", "train-venv", "bin", "python");
-const SCRIPT = join(ROOT, "protocol", "python", "examples", "train_grpo.py");
+const SCRIPT = join(ROOT, "python", "examples", "train_grpo.py");
 const dir = mkdtempSync(join(tmpdir(), "rollgym-closed-loop-"));
 
 // Small: a short SFT (the model does not answer validly yet, so every score is the format

@@ -19,7 +19,7 @@ import struct
 import threading
 import time
 
-import engine_checking  # first: puts protocol/python on the path
+import engine_checking  # first: puts python/ on the path
 import torch
 from engine_checking import check
 

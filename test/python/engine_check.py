@@ -12,7 +12,7 @@ import time
 import urllib.error
 import urllib.request
 
-import engine_checking  # first: puts protocol/python on the path
+import engine_checking  # first: puts python/ on the path
 import torch
 from engine_checking import check
 

@@ -1,4 +1,4 @@
-"""What the engine check scripts share: protocol/python on the import path, and a counting
+"""What the engine check scripts share: python on the import path, and a counting
 assert whose failure message ends the script with a non-zero exit."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "protocol", "python"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "python"))
 
 made = 0
 

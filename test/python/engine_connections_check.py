@@ -24,7 +24,7 @@ import struct
 import tempfile
 import threading
 
-import engine_checking  # first: puts protocol/python on the path
+import engine_checking  # first: puts python/ on the path
 import torch
 from engine_checking import check
 

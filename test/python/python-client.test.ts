@@ -1,4 +1,4 @@
-// The Python client (protocol/python/rollgym_client) under Debian's /usr/bin/python3: its unit
+// The Python client (python/rollgym_client) under Debian's /usr/bin/python3: its unit
 // tests against a fake server, then the client against a real `rollgym serve`, whose batches
 // must match `rollgym rollout` on the same requests (same seed and policy ⇒ same data).
 import { type ChildProcess, spawn } from "node:child_process";
@@ -29,7 +29,7 @@ function run(
       cwd: ROOT,
       env: {
         ...process.env,
-        PYTHONPATH: "protocol/python",
+        PYTHONPATH: "python",
         PYTHONUNBUFFERED: "1",
         PYTHONDONTWRITEBYTECODE: "1",
         ...env,

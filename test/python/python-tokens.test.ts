@@ -12,7 +12,7 @@ describe("python client: token logs → pack_batch → torch", () => {
   it("a tiny torch model's PPO step on a packed token-mode batch", () => {
     const result = spawnSync(PYTHON, ["test/python/torch_training_check.py"], {
       cwd: ROOT,
-      env: { ...process.env, PYTHONPATH: "protocol/python", PYTHONDONTWRITEBYTECODE: "1" },
+      env: { ...process.env, PYTHONPATH: "python", PYTHONDONTWRITEBYTECODE: "1" },
       encoding: "utf8",
       timeout: 120_000,
     });

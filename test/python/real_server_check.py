@@ -23,7 +23,7 @@ import threading
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "protocol", "python"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "python"))
 
 from rollgym_client import AuthError, Batch, Client, ProtocolError, RollgymError  # noqa: E402
 
@@ -152,7 +152,7 @@ def resume_check(client: Client, request: dict, reference: Batch) -> dict:
 def openrlhf_check(batch: Batch) -> dict:
     """examples/openrlhf_agent.py replaying the oracle's answers for validation episode 0:
     the agent's final reward is the rollout's score for that episode."""
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "protocol", "python", "examples"))
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "python", "examples"))
     import asyncio
 
     import openrlhf_agent

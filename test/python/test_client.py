@@ -1,6 +1,6 @@
 """Unit tests of rollgym_client against the fake server (test/python/fake_server.py).
 
-Run: PYTHONPATH=protocol/python /usr/bin/python3 -m unittest discover -s test/python -p 'test_*.py'
+Run: PYTHONPATH=python /usr/bin/python3 -m unittest discover -s test/python -p 'test_*.py'
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(ROOT, "protocol", "python"))
-sys.path.insert(0, os.path.join(ROOT, "protocol", "python", "examples"))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+sys.path.insert(0, os.path.join(ROOT, "python", "examples"))
 
 import fake_server  # noqa: E402
 from fake_server import ACTIONS, TAGS, FakeServer, expected_batch  # noqa: E402

@@ -2,7 +2,7 @@
 of group frames (TokenLog), Batch concatenation, pack_batch and grpo_advantages; numpy only
 (test/python/torch_training_check.py trains a torch model on the packed arrays).
 
-Run: PYTHONPATH=protocol/python /usr/bin/python3 -m unittest discover -s test/python -p 'test_*.py'
+Run: PYTHONPATH=python /usr/bin/python3 -m unittest discover -s test/python -p 'test_*.py'
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(ROOT, "protocol", "python"))
+sys.path.insert(0, os.path.join(ROOT, "python"))
 
 import fake_server  # noqa: E402
 from fake_server import FakeServer  # noqa: E402

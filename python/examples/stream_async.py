@@ -1,7 +1,7 @@
 """Stream groups as they finish (asyncio), then read the filter's verdict.
 
     npx rollgym serve --policy oracle
-    python3 protocol/python/examples/stream_async.py ws://127.0.0.1:8787
+    python3 python/examples/stream_async.py ws://127.0.0.1:8787
 """
 
 from __future__ import annotations

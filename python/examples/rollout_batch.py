@@ -1,7 +1,7 @@
 """A training step's data from rollgym: one batch → GRPO advantages with numpy.
 
     npx rollgym serve --policy oracle          # or --llm URL --model M
-    python3 protocol/python/examples/rollout_batch.py ws://127.0.0.1:8787
+    python3 python/examples/rollout_batch.py ws://127.0.0.1:8787
 """
 
 from __future__ import annotations

@@ -14,9 +14,9 @@ fails: the on-policy check (the trainer's logprobs of the sampled tokens under t
 pushed equal the engine's recorded ones), the weight version the engine reports, or a group
 lost between request and verdict.
 
-    python protocol/python/examples/train_grpo.py --out runs/bandit-filter --filter top-quarter
-    python protocol/python/examples/train_grpo.py --out runs/bandit-all --filter none
-    python protocol/python/examples/train_grpo.py plot runs/bandit-filter/curve.csv runs/bandit-all/curve.csv -o curve.svg
+    python python/examples/train_grpo.py --out runs/bandit-filter --filter top-quarter
+    python python/examples/train_grpo.py --out runs/bandit-all --filter none
+    python python/examples/train_grpo.py plot runs/bandit-filter/curve.csv runs/bandit-all/curve.csv -o curve.svg
 
 Needs torch, numpy, msgpack and websockets (``.ci/run`` installs them into
 ``~/.cache/rollgym/train-venv``); ``rollgym`` is run from this checkout with its pinned node.
@@ -45,7 +45,7 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PYTHON_DIR = os.path.dirname(HERE)
-ROOT = os.path.dirname(os.path.dirname(PYTHON_DIR))
+ROOT = os.path.dirname(PYTHON_DIR)
 sys.path.insert(0, PYTHON_DIR)
 
 from rollgym_client import Client, pack_batch  # noqa: E402

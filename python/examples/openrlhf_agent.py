@@ -10,7 +10,7 @@ RAGEN's env manager and context manager — prompts, response parsing, format pe
 Use with OpenRLHF (token-in-token-out agent mode):
 
     export ROLLGYM_URL=ws://rollgym-host:8787 ROLLGYM_TOKEN=...   # where `rollgym serve` runs
-    python -m openrlhf.cli.train_ppo_ray ... --agent_func_path protocol/python/examples/openrlhf_agent.py
+    python -m openrlhf.cli.train_ppo_ray ... --agent_func_path python/examples/openrlhf_agent.py
 
 Each prompt's ``label`` picks the episode: JSON such as ``{"tag": "CoordSokoban", "seed": 10007}``
 (``mode``, ``think``, ``max_turn`` too); a missing label plays ``DEFAULT_TAG`` with a seed

@@ -243,9 +243,8 @@ describe("layering (DESIGN.md: dependencies point one way)", () => {
 });
 
 describe("python/: the Python side, outside protocol/", () => {
-  const pyFiles = filesUnder("python");
-
   it("holds the three packages, the examples and one pyproject.toml that packages all three, and no TypeScript", () => {
+    const pyFiles = filesUnder("python");
     for (const pkg of PY_PACKAGES) expect(pyFiles).toContain(`python/${pkg}/__init__.py`);
     expect(pyFiles.some((file) => file.startsWith("python/examples/") && file.endsWith(".py"))).toBe(true);
     const pyproject = readFileSync(join(ROOT, "python", "pyproject.toml"), "utf8");
@@ -256,7 +255,7 @@ describe("python/: the Python side, outside protocol/", () => {
 
   it("has packages that import none of each other (the client never pulls the engine)", () => {
     const sources = new Map(
-      pyFiles
+      filesUnder("python")
         .filter((file) => file.endsWith(".py"))
         .map((file) => [file, readFileSync(join(ROOT, file), "utf8")]),
     );

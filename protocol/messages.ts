@@ -311,7 +311,6 @@ export const LimitsSchema = map({
   max_held_bytes: Type.Optional(Type.Integer({ minimum: 1 })),
   max_held_bytes_per_connection: Type.Optional(Type.Integer({ minimum: 1 })),
   max_watchers: Type.Optional(Type.Integer({ minimum: 1 })),
-  max_watchers_per_address: Type.Optional(Type.Integer({ minimum: 1 })),
   watch_idle_s: Type.Optional(Type.Number({ minimum: 0 })),
   /** Trainer sessions only: how long an update may stay open before the server ends it at the old version. */
   max_update_s: Type.Optional(Type.Number({ minimum: 0 })),
@@ -525,7 +524,6 @@ export const WatchingSchema = map({
   limits: map({
     max_watchers: Type.Integer({ minimum: 1 }),
     // Added later in version 1: present from servers that enforce it.
-    max_watchers_per_address: Type.Optional(Type.Integer({ minimum: 1 })),
     max_watch_buffer_bytes: Type.Integer({ minimum: 1 }),
   }),
   /** Rollouts running when the subscription started. */

@@ -122,7 +122,6 @@ export class WatchHub {
       type: "watching",
       limits: {
         max_watchers: this.limits.maxWatchers,
-        max_watchers_per_address: this.limits.maxWatchersPerAddress,
         max_watch_buffer_bytes: this.limits.maxBufferBytes,
       },
       rollouts: [...this.running.values()].map((r) => ({ ...r })),
@@ -137,11 +136,13 @@ export class WatchHub {
     this.watchers.delete(socket);
   }
 
-  /** The limits as `welcome.limits` sends them. */
+  /**
+   * The limits as `welcome.limits` sends them (max_watchers_per_address is not sent: it is
+   * named in the `limit` error, and the frames' bytes stay as they were).
+   */
   wireLimits(): Record<string, number> {
     return {
       max_watchers: this.limits.maxWatchers,
-      max_watchers_per_address: this.limits.maxWatchersPerAddress,
       watch_idle_s: this.limits.idleMs / 1000,
     };
   }

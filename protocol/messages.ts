@@ -13,6 +13,7 @@ import {
   SAMPLING,
   WIRE_ASYNC,
   WIRE_FILTER,
+  welcomeLimitFields,
 } from "./settings.ts";
 import { PROTOCOL_VERSION } from "./version.ts";
 
@@ -286,36 +287,9 @@ export type Metrics = Static<typeof MetricsSchema>;
 export const ChatMessageSchema = map({ role: Type.String(), content: Type.String() });
 export type ChatMessage = Static<typeof ChatMessageSchema>;
 
-export const LimitsSchema = map({
-  max_frame_bytes: Type.Integer({ minimum: 1 }),
-  max_rollouts_per_connection: Type.Integer({ minimum: 1 }),
-  max_groups_per_rollout: Type.Integer({ minimum: 1 }),
-  max_episodes_in_flight: Type.Integer({ minimum: 1 }),
-  max_buffered_groups: Type.Integer({ minimum: 1 }),
-  resume_grace_s: Type.Number({ minimum: 0 }),
-  // Added later in version 1: present from servers that enforce them (docs/server.md "Limits").
-  max_episodes_per_connection: Type.Optional(Type.Integer({ minimum: 1 })),
-  max_unacked_groups: Type.Optional(Type.Integer({ minimum: 1 })),
-  max_env_sessions_per_connection: Type.Optional(Type.Integer({ minimum: 1 })),
-  max_env_bytes_per_connection: Type.Optional(Type.Integer({ minimum: 1 })),
-  max_env_bytes: Type.Optional(Type.Integer({ minimum: 1 })),
-  send_pause_bytes: Type.Optional(Type.Integer({ minimum: 1 })),
-  max_send_buffer_bytes: Type.Optional(Type.Integer({ minimum: 1 })),
-  send_stall_s: Type.Optional(Type.Number({ minimum: 0 })),
-  max_connections: Type.Optional(Type.Integer({ minimum: 1 })),
-  max_connections_per_address: Type.Optional(Type.Integer({ minimum: 1 })),
-  hello_timeout_s: Type.Optional(Type.Number({ minimum: 0 })),
-  env_idle_s: Type.Optional(Type.Number({ minimum: 0 })),
-  idle_drop_s: Type.Optional(Type.Number({ minimum: 0 })),
-  heartbeat_s: Type.Optional(Type.Number({ minimum: 0 })),
-  max_held_bytes: Type.Optional(Type.Integer({ minimum: 1 })),
-  max_held_bytes_per_connection: Type.Optional(Type.Integer({ minimum: 1 })),
-  max_watchers: Type.Optional(Type.Integer({ minimum: 1 })),
-  max_watchers_per_address: Type.Optional(Type.Integer({ minimum: 1 })),
-  watch_idle_s: Type.Optional(Type.Number({ minimum: 0 })),
-  /** Trainer sessions only: how long an update may stay open before the server ends it at the old version. */
-  max_update_s: Type.Optional(Type.Number({ minimum: 0 })),
-});
+// From the LIMITS table (settings.ts); the fields added later in version 1 are present from
+// servers that enforce them (docs/server.md "Limits").
+export const LimitsSchema = map(welcomeLimitFields());
 export type Limits = Static<typeof LimitsSchema>;
 
 export const WelcomeSchema = map({
@@ -525,7 +499,6 @@ export const WatchingSchema = map({
   limits: map({
     max_watchers: Type.Integer({ minimum: 1 }),
     // Added later in version 1: present from servers that enforce it.
-    max_watchers_per_address: Type.Optional(Type.Integer({ minimum: 1 })),
     max_watch_buffer_bytes: Type.Integer({ minimum: 1 }),
   }),
   /** Rollouts running when the subscription started. */

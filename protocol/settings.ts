@@ -7,7 +7,7 @@
 // Adding a sampling field is one entry in SAMPLING (plus the engine's spelling in
 // src/llm/generation.ts when it differs); `node src/config/docs.ts --write` and
 // `node protocol/schema-json.ts > protocol/schema.json` regenerate the docs.
-import { type Static, type TOptional, type TSchema, Type } from "typebox";
+import { type Static, type TInteger, type TNumber, type TOptional, type TSchema, Type } from "typebox";
 
 /** Seeds are uint32 (RAGEN seeds numpy's RNG with them). */
 export const MAX_SEED = 2 ** 32 - 1;
@@ -261,4 +261,321 @@ export function optionalFields<Table extends Record<string, TSchema>>(
   return Object.fromEntries(Object.entries(table).map(([name, schema]) => [name, Type.Optional(schema)])) as {
     [F in keyof Table]: TOptional<Table[F]>;
   };
+}
+
+/** Where a limit takes effect: the option object of buildServer it fills (server: the top level). */
+export type LimitPart = "server" | "connections" | "watch" | "openenv" | "files";
+
+/**
+ * What a limit is besides a setting: its unit (a value in seconds has a wire name ending in
+ * `_s`; inside the server it is kept in milliseconds), which option object it fills, whether and
+ * how `welcome.limits` sends it ("required" since version 1, "optional" added later in version 1,
+ * "trainer" to trainer sessions only, null not sent), the deprecated wire name sent with the
+ * same value (`alias`), a limit whose value caps this one's on the wire (`atMost`), and its
+ * camelCase option name when it is not the wire name's (`option`; `_s` becomes `Ms`).
+ */
+export interface LimitMeta {
+  unit: "bytes" | "s" | "count";
+  part: LimitPart;
+  welcome: "required" | "optional" | "trainer" | null;
+  option?: string;
+  alias?: string;
+  atMost?: string;
+  /** The configuration key when it is not `rollgym.server.<wire name>`. */
+  key?: string;
+}
+
+type Limit<T extends TSchema, M extends LimitMeta> = T & {
+  default: Static<T>;
+  description: string;
+  "x-limit": M;
+};
+
+function limit<T extends TSchema, const M extends LimitMeta>(
+  schema: T,
+  value: Static<T>,
+  description: string,
+  meta: M,
+): Limit<T, M> {
+  return { ...schema, default: value, description, "x-limit": meta } as Limit<T, M>;
+}
+
+const DAY_S = 86_400;
+const MAX_LIMIT_COUNT = 1_000_000;
+const MAX_LIMIT_BYTES = 2 ** 40;
+const count = <const M extends LimitMeta>(
+  value: number,
+  description: string,
+  meta: M,
+  max = MAX_LIMIT_COUNT,
+) => limit(Type.Integer({ minimum: 1, maximum: max }), value, description, meta);
+const bytes = <const M extends LimitMeta>(value: number, description: string, meta: M) =>
+  limit(Type.Integer({ minimum: 1, maximum: MAX_LIMIT_BYTES }), value, description, meta);
+/** Seconds, from just above 0 (or from 0 when `zero` is allowed) to a day. */
+const seconds = <const M extends LimitMeta>(value: number, description: string, meta: M, zero = false) =>
+  limit(
+    Type.Number({ ...(zero ? { minimum: 0 } : { exclusiveMinimum: 0 }), maximum: DAY_S }),
+    value,
+    description,
+    meta,
+  );
+
+const server = { unit: "count", part: "server", welcome: "optional" } as const;
+const serverBytes = { ...server, unit: "bytes" } as const;
+const serverSeconds = { ...server, unit: "s" } as const;
+const connections = { unit: "count", part: "connections", welcome: "optional" } as const;
+const connectionSeconds = { ...connections, unit: "s" } as const;
+const files = { unit: "count", part: "files", welcome: null } as const;
+const fileBytes = { ...files, unit: "bytes" } as const;
+
+/**
+ * Every limit of `rollgym serve`, by wire name, in the order `welcome.limits` sends them (its
+ * frames are compared byte for byte): the defaults of buildServer's options, the configuration
+ * keys (`rollgym.server.<name>`) that `serve key=value` and config files set, the wire schema of
+ * `welcome.limits` (messages.ts) and the limits table of docs/server.md all come from here.
+ * Adding a limit is one entry here, then reading its option where it is enforced.
+ */
+const LIMIT_ENTRIES = {
+  max_frame_bytes: bytes(1 << 20, "a client frame; larger: close 1009", {
+    ...serverBytes,
+    welcome: "required",
+  }),
+  max_rollouts_per_connection: count(16, "running rollouts of one session; the next `rollout` gets `limit`", {
+    ...server,
+    welcome: "required",
+  }),
+  // Checked by `rollgym rollout` too, so their keys stay under rollgym.limits.
+  max_groups_per_rollout: count(
+    4096,
+    "groups of one rollout; rollgym rollout and the server both refuse more (`limit`) before any work",
+    { ...server, welcome: "required", key: "rollgym.limits.max_groups_per_rollout" },
+    Number.MAX_SAFE_INTEGER,
+  ),
+  max_episodes_in_flight: count(
+    65_536,
+    "episodes held at once: by one CLI rollout, or over the whole server (running rollouts, groups awaiting acknowledgement, env sessions); a `rollout` or `env_open` that would pass it gets `limit` (a stream rollout: when not even one group fits)",
+    { ...server, welcome: "required", key: "rollgym.limits.max_episodes_in_flight" },
+    Number.MAX_SAFE_INTEGER,
+  ),
+  max_episodes_per_connection: count(
+    16_384,
+    "episodes held by one session: its share of max_episodes_in_flight; a `rollout` or `env_open` that would pass it gets `limit`",
+    server,
+  ),
+  max_buffered_groups: count(
+    64,
+    "finished groups one stream rollout holds for a slow client before it pauses (--max-buffered-groups)",
+    { ...server, welcome: "required" },
+  ),
+  max_unacked_groups: count(
+    4096,
+    "unacknowledged groups (queued or sent) a session holds; while it holds this many, a new `rollout` gets `limit` (running rollouts go on)",
+    server,
+  ),
+  max_env_sessions_per_connection: count(
+    16,
+    "env sessions open on one connection; the next `env_open` gets `limit`",
+    server,
+  ),
+  max_held_bytes: limit(
+    Type.Union([Type.Integer({ minimum: 1, maximum: MAX_LIMIT_BYTES }), Type.Null()]),
+    null,
+    "the memory budget: bytes held over the whole server by rollouts in flight, groups held for acknowledgement and env sessions, charged as measured; a request that would pass it gets `limit`, a rollout whose turns pass it is cancelled; default (null): 512 MiB, or an eighth of V8's heap limit when smaller. Also sent as `max_env_bytes`, its earlier name",
+    { ...serverBytes, alias: "max_env_bytes" },
+  ),
+  max_held_bytes_per_connection: bytes(
+    128 << 20,
+    "bytes one session holds: its share of max_held_bytes (sent as at most that); a request that would pass it gets `limit`, a rollout whose turns pass it is cancelled. Also sent as `max_env_bytes_per_connection`, its earlier name",
+    { ...serverBytes, alias: "max_env_bytes_per_connection", atMost: "max_held_bytes" },
+  ),
+  env_idle_s: seconds(
+    600,
+    'an env session that takes no `env_step` for this long is closed and its episodes and bytes released (`error {code: "limit", field: "env_idle_s"}`)',
+    serverSeconds,
+  ),
+  send_pause_bytes: bytes(
+    8 << 20,
+    "bytes buffered for a client above which the server stops reading from it",
+    serverBytes,
+  ),
+  max_send_buffer_bytes: bytes(
+    64 << 20,
+    "bytes buffered for a client above which it is closed with 4008",
+    serverBytes,
+  ),
+  send_stall_s: seconds(
+    60,
+    "seconds a client may stay paused (its replies unread) before it is closed with 4008",
+    serverSeconds,
+  ),
+  resume_grace_s: seconds(
+    60,
+    "seconds a dropped session (and its rollouts) waits for the client to resume (--resume-grace)",
+    { ...serverSeconds, welcome: "required" },
+    true,
+  ),
+  max_connections: count(
+    1024,
+    "WebSocket connections open at once, server-wide; past it the upgrade gets HTTP 503 (--max-connections)",
+    connections,
+  ),
+  max_connections_per_address: count(
+    256,
+    "WebSocket connections open at once from one remote address; past it HTTP 503 (--max-connections-per-address)",
+    connections,
+  ),
+  hello_timeout_s: seconds(
+    10,
+    "a WebSocket that has not sent a valid `hello` by then is closed with 4010",
+    connectionSeconds,
+  ),
+  idle_drop_s: seconds(
+    60,
+    "at max_connections, a connection that has done no work for this long and holds nothing is closed with 4011 to make room for a new one",
+    connectionSeconds,
+    true,
+  ),
+  heartbeat_s: seconds(
+    30,
+    "the server pings every WebSocket this often; one that has not answered the previous ping is dropped",
+    connectionSeconds,
+  ),
+  max_watchers: count(32, "watch subscriptions open at once over the whole server", {
+    unit: "count",
+    part: "watch",
+    welcome: "optional",
+  }),
+  // Not sent (named in its `limit` error): welcome's bytes stay as they were.
+  max_watchers_per_address: count(8, "watch subscriptions open at once from one remote address", {
+    unit: "count",
+    part: "watch",
+    welcome: null,
+  }),
+  watch_idle_s: seconds(
+    60,
+    "at max_watchers (or max_watchers_per_address), a new `watch` ends the subscription whose connection has done no work for the longest, if that is at least this long",
+    { unit: "s", part: "watch", welcome: "optional", option: "idleMs" },
+  ),
+  max_update_s: limit(
+    Type.Number({ minimum: 1, maximum: DAY_S }),
+    600,
+    "seconds a weight update may stay open from its `begin_update`; then the engines resume at the old version (--max-update)",
+    { ...serverSeconds, welcome: "trainer" },
+  ),
+  max_watch_buffer_bytes: bytes(
+    4 << 20,
+    "bytes a watcher's socket may buffer; past it the watcher loses frames and gets `watch_gap` (sent in `watching`)",
+    { unit: "bytes", part: "watch", welcome: null, option: "maxBufferBytes" },
+  ),
+  max_pending_connections: count(
+    512,
+    "connections not past their handshake (HTTP without a complete request, WebSockets without `hello`); one more drops the oldest",
+    { ...connections, welcome: null },
+  ),
+  headers_timeout_s: seconds(10, "time a client has to send a request's headers; then HTTP 408", {
+    ...connectionSeconds,
+    welcome: null,
+  }),
+  request_timeout_s: seconds(60, "time a client has to send a whole HTTP request, body (uploads) included", {
+    ...connectionSeconds,
+    welcome: null,
+  }),
+  keep_alive_timeout_s: seconds(5, "an idle keep-alive HTTP connection is closed after this", {
+    ...connectionSeconds,
+    welcome: null,
+  }),
+  max_openenv_sessions: count(
+    1024,
+    "OpenEnv sessions (/openenv/TAG/ws) open at once over all tags; past it CAPACITY_REACHED",
+    { unit: "count", part: "openenv", welcome: null, option: "maxSessions" },
+  ),
+  max_upload_bytes: bytes(32 << 20, "largest episode-file upload accepted; larger: HTTP 413", fileBytes),
+  max_concurrent_uploads: count(
+    4,
+    "uploads whose bodies are being received at once; one more gets HTTP 503",
+    files,
+  ),
+  max_uploads: count(16, "uploads kept at once; a new one evicts the oldest", files),
+  max_upload_total_bytes: bytes(
+    64 << 20,
+    "bytes of uploads kept at once; a new one evicts the oldest until it fits",
+    fileBytes,
+  ),
+  max_shared_listed: count(500, "files of --share listed (the newest first)", {
+    ...files,
+    option: "maxListed",
+  }),
+  max_shared_bytes: bytes(256 << 20, "largest shared file served; larger: HTTP 413", fileBytes),
+} as const;
+
+type LimitEntries = typeof LIMIT_ENTRIES;
+type LimitKey<W extends string, M> = M extends { key: infer K extends string } ? K : `rollgym.server.${W}`;
+
+/** The limits with their configuration keys (`x-config`), so they stand in the key table like the settings above. */
+export const LIMITS = Object.fromEntries(
+  Object.entries(LIMIT_ENTRIES).map(([name, entry]) => {
+    const meta: LimitMeta = entry["x-limit"];
+    return [name, { ...entry, "x-config": { key: meta.key ?? `rollgym.server.${name}` } }];
+  }),
+) as unknown as {
+  [W in keyof LimitEntries & string]: LimitEntries[W] & {
+    "x-config": SettingMeta<LimitKey<W, LimitEntries[W]["x-limit"]>>;
+  };
+};
+export type LimitName = keyof typeof LIMITS;
+
+type Camel<S extends string> = S extends `${infer H}_${infer T}` ? `${H}${Capitalize<Camel<T>>}` : S;
+type OptionName<W extends string, M> = M extends { option: infer O extends string }
+  ? O
+  : W extends `${infer B}_s`
+    ? `${Camel<B>}Ms`
+    : Camel<W>;
+
+/** The option name a limit has inside the server: `option`, else its wire name in camelCase, `_s` → `Ms`. */
+export function limitOption(name: LimitName): string {
+  const meta: LimitMeta = LIMITS[name]["x-limit"];
+  if (meta.option) return meta.option;
+  const camel = (s: string) => s.replace(/_([a-z])/g, (_, c: string) => c.toUpperCase());
+  return name.endsWith("_s") ? `${camel(name.slice(0, -2))}Ms` : camel(name);
+}
+
+/** The limits of one part, by option name (a value in seconds held in milliseconds). */
+export type LimitValues<P extends LimitPart> = {
+  -readonly [W in LimitName as LimitEntries[W]["x-limit"]["part"] extends P
+    ? OptionName<W, LimitEntries[W]["x-limit"]>
+    : never]: number;
+};
+
+type WireLimit<M> = M extends { unit: "s" } ? TNumber : TInteger;
+type Welcomed<W extends LimitName, Kinds> = LimitEntries[W]["x-limit"]["welcome"] extends Kinds ? W : never;
+type WelcomeLimitFields = {
+  [W in LimitName as Welcomed<W, "required">]: WireLimit<LimitEntries[W]["x-limit"]>;
+} & {
+  [W in LimitName as Welcomed<W, "optional" | "trainer">]: TOptional<WireLimit<LimitEntries[W]["x-limit"]>>;
+} & {
+  [W in LimitName as LimitEntries[W]["x-limit"] extends { alias: infer A extends string }
+    ? A
+    : never]: TOptional<WireLimit<LimitEntries[W]["x-limit"]>>;
+};
+
+/**
+ * The fields of `welcome.limits` (messages.ts's LimitsSchema): a count or bytes is an integer
+ * >= 1, seconds a number >= 0; the limits added later in version 1, the deprecated names and
+ * the trainer-only ones are optional.
+ */
+export function welcomeLimitFields(): WelcomeLimitFields {
+  const fields: Record<string, TSchema> = {};
+  for (const [name, entry] of Object.entries(LIMITS)) {
+    const meta: LimitMeta = entry["x-limit"];
+    if (meta.welcome === null) continue;
+    const wire = (description: string) =>
+      meta.unit === "s"
+        ? Type.Number({ minimum: 0, description })
+        : Type.Integer({ minimum: 1, description });
+    fields[name] =
+      meta.welcome === "required" ? wire(entry.description) : Type.Optional(wire(entry.description));
+    if (meta.alias)
+      fields[meta.alias] = Type.Optional(wire(`the earlier name of ${name}, sent with the same value`));
+  }
+  return fields as WelcomeLimitFields;
 }

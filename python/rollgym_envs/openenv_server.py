@@ -194,13 +194,25 @@ def _deeper_than(value: Any, limit: int) -> bool:
     return False
 
 
+def _not_json(name: str) -> Any:
+    # Python's json reads NaN and Infinity, which no JSON client can read back in an echo.
+    raise ValueError(f"{name} is not JSON")
+
+
+def _finite(text: str) -> float:
+    number = float(text)
+    if math.isinf(number):
+        raise ValueError(f"{_cut(text)} is out of a double's range")
+    return number
+
+
 def parse_frame(frame: Any, max_depth: int) -> Tuple[Any, Optional[str]]:
     """(value, None) for a JSON text frame nested at most `max_depth` levels, (None, error frame) otherwise."""
     if isinstance(frame, bytes):
         return None, _error("INVALID_JSON", "Invalid JSON: binary frame; OpenEnv messages are JSON text frames")
     too_deep = _error("INVALID_JSON", f"Invalid JSON: nested deeper than {max_depth} levels (max_depth); OpenEnv messages nest 3")
     try:
-        value = json.loads(frame)
+        value = json.loads(frame, parse_constant=_not_json, parse_float=_finite)
     except RecursionError:  # deeper than the parser's own recursion limit
         return None, too_deep
     except ValueError as error:  # not JSON, or an integer of more digits than Python converts

@@ -4,16 +4,25 @@
 import { readFileSync, statSync } from "node:fs";
 import { resolve as absolute } from "node:path";
 import { MAX_TRAINER_TOKEN_LENGTH } from "../../protocol/messages.ts";
+import { LIMITS, type LimitName } from "../../protocol/settings.ts";
 import { buildServer, type RollgymServer, type ShutdownReport } from "../server/app.ts";
-import { DEFAULT_CONNECTION_LIMITS } from "../server/connections.ts";
+import { limitOptions } from "../server/limits.ts";
 import { normalOrigin } from "../server/origin.ts";
-import { DEFAULT_LIMITS } from "../server/state.ts";
 import { type FlagSpec, parseArgs, parseInteger, UsageError } from "./args.ts";
 import { CONFIG_FLAGS, isOverride, reportLoaded, setup } from "./context.ts";
 import { io, say } from "./io.ts";
 import { whenParentGone } from "./lifeline.ts";
 import { checkPolicyKeys, readyPolicy } from "./rollout.ts";
 import { applyTunedRuntime, RUNTIME_VARIABLE, runtimeLines, tunedRuntimeAsked } from "./runtime.ts";
+
+/** The flags that set a limit: its name and the range the flag has always taken (whole numbers). */
+const LIMIT_FLAGS: Record<string, [LimitName, number, number]> = {
+  "max-buffered-groups": ["max_buffered_groups", 1, 1_000_000],
+  "resume-grace": ["resume_grace_s", 0, 86_400],
+  "max-update": ["max_update_s", 1, 86_400],
+  "max-connections": ["max_connections", 1, 1_000_000],
+  "max-connections-per-address": ["max_connections_per_address", 1, 1_000_000],
+};
 
 export const SERVE_FLAGS: Record<string, FlagSpec> = {
   host: { kind: "value", arg: "HOST", help: "interface to listen on (default 127.0.0.1)" },
@@ -56,25 +65,33 @@ export const SERVE_FLAGS: Record<string, FlagSpec> = {
   "max-buffered-groups": {
     kind: "value",
     arg: "N",
-    help: `finished groups a stream rollout holds for a slow client (${DEFAULT_LIMITS.maxBufferedGroups})`,
+    help: `finished groups a stream rollout holds for a slow client (rollgym.server.max_buffered_groups, ${LIMITS.max_buffered_groups.default})`,
   },
   "group-concurrency": {
     kind: "value",
     arg: "N",
     help: "groups of one rollout played at once (rollgym.limits.group_concurrency, 64)",
   },
-  "resume-grace": { kind: "value", arg: "S", help: "seconds a dropped session waits for its client (60)" },
+  "resume-grace": {
+    kind: "value",
+    arg: "S",
+    help: `seconds a dropped session waits for its client (rollgym.server.resume_grace_s, ${LIMITS.resume_grace_s.default})`,
+  },
   "max-update": {
     kind: "value",
     arg: "S",
-    help: `seconds a weight update may stay open before the engines resume at the old version (${DEFAULT_LIMITS.maxUpdateMs / 1000})`,
+    help: `seconds a weight update may stay open before the engines resume at the old version (rollgym.server.max_update_s, ${LIMITS.max_update_s.default})`,
   },
   "shutdown-deadline": { kind: "value", arg: "S", help: "seconds SIGTERM lets rollouts finish (30)" },
-  "max-connections": { kind: "value", arg: "N", help: "WebSocket connections at once (1024)" },
+  "max-connections": {
+    kind: "value",
+    arg: "N",
+    help: `WebSocket connections at once (rollgym.server.max_connections, ${LIMITS.max_connections.default})`,
+  },
   "max-connections-per-address": {
     kind: "value",
     arg: "N",
-    help: "WebSocket connections at once from one address (256)",
+    help: `WebSocket connections at once from one address (rollgym.server.max_connections_per_address, ${LIMITS.max_connections_per_address.default})`,
   },
   share: {
     kind: "value",
@@ -127,6 +144,12 @@ export async function serveCommand(argv: readonly string[]): Promise<void> {
   if (args.values.has("policy")) overrides.push(`rollgym.policy.name=${args.values.get("policy")}`);
   if (args.values.has("group-concurrency"))
     overrides.push(`rollgym.limits.group_concurrency=${args.values.get("group-concurrency")}`);
+  // The limit flags are spellings of their configuration keys, checked here so a bad value names the flag.
+  for (const [flag, [name, min, max]] of Object.entries(LIMIT_FLAGS)) {
+    const value = args.values.get(flag);
+    if (value !== undefined)
+      overrides.push(`${LIMITS[name]["x-config"].key}=${parseInteger(`--${flag}`, value, min, max)}`);
+  }
   const { loaded, registry } = await setup(args, overrides);
   const { config } = loaded;
   checkPolicyKeys(loaded);
@@ -150,30 +173,7 @@ export async function serveCommand(argv: readonly string[]): Promise<void> {
     throw new UsageError((error as Error).message);
   }
 
-  const maxBufferedGroups = parseInteger(
-    "--max-buffered-groups",
-    args.values.get("max-buffered-groups") ?? String(DEFAULT_LIMITS.maxBufferedGroups),
-    1,
-    1_000_000,
-  );
-  const resumeGraceMs = seconds("resume-grace", 60) * 1000;
   const shutdownDeadlineMs = seconds("shutdown-deadline", 30) * 1000;
-  const maxUpdateMs =
-    parseInteger(
-      "--max-update",
-      args.values.get("max-update") ?? String(DEFAULT_LIMITS.maxUpdateMs / 1000),
-      1,
-      86_400,
-    ) * 1000;
-  const count = (flag: string, fallback: number) =>
-    parseInteger(`--${flag}`, args.values.get(flag) ?? String(fallback), 1, 1_000_000);
-  const connections = {
-    maxConnections: count("max-connections", DEFAULT_CONNECTION_LIMITS.maxConnections),
-    maxConnectionsPerAddress: count(
-      "max-connections-per-address",
-      DEFAULT_CONNECTION_LIMITS.maxConnectionsPerAddress,
-    ),
-  };
   const share = args.values.get("share") ?? null;
   if (share !== null && !statSync(share, { throwIfNoEntry: false })?.isDirectory())
     throw new UsageError(`--share: ${JSON.stringify(share)} is not a directory`);
@@ -187,14 +187,9 @@ export async function serveCommand(argv: readonly string[]): Promise<void> {
     trainerToken,
     browsers,
     share: share === null ? null : absolute(share),
-    maxBufferedGroups,
-    resumeGraceMs,
-    maxUpdateMs,
     shutdownDeadlineMs,
-    connections,
-    // The limits `rollgym rollout` checks a batch against, from the same config keys.
-    maxGroupsPerRollout: config.rollgym.limits.max_groups_per_rollout,
-    maxEpisodesInFlight: config.rollgym.limits.max_episodes_in_flight,
+    // Every limit, from its configuration key (rollgym.server.*, rollgym.limits.*; the flags above set them).
+    ...limitOptions(config),
     groupConcurrency: config.rollgym.limits.group_concurrency,
     logger: { level: process.env.ROLLGYM_LOG_LEVEL ?? "warn" },
   });

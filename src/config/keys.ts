@@ -12,6 +12,7 @@ import {
   CONTEXT_WINDOW_MODES,
   EPISODE,
   FILTER,
+  LIMITS,
   MAX_SEED,
   MODES,
   NORMALIZATION_GROUPINGS,
@@ -369,21 +370,14 @@ export const CONFIG_KEYS = {
       "x-coerce": "one",
     }),
   ),
-  "rollgym.limits.max_groups_per_rollout": int(
-    1,
-    4096,
-    "the most groups one rollout may ask for; rollgym rollout and the server both refuse more before any work",
-  ),
-  "rollgym.limits.max_episodes_in_flight": int(
-    1,
-    65_536,
-    "the most episodes running at once (one CLI rollout; on a server, every episode it holds)",
-  ),
+  ...at(LIMITS.max_groups_per_rollout),
+  ...at(LIMITS.max_episodes_in_flight),
   "rollgym.limits.group_concurrency": int(
     1,
     64,
     "groups of one rollout rollgym serve plays at once (--group-concurrency); episodes in flight per rollout = this × group_size",
   ),
+  ...under(LIMITS, "rollgym.server"),
 };
 
 /** Fields of a custom_envs.<Tag> entry, all optional: overlaid on the env registry's entry for the tag. */

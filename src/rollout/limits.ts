@@ -2,8 +2,7 @@
 // server before any episode starts: a batch that cannot be played is refused up front, never
 // crashed into (array lengths, 30 MB/s of memory) or wrapped past the seed range.
 
-import { MAX_SEED as SEED_MAX } from "../../protocol/settings.ts";
-import { CONFIG_KEYS } from "../config/keys.ts";
+import { LIMITS, MAX_SEED as SEED_MAX } from "../../protocol/settings.ts";
 import { codeOf } from "../errors/boundary.ts";
 import { type Code, RollgymError } from "../errors/catalogue.ts";
 
@@ -17,8 +16,8 @@ export interface RolloutLimits {
 }
 
 export const DEFAULT_ROLLOUT_LIMITS: Readonly<RolloutLimits> = {
-  maxGroupsPerRollout: CONFIG_KEYS["rollgym.limits.max_groups_per_rollout"].default,
-  maxEpisodesInFlight: CONFIG_KEYS["rollgym.limits.max_episodes_in_flight"].default,
+  maxGroupsPerRollout: LIMITS.max_groups_per_rollout.default,
+  maxEpisodesInFlight: LIMITS.max_episodes_in_flight.default,
 };
 
 /** The codes checkRolloutShape refuses with; each names its request field (`tags`, `group_size`, `seed`). */

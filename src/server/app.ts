@@ -27,12 +27,13 @@ import {
   heartbeat,
   httpServerOptions,
 } from "./connections.ts";
+import { welcomeLimits } from "./limits.ts";
 import { createMetrics, instrumentPolicy } from "./metrics.ts";
 import { type OpenEnvLimits, OpenEnvServer } from "./openenv.ts";
 import { type OriginOptions, OriginPolicy } from "./origin.ts";
 import { securityHeaders } from "./security-headers.ts";
 import type { Session } from "./session.ts";
-import { DEFAULT_LIMITS, type ServerLimits, type ServerState, wireLimits } from "./state.ts";
+import { DEFAULT_LIMITS, type ServerLimits, type ServerState } from "./state.ts";
 import { UpdateCoordinator } from "./updates.ts";
 import { WatchHub, type WatchLimits } from "./watch.ts";
 import type { FileLimits } from "./web/files.ts";
@@ -162,7 +163,7 @@ export async function buildServer(options: ServerOptions = {}): Promise<RollgymS
       updates,
     },
     updates,
-    limits: () => ({ ...wireLimits(limits), ...guard.wireLimits(), ...watch.wireLimits() }),
+    limits: () => welcomeLimits({ server: limits, connections: guard.limits, watch: watch.limits }),
   };
 
   app.get("/healthz", async () => ({

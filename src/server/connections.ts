@@ -7,37 +7,12 @@ import type { IncomingMessage, Server } from "node:http";
 import type { Socket } from "node:net";
 import type { WebSocket } from "ws";
 import { CLOSE_CODES } from "../../protocol/codec.ts";
+import type { LimitValues } from "../../protocol/settings.ts";
 import { RollgymError } from "../errors/catalogue.ts";
+import { limitDefaults } from "./limits.ts";
 
-export interface ConnectionLimits {
-  /** WebSocket connections open at once, server-wide. */
-  maxConnections: number;
-  /** WebSocket connections open at once from one remote address. */
-  maxConnectionsPerAddress: number;
-  /**
-   * Connections not yet past their handshake: HTTP connections without a complete request (new
-   * or idle between requests) and WebSockets that have not sent hello. A new one over the cap
-   * drops the oldest, so a flood of silent sockets cannot lock out a client that talks.
-   */
-  maxPendingConnections: number;
-  /** Time a client has to send a request's headers (an upgrade request's too). */
-  headersTimeoutMs: number;
-  /** Time a client has to send a whole HTTP request, body (uploads) included. */
-  requestTimeoutMs: number;
-  /** An idle keep-alive HTTP connection closes after this. */
-  keepAliveTimeoutMs: number;
-  /** A WebSocket that has not sent a valid hello by then is closed with 4010. */
-  helloTimeoutMs: number;
-  /**
-   * At max_connections, a connection that has done no work for this long (ConnectionTicket.worked:
-   * a frame that asks the server for something, not a `credit` or other frame that costs the
-   * client nothing) and holds nothing (no running rollout, no watch) is closed (4011) to make
-   * room for a new one.
-   */
-  idleDropMs: number;
-  /** Every this often the server pings each WebSocket; one that has not answered the previous ping is dropped. */
-  heartbeatMs: number;
-}
+/** Connection caps and timeouts (protocol/settings.ts LIMITS, part "connections"), by option name. */
+export type ConnectionLimits = LimitValues<"connections">;
 
 /** What the guard knows of an open WebSocket: when it last did work, and whether it holds work. */
 export interface ConnectionTicket {
@@ -55,17 +30,7 @@ export interface ConnectionTicket {
   holding: () => boolean;
 }
 
-export const DEFAULT_CONNECTION_LIMITS: ConnectionLimits = {
-  maxConnections: 1024,
-  maxConnectionsPerAddress: 256,
-  maxPendingConnections: 512,
-  headersTimeoutMs: 10_000,
-  requestTimeoutMs: 60_000,
-  keepAliveTimeoutMs: 5_000,
-  helloTimeoutMs: 10_000,
-  idleDropMs: 60_000,
-  heartbeatMs: 30_000,
-};
+export const DEFAULT_CONNECTION_LIMITS: ConnectionLimits = limitDefaults("connections");
 
 /** The HTTP timeouts as fastify's server options (fastify sets some after creating the server). */
 export function httpServerOptions(limits: ConnectionLimits) {
@@ -232,17 +197,6 @@ export class ConnectionGuard {
   dropPending(): void {
     for (const drop of [...this.pending.values()]) drop();
     this.pending.clear();
-  }
-
-  /** The limits as `welcome.limits` sends them. */
-  wireLimits(): Record<string, number> {
-    return {
-      max_connections: this.limits.maxConnections,
-      max_connections_per_address: this.limits.maxConnectionsPerAddress,
-      hello_timeout_s: this.limits.helloTimeoutMs / 1000,
-      idle_drop_s: this.limits.idleDropMs / 1000,
-      heartbeat_s: this.limits.heartbeatMs / 1000,
-    };
   }
 
   private hold(socket: Socket, drop: () => void): void {

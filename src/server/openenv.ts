@@ -14,11 +14,12 @@ import { unknownTagMessage } from "../../envs/registry.ts";
 import type { Env, StepResult } from "../../envs/types.ts";
 import { parseJson, preview } from "../../protocol/bounded-json.ts";
 import { CLOSE_CODES } from "../../protocol/codec.ts";
-import { MAX_SEED } from "../../protocol/settings.ts";
+import { type LimitValues, MAX_SEED } from "../../protocol/settings.ts";
 import { messageOf } from "../errors/boundary.ts";
 import { RollgymError } from "../errors/catalogue.ts";
 import { mapActions } from "../rollout/parse.ts";
 import { type ConnectionGuard, type ConnectionTicket, closeWithin, heartbeat } from "./connections.ts";
+import { limitDefaults } from "./limits.ts";
 import { OPENENV_SESSION_BYTES } from "./memory-costs.ts";
 import {
   type ClientMessage,
@@ -34,12 +35,10 @@ import {
 import { Outbound } from "./outbound.ts";
 import type { ServerState } from "./state.ts";
 
-export interface OpenEnvLimits {
-  /** OpenEnv sessions (sockets on /openenv/TAG/ws) open at once over all tags; past it, CAPACITY_REACHED. */
-  maxSessions: number;
-}
+/** rollgym's OpenEnv server's limits (protocol/settings.ts LIMITS, part "openenv"), by option name. */
+export type OpenEnvLimits = LimitValues<"openenv">;
 
-export const DEFAULT_OPENENV_LIMITS: OpenEnvLimits = { maxSessions: 1024 };
+export const DEFAULT_OPENENV_LIMITS: OpenEnvLimits = limitDefaults("openenv");
 
 const PREFIX = "/openenv";
 

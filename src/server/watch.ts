@@ -13,33 +13,15 @@ import type {
   WatchGroup,
   Watching,
 } from "../../protocol/messages.ts";
+import type { LimitValues } from "../../protocol/settings.ts";
 import { RollgymError } from "../errors/catalogue.ts";
 import type { EpisodeRecord, GroupResult } from "../record/episode-record.ts";
+import { limitDefaults } from "./limits.ts";
 
-export interface WatchLimits {
-  /** Watch subscriptions open at once over the whole server. */
-  maxWatchers: number;
-  /**
-   * Watch subscriptions open at once from one remote address, well below maxWatchers, so one
-   * address cannot hold every place even with watchers that keep working (issue 28.4).
-   */
-  maxWatchersPerAddress: number;
-  /** A watcher whose socket buffers more than this many bytes loses frames until it drains. */
-  maxBufferBytes: number;
-  /**
-   * At maxWatchers (or its address's maxWatchersPerAddress), the subscription whose connection
-   * has done no work for this long (the longest) ends to make room for a new one, so idle
-   * watchers cannot hold every place. A `credit` is no work (ConnectionTicket.worked).
-   */
-  idleMs: number;
-}
+/** Watch subscriptions' limits (protocol/settings.ts LIMITS, part "watch"), by option name. */
+export type WatchLimits = LimitValues<"watch">;
 
-export const DEFAULT_WATCH_LIMITS: WatchLimits = {
-  maxWatchers: 32,
-  maxWatchersPerAddress: 8,
-  maxBufferBytes: 4 << 20,
-  idleMs: 60_000,
-};
+export const DEFAULT_WATCH_LIMITS: WatchLimits = limitDefaults("watch");
 
 /** What the hub learns of a watcher's connection from the connection guard (connections.ts). */
 export interface WatcherConnections {
@@ -122,7 +104,6 @@ export class WatchHub {
       type: "watching",
       limits: {
         max_watchers: this.limits.maxWatchers,
-        max_watchers_per_address: this.limits.maxWatchersPerAddress,
         max_watch_buffer_bytes: this.limits.maxBufferBytes,
       },
       rollouts: [...this.running.values()].map((r) => ({ ...r })),
@@ -135,15 +116,6 @@ export class WatchHub {
     const watcher = this.watchers.get(socket);
     if (watcher?.timer) clearInterval(watcher.timer);
     this.watchers.delete(socket);
-  }
-
-  /** The limits as `welcome.limits` sends them. */
-  wireLimits(): Record<string, number> {
-    return {
-      max_watchers: this.limits.maxWatchers,
-      max_watchers_per_address: this.limits.maxWatchersPerAddress,
-      watch_idle_s: this.limits.idleMs / 1000,
-    };
   }
 
   /**

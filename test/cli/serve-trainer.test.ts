@@ -5,7 +5,7 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { expectUsageError, spawnServe } from "../helpers/cli.ts";
+import { expectUsageError, serving } from "../helpers/cli.ts";
 import { TestClient } from "../helpers/ws-client.ts";
 import { runInProcess } from "./in-process.ts";
 
@@ -13,16 +13,6 @@ const dir = mkdtempSync(join(tmpdir(), "rollgym-trainer-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
 const TRAINER = { type: "hello", protocol: 1, client: "trainer", role: "trainer" };
-
-/** Serves with `args` and `env`, then runs `check` against its URL. */
-async function serving(args: string[], env: NodeJS.ProcessEnv, check: (url: string) => Promise<void>) {
-  const { url, child } = await spawnServe(args, env);
-  try {
-    await check(url);
-  } finally {
-    child.kill("SIGTERM");
-  }
-}
 
 describe("rollgym serve: the trainer's options", () => {
   it("--trainer-token-file reserves the role; --max-update reaches the trainer's welcome", async () => {

@@ -1,8 +1,17 @@
 // docs/configuration.md's key table is generated from the key table that types, defaults and
-// validates the configuration; it must be current, so the documented keys are the enforced ones.
+// validates the configuration, and docs/server.md's limits table from LIMITS; both must be
+// current, so the documented keys and limits are the enforced ones.
 import { readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
-import { CONFIGURATION_DOC, keyTable, withKeyTable } from "../../src/config/docs.ts";
+import { LIMITS } from "../../protocol/settings.ts";
+import {
+  CONFIGURATION_DOC,
+  keyTable,
+  limitTable,
+  SERVER_DOC,
+  withKeyTable,
+  withLimitTable,
+} from "../../src/config/docs.ts";
 import { CONFIG_KEYS } from "../../src/config/keys.ts";
 
 describe("docs/configuration.md", () => {
@@ -18,5 +27,24 @@ describe("docs/configuration.md", () => {
       '| `actor_rollout_ref.rollout.rollout_filter_top_p_prob_mode` | `"linear"` | one of linear, softmax | `filter.top_p_mode` |',
     );
     expect(table).toContain("| `actor_rollout_ref.rollout.val_kwargs.temperature` | `0.5` |");
+  });
+});
+
+describe("docs/server.md", () => {
+  it("holds the current limits table (regenerate with: node src/config/docs.ts --write)", () => {
+    const doc = readFileSync(SERVER_DOC, "utf8");
+    expect(withLimitTable(doc)).toBe(doc);
+  });
+
+  it("lists every limit once, with its configuration key, which is a key of the configuration", () => {
+    const table = limitTable();
+    for (const [name, limit] of Object.entries(LIMITS)) {
+      const key = limit["x-config"].key;
+      expect(table).toContain(`| \`${name}\` | \`${key}\` |`);
+      expect(CONFIG_KEYS).toHaveProperty([key]);
+    }
+    expect(table).toContain(
+      "| `max_held_bytes_per_connection` | `rollgym.server.max_held_bytes_per_connection` | 128 MiB |",
+    );
   });
 });

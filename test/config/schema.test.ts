@@ -108,6 +108,15 @@ describe("defaults", () => {
       max_obs_length: null,
       plugins: [],
       limits: { max_groups_per_rollout: 4096, max_episodes_in_flight: 65_536, group_concurrency: 64 },
+      // Every limit of serve (LIMITS), in seconds where its name ends in _s; null: computed.
+      server: expect.objectContaining({
+        max_frame_bytes: 1 << 20,
+        max_held_bytes: null,
+        send_pause_bytes: 8 << 20,
+        resume_grace_s: 60,
+        max_update_s: 600,
+        max_upload_bytes: 32 << 20,
+      }),
     });
   });
 

@@ -73,3 +73,17 @@ export async function spawnServe(
   if (!url) throw new Error("rollgym serve exited before listening");
   return { url, child };
 }
+
+/** Serves with `args` and `env`, runs `check` against its URL, then stops the server. */
+export async function serving(
+  args: readonly string[],
+  env: NodeJS.ProcessEnv,
+  check: (url: string) => Promise<void>,
+): Promise<void> {
+  const { url, child } = await spawnServe(args, env);
+  try {
+    await check(url);
+  } finally {
+    child.kill("SIGTERM");
+  }
+}

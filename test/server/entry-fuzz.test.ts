@@ -13,7 +13,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import WebSocket, { type WebSocketServer } from "ws";
 
 import { ROOT, spawnServe } from "../helpers/cli.ts";
-import { fakeOpenEnvServer, remoteTagConfigFile } from "../helpers/openenv-remote.ts";
+import { fakeOpenEnvServer, remoteTagConfigFile, startPythonProvider } from "../helpers/openenv-remote.ts";
 import { type Frame, playToVerdict, rolloutFrame, TestClient } from "../helpers/ws-client.ts";
 
 const DEEP = 100_000;
@@ -240,9 +240,12 @@ describe("the main socket (msgpack frames)", () => {
   });
 });
 
-/** Sends `text` on an OpenEnv session of `tag`; resolves to its answer (JSON) or the close code. */
-async function openenvCase(text: string): Promise<Record<string, unknown> | number> {
-  const ws = new WebSocket(`${url.replace(/^http/, "ws")}/openenv/CoordSokoban/ws`);
+/** Sends `text` on an OpenEnv session (rollgym's CoordSokoban, or `base`); resolves to its answer (JSON) or the close code. */
+async function openenvCase(
+  text: string,
+  base = `${url}/openenv/CoordSokoban`,
+): Promise<Record<string, unknown> | number> {
+  const ws = new WebSocket(`${base.replace(/^http/, "ws")}/ws`);
   await new Promise((resolve, reject) => {
     ws.once("open", resolve);
     ws.once("error", reject);
@@ -278,6 +281,35 @@ describe("OpenEnv's /ws (JSON frames)", () => {
     expect(reply).toMatchObject({ type: "error", data: { code: "INVALID_JSON" } });
     expect(String((reply as { data: { message: string } }).data.message)).toContain("nested deeper than 64");
     await expectServed();
+  });
+});
+
+describe("the Python env provider's /ws (JSON frames)", () => {
+  it("every message shape with every hostile value: an OpenEnv error or a close, the provider serves on", async () => {
+    const { child, base } = await startPythonProvider(ROOT, [
+      "protocol/python/examples/guess_number_env.py",
+      "--port",
+      "0",
+      "--workers",
+      "1",
+    ]);
+    try {
+      for (const [i, message] of OPENENV_MESSAGES.entries())
+        for (const [name, value] of Object.entries(JSON_VALUES)) {
+          const reply = await openenvCase(message(value), base);
+          if (typeof reply === "number") expect(reply, `${i} ${name}`).toBe(1009);
+          else {
+            expect(reply.type, `${i} ${name}`).toBe("error");
+            expect(JSON.stringify(reply).length, `${i} ${name}`).toBeLessThan(4_000);
+          }
+          expect(child.exitCode, `${i} ${name}`).toBe(null);
+        }
+      // A bystander still gets its episode.
+      const reset = await openenvCase('{"type": "reset", "data": {"seed": 7}}', base);
+      expect(reset).toMatchObject({ type: "observation" });
+    } finally {
+      child.kill("SIGKILL");
+    }
   });
 });
 

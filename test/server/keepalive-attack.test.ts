@@ -246,8 +246,7 @@ describe("keep-alive watchers at max_watchers", () => {
     expect(refused.message).toContain(`max_watchers_per_address is ${perAddress}`);
     // Far below max_watchers: another address still gets a watch at once.
     const other = await TestClient.connect(url, { localAddress: "127.0.1.2" });
-    expect(await watch(other)).toMatchObject({ type: "watching", limits: { max_watchers_per_address: 8 } });
-    expect(other.of("welcome")[0].limits).toMatchObject({ max_watchers_per_address: 8 });
+    expect(await watch(other)).toMatchObject({ type: "watching" });
     // Past watch_idle_s the address's idle watch (credits are no work) gives way to its new one.
     const answer = await knock(() => watching(more), 4 * idleMs);
     expect(answer).toMatchObject({ type: "watching" });

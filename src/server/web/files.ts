@@ -8,33 +8,16 @@ import { type FileHandle, lstat, open, readdir } from "node:fs/promises";
 import { join } from "node:path";
 import { isMainThread, parentPort, Worker, workerData } from "node:worker_threads";
 import { deeperThan, MAX_JSON_DEPTH } from "../../../protocol/bounded-json.ts";
+import type { LimitValues } from "../../../protocol/settings.ts";
 import { codeOf } from "../../errors/boundary.ts";
 import { RollgymError } from "../../errors/catalogue.ts";
 import { checkEpisodeText, EpisodeFileError } from "../../record/episode-reader.ts";
+import { limitDefaults } from "../limits.ts";
 
-export interface FileLimits {
-  /** Largest upload accepted (bytes). */
-  maxUploadBytes: number;
-  /** Uploads whose bodies are being received at once; one more gets 503. */
-  maxConcurrentUploads: number;
-  /** Uploads kept at once; a new one evicts the oldest. */
-  maxUploads: number;
-  /** Bytes of uploads kept at once; a new one evicts the oldest until it fits. */
-  maxUploadTotalBytes: number;
-  /** Files listed from the shared directory (the newest first). */
-  maxListed: number;
-  /** Largest shared file served (bytes). */
-  maxSharedBytes: number;
-}
+/** Uploads' and shared files' limits (protocol/settings.ts LIMITS, part "files"), by option name. */
+export type FileLimits = LimitValues<"files">;
 
-export const DEFAULT_FILE_LIMITS: FileLimits = {
-  maxUploadBytes: 32 << 20,
-  maxConcurrentUploads: 4,
-  maxUploads: 16,
-  maxUploadTotalBytes: 64 << 20,
-  maxListed: 500,
-  maxSharedBytes: 256 << 20,
-};
+export const DEFAULT_FILE_LIMITS: FileLimits = limitDefaults("files");
 
 export interface SharedFile {
   name: string;

@@ -287,7 +287,7 @@ describe("OpenEnv's /ws (JSON frames)", () => {
 describe("the Python env provider's /ws (JSON frames)", () => {
   it("every message shape with every hostile value: an OpenEnv error or a close, the provider serves on", async () => {
     const { child, base } = await startPythonProvider(ROOT, [
-      "protocol/python/examples/guess_number_env.py",
+      "python/examples/guess_number_env.py",
       "--port",
       "0",
       "--workers",

@@ -53,7 +53,7 @@ export const MAX_VERSION_ORDINAL = 2 ** 31 - 1;
  * `val`, when validation reads another key (RAGEN's val_kwargs), with that key's default.
  * `aliases` are other spellings RAGEN accepts for a value (e.g. reward_std for reward_variance).
  */
-interface SettingMeta<Key extends string = string> {
+export interface SettingMeta<Key extends string = string> {
   key: Key;
   val?: { key: string; default: unknown };
   aliases?: Readonly<Record<string, string>>;

@@ -48,6 +48,11 @@ export function parseJson(text: string, maxDepth: number = MAX_JSON_DEPTH): unkn
   return JSON.parse(text);
 }
 
+/** `text` cut to at most `chars` characters, "..." marking a cut. */
+export function clip(text: string, chars: number = PREVIEW_CHARS): string {
+  return text.length > chars ? `${text.slice(0, chars - 3)}...` : text;
+}
+
 /**
  * A value as an error message shows it: JSON-like, at most `chars` characters, at most three
  * levels deep and a few items wide, whatever the value (deep, wide, huge, cyclic, a BigInt).
@@ -87,6 +92,5 @@ export function preview(value: unknown, chars: number = PREVIEW_CHARS): string {
     return push("}");
   };
   walk(value, 0);
-  const text = out.join("");
-  return text.length > chars ? `${text.slice(0, chars - 3)}...` : text;
+  return clip(out.join(""), chars);
 }

@@ -691,19 +691,38 @@ function validate(
   return explain(validator, value);
 }
 
-/** The path of the first value inside `root` that is an object but neither an array nor a map (a bin, an extension), or null. */
+/**
+ * The path of a value inside `root` that is an object but neither an array nor a map (a bin, an
+ * extension), or null. Runs on every client frame: the walk keeps no paths, and the one found
+ * is located afterwards (decoding bounds the depth to 64).
+ */
 function firstNonMap(root: Record<string, unknown>): string[] | null {
-  const stack: [unknown, string[]][] = [[root, []]];
+  const stack: object[] = [root];
   while (stack.length > 0) {
-    const [value, path] = stack.pop()!;
-    if (typeof value !== "object" || value === null) continue;
+    const value = stack.pop() as Record<string, unknown> | unknown[];
     if (Array.isArray(value)) {
       // Most arrays hold numbers (token ids): nothing to look into.
-      for (let i = value.length - 1; i >= 0; i--)
-        if (typeof value[i] === "object" && value[i] !== null) stack.push([value[i], [...path, String(i)]]);
+      for (let i = 0; i < value.length; i++) {
+        const item = value[i];
+        if (typeof item === "object" && item !== null) stack.push(item);
+      }
     } else if (isMap(value)) {
-      for (const key of Object.keys(value)) stack.push([value[key], [...path, key]]);
-    } else return path;
+      for (const key in value) {
+        const item = value[key];
+        if (typeof item === "object" && item !== null) stack.push(item);
+      }
+    } else return pathTo(root, value);
+  }
+  return null;
+}
+
+/** The keys leading from `node` to `target` (which is inside it), or null. */
+function pathTo(node: unknown, target: object): string[] | null {
+  if (node === target) return [];
+  if (typeof node !== "object" || node === null || !(Array.isArray(node) || isMap(node))) return null;
+  for (const [key, item] of Object.entries(node)) {
+    const rest = pathTo(item, target);
+    if (rest !== null) return [key, ...rest];
   }
   return null;
 }

@@ -12,8 +12,8 @@ import { say } from "./io.ts";
 const EXIT_WITH_PARENT = "ROLLGYM_EXIT_WITH_PARENT";
 
 /** Whether this process ends with the processes that launched it. */
-function tiedToParent(env: NodeJS.ProcessEnv = process.env): boolean {
-  return env.npm_lifecycle_event !== undefined || env[EXIT_WITH_PARENT] === "1";
+function tiedToParent(): boolean {
+  return process.env.npm_lifecycle_event !== undefined || process.env[EXIT_WITH_PARENT] === "1";
 }
 
 /**
@@ -21,8 +21,7 @@ function tiedToParent(env: NodeJS.ProcessEnv = process.env): boolean {
  * is the `sh -c` npm runs scripts through (npm may die of a SIGTERM before passing it on, leaving
  * the shell alive). Read when this module loads, since they may die before the command is up.
  */
-const LAUNCHERS = launcherPids();
-const PARENT = process.ppid;
+const LAUNCHERS = tiedToParent() ? launcherPids() : [process.ppid];
 
 function launcherPids(): number[] {
   const launchers = [process.ppid];
@@ -47,11 +46,11 @@ export function whenParentGone(handler: (() => void) | null): void {
 }
 
 /** Watches the launchers (every half second) when this process is tied to them; see the top. */
-export function tieToParent(env: NodeJS.ProcessEnv = process.env): void {
-  if (!tiedToParent(env)) return;
+export function tieToParent(): void {
+  if (!tiedToParent()) return;
   const timer = setInterval(() => {
     // A parent that has gone leaves this process to another (init, a subreaper).
-    if (process.ppid === PARENT && LAUNCHERS.every(alive)) return;
+    if (process.ppid === LAUNCHERS[0] && LAUNCHERS.every(alive)) return;
     clearInterval(timer);
     // Our stdout and stderr may have gone with it.
     process.stdout.on("error", () => {});

@@ -15,14 +15,26 @@ import { whenParentGone } from "./lifeline.ts";
 import { checkPolicyKeys, readyPolicy } from "./rollout.ts";
 import { applyTunedRuntime, RUNTIME_VARIABLE, runtimeLines, tunedRuntimeAsked } from "./runtime.ts";
 
-/** The flags that set a limit: its name and the range the flag has always taken (whole numbers). */
-const LIMIT_FLAGS: Record<string, [LimitName, number, number]> = {
-  "max-buffered-groups": ["max_buffered_groups", 1, 1_000_000],
-  "resume-grace": ["resume_grace_s", 0, 86_400],
-  "max-update": ["max_update_s", 1, 86_400],
-  "max-connections": ["max_connections", 1, 1_000_000],
-  "max-connections-per-address": ["max_connections_per_address", 1, 1_000_000],
+/** The flags that set a limit: each a spelling of its configuration key, in whole numbers. */
+const LIMIT_FLAGS: Record<string, LimitName> = {
+  "max-buffered-groups": "max_buffered_groups",
+  "resume-grace": "resume_grace_s",
+  "max-update": "max_update_s",
+  "max-connections": "max_connections",
+  "max-connections-per-address": "max_connections_per_address",
 };
+
+/** A limit's flag: its help ends with the key and default, its range is the table's. */
+function limitFlag(name: LimitName, arg: string, what: string): FlagSpec {
+  const { key } = LIMITS[name]["x-config"];
+  return { kind: "value", arg, help: `${what} (${key}, ${LIMITS[name].default})` };
+}
+
+/** The whole numbers a limit's schema allows (an exclusive minimum of 0 allows 1 and up). */
+function integerRange(name: LimitName): [number, number] {
+  const schema = LIMITS[name] as unknown as { minimum?: number; exclusiveMinimum?: number; maximum: number };
+  return [schema.minimum ?? Math.floor(schema.exclusiveMinimum ?? 0) + 1, schema.maximum];
+}
 
 export const SERVE_FLAGS: Record<string, FlagSpec> = {
   host: { kind: "value", arg: "HOST", help: "interface to listen on (default 127.0.0.1)" },
@@ -62,37 +74,29 @@ export const SERVE_FLAGS: Record<string, FlagSpec> = {
   llm: { kind: "value", arg: "URL", help: "OpenAI-compatible base URL; comma-separated for replicas" },
   model: { kind: "value", arg: "M", help: "model served at --llm" },
   policy: { kind: "value", arg: "NAME", help: "built-in policy when no --llm: oracle|random" },
-  "max-buffered-groups": {
-    kind: "value",
-    arg: "N",
-    help: `finished groups a stream rollout holds for a slow client (rollgym.server.max_buffered_groups, ${LIMITS.max_buffered_groups.default})`,
-  },
+  "max-buffered-groups": limitFlag(
+    "max_buffered_groups",
+    "N",
+    "finished groups a stream rollout holds for a slow client",
+  ),
   "group-concurrency": {
     kind: "value",
     arg: "N",
     help: "groups of one rollout played at once (rollgym.limits.group_concurrency, 64)",
   },
-  "resume-grace": {
-    kind: "value",
-    arg: "S",
-    help: `seconds a dropped session waits for its client (rollgym.server.resume_grace_s, ${LIMITS.resume_grace_s.default})`,
-  },
-  "max-update": {
-    kind: "value",
-    arg: "S",
-    help: `seconds a weight update may stay open before the engines resume at the old version (rollgym.server.max_update_s, ${LIMITS.max_update_s.default})`,
-  },
+  "resume-grace": limitFlag("resume_grace_s", "S", "seconds a dropped session waits for its client"),
+  "max-update": limitFlag(
+    "max_update_s",
+    "S",
+    "seconds a weight update may stay open before the engines resume at the old version",
+  ),
   "shutdown-deadline": { kind: "value", arg: "S", help: "seconds SIGTERM lets rollouts finish (30)" },
-  "max-connections": {
-    kind: "value",
-    arg: "N",
-    help: `WebSocket connections at once (rollgym.server.max_connections, ${LIMITS.max_connections.default})`,
-  },
-  "max-connections-per-address": {
-    kind: "value",
-    arg: "N",
-    help: `WebSocket connections at once from one address (rollgym.server.max_connections_per_address, ${LIMITS.max_connections_per_address.default})`,
-  },
+  "max-connections": limitFlag("max_connections", "N", "WebSocket connections at once"),
+  "max-connections-per-address": limitFlag(
+    "max_connections_per_address",
+    "N",
+    "WebSocket connections at once from one address",
+  ),
   share: {
     kind: "value",
     arg: "DIR",
@@ -145,10 +149,12 @@ export async function serveCommand(argv: readonly string[]): Promise<void> {
   if (args.values.has("group-concurrency"))
     overrides.push(`rollgym.limits.group_concurrency=${args.values.get("group-concurrency")}`);
   // The limit flags are spellings of their configuration keys, checked here so a bad value names the flag.
-  for (const [flag, [name, min, max]] of Object.entries(LIMIT_FLAGS)) {
+  for (const [flag, name] of Object.entries(LIMIT_FLAGS)) {
     const value = args.values.get(flag);
     if (value !== undefined)
-      overrides.push(`${LIMITS[name]["x-config"].key}=${parseInteger(`--${flag}`, value, min, max)}`);
+      overrides.push(
+        `${LIMITS[name]["x-config"].key}=${parseInteger(`--${flag}`, value, ...integerRange(name))}`,
+      );
   }
   const { loaded, registry } = await setup(args, overrides);
   const { config } = loaded;

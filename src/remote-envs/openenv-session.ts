@@ -4,7 +4,7 @@
 // that is not OpenEnv's, a full server), so an episode fails with that reason instead of hanging.
 import WebSocket from "ws";
 import { type ChargeBytes, EnvUsageError } from "../../envs/types.ts";
-import { JsonTooDeepError, parseJson, preview } from "../../protocol/bounded-json.ts";
+import { clip, JsonTooDeepError, parseJson, preview } from "../../protocol/bounded-json.ts";
 
 /** Why a remote episode could not go on; each starts the failure's message. */
 export type OpenEnvReason =
@@ -84,19 +84,8 @@ export class OpenEnvSession {
     this.url = url;
     this.ws = ws;
     ws.on("message", (data, isBinary) => {
-      const bytes = rawBytes(data);
-      options.charge?.(bytes);
-      // Whatever the server sent, a fault here ends this episode's session, never the process.
-      try {
-        this.received(isBinary ? null : data.toString());
-      } catch (error) {
-        this.lost(
-          new OpenEnvFailure(
-            "openenv_garbage",
-            `${url}: an answer rollgym could not read (${String(error)})`,
-          ),
-        );
-      }
+      options.charge?.(rawBytes(data));
+      this.received(isBinary ? null : data.toString());
     });
     ws.on("close", (code, reason) => {
       const why = `${code}${reason.length ? ` ${reason.toString()}` : ""}`;
@@ -192,7 +181,16 @@ export class OpenEnvSession {
     }
     this.pending = null;
     clearTimeout(pending.timer);
-    const answer = this.answerOf(frame, pending.what);
+    let answer: ReturnType<OpenEnvSession["answerOf"]>;
+    try {
+      answer = this.answerOf(frame, pending.what);
+    } catch (error) {
+      // Whatever the server sent, a fault reading it fails this request, never the process.
+      answer = new OpenEnvFailure(
+        "openenv_garbage",
+        `${this.url}: an answer rollgym could not read (${error})`,
+      );
+    }
     if (answer instanceof OpenEnvRefused) pending.reject(answer);
     else if (answer instanceof OpenEnvFailure) {
       // After a garbage answer the session's state is unknown: it is not used again.
@@ -213,7 +211,7 @@ export class OpenEnvSession {
       return garbage(
         error instanceof JsonTooDeepError
           ? `JSON ${error.message}`
-          : `text that is not JSON: ${frame.length > 80 ? `${frame.slice(0, 77)}...` : frame}`,
+          : `text that is not JSON: ${clip(frame, 80)}`,
       );
     }
     if (!isObject(value) || !isObject(value.data))
@@ -266,7 +264,7 @@ function isObject(value: unknown): value is Record<string, unknown> {
 /** A field of an error answer as text of at most `chars` characters ("" when absent). */
 function line(value: unknown, chars: number): string {
   if (value === undefined || value === null) return "";
-  return typeof value === "string" ? value.slice(0, chars) : preview(value, chars);
+  return typeof value === "string" ? clip(value, chars) : preview(value, chars);
 }
 
 /** The bytes of a frame as ws hands it over. */

@@ -133,6 +133,9 @@ export async function buildServer(options: ServerOptions = {}): Promise<RollgymS
   const policy = instrumentPolicy(options.policy ?? oraclePolicy(), metrics);
   const watch = new WatchHub(options.watch ?? {}, guard);
   const updates = new UpdateCoordinator(policy, metrics, { maxUpdateMs: limits.maxUpdateMs, log: app.log });
+  // Fixed once built: every hello gets one of these two.
+  const parts = { server: limits, connections: guard.limits, watch: watch.limits };
+  const welcome = { client: welcomeLimits(parts), trainer: welcomeLimits(parts, true) };
   const state: ServerState = {
     options: {
       ...limits,
@@ -163,7 +166,7 @@ export async function buildServer(options: ServerOptions = {}): Promise<RollgymS
       updates,
     },
     updates,
-    limits: () => welcomeLimits({ server: limits, connections: guard.limits, watch: watch.limits }),
+    limits: (trainer) => (trainer ? welcome.trainer : welcome.client),
   };
 
   app.get("/healthz", async () => ({

@@ -172,7 +172,6 @@ function handshake(
   }
   // Only a trainer's welcome says anything of versions: other clients see the same bytes as ever.
   const trainer = frame.role === "trainer" ? state.updates.claimTrainer(session) : null;
-  const limits = state.limits();
   reply({
     type: "welcome",
     protocol: PROTOCOL_VERSION,
@@ -180,7 +179,7 @@ function handshake(
     session: session.id,
     resumed,
     envs: state.registry.tagNames(),
-    limits: trainer ? { ...limits, max_update_s: state.updates.maxUpdateS } : limits,
+    limits: state.limits(trainer !== null),
     ...trainer,
   });
   session.attach(out, resumed);

@@ -60,9 +60,12 @@ export function limitOptions(config: RollgymConfig) {
  * `welcome.limits` from the parts' values, in the table's order: seconds as seconds, a value
  * capped by its `atMost`, and deprecated names after the run of limits they stand for (so
  * max_env_bytes and max_env_bytes_per_connection follow max_held_bytes_per_connection, as they
- * always have). Trainer-only limits are added by the connection.
+ * always have). A trainer's welcome also has the trainer-only ones.
  */
-export function welcomeLimits(parts: { [P in LimitPart]?: Partial<LimitValues<P>> }): Record<string, number> {
+export function welcomeLimits(
+  parts: { [P in LimitPart]?: Partial<LimitValues<P>> },
+  trainer = false,
+): Record<string, number> {
   const wire = (name: LimitName): number => {
     const m = meta(name);
     const value = (parts[m.part] as Record<string, number>)[limitOption(name)];
@@ -73,7 +76,7 @@ export function welcomeLimits(parts: { [P in LimitPart]?: Partial<LimitValues<P>
   let aliases: [string, number][] = [];
   for (const name of NAMES) {
     const m = meta(name);
-    if (m.welcome !== "required" && m.welcome !== "optional") continue;
+    if (m.welcome === null || (m.welcome === "trainer" && !trainer)) continue;
     const value = wire(name);
     if (!m.alias) {
       for (const [alias, v] of aliases) limits[alias] = v;

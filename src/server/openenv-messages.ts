@@ -2,7 +2,7 @@
 // checked field by field, and the error frames OpenEnv clients understand. A refusal carries
 // pydantic-shaped entries (type, loc, msg, input) like OpenEnv's own, and a message that names
 // the field, the value and what is allowed.
-import { PREVIEW_CHARS, preview } from "../../protocol/bounded-json.ts";
+import { clip, PREVIEW_CHARS, preview } from "../../protocol/bounded-json.ts";
 import { MAX_SEED } from "../../protocol/settings.ts";
 
 /** OpenEnv's WSErrorCode values (types.py). */
@@ -158,7 +158,7 @@ function extraKeys(
     // The first few: an object of 30,000 unknown keys gets an error, not 30,000 of them.
     errors: extra.slice(0, MAX_LISTED_ERRORS).map((k) => ({
       type: "extra_forbidden",
-      loc: [...loc, short(k)],
+      loc: [...loc, clip(k)],
       msg: `is not a field here; allowed: ${allowed.join(", ")}`,
       input: echo(value[k]),
     })),
@@ -183,11 +183,7 @@ function isObject(value: unknown): value is Record<string, unknown> {
  * shallow, else its preview, so a deep or huge input is never walked again by JSON.stringify.
  */
 function echo(value: unknown): unknown {
-  if (typeof value !== "object" || value === null) return typeof value === "string" ? short(value) : value;
+  if (typeof value !== "object" || value === null) return typeof value === "string" ? clip(value) : value;
   const shown = preview(value, PREVIEW_CHARS);
   return shown.endsWith("...") || shown.includes("…") ? shown : value;
-}
-
-function short(text: string): string {
-  return text.length > PREVIEW_CHARS ? `${text.slice(0, PREVIEW_CHARS - 3)}...` : text;
 }

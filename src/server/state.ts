@@ -55,5 +55,6 @@ export interface ServerState {
   rolloutContext: RolloutContext;
   /** The trainer's weight updates (updates.ts); also in rolloutContext. */
   updates: UpdateCoordinator;
-  limits(): Record<string, number>;
+  /** `welcome.limits`: a trainer's has the trainer-only limits too. */
+  limits(trainer: boolean): Record<string, number>;
 }

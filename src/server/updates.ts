@@ -60,8 +60,8 @@ export class UpdateCoordinator {
     this.options = options;
   }
 
-  /** max_update_s, as a trainer's welcome.limits says it. */
-  get maxUpdateS(): number {
+  /** max_update_s, in seconds (for the messages). */
+  private get maxUpdateS(): number {
     return this.options.maxUpdateMs / 1000;
   }
 

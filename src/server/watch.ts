@@ -94,9 +94,15 @@ export class WatchHub {
       const address = this.connections.address(socket) ?? "unknown";
       const { maxWatchers, maxWatchersPerAddress } = this.limits;
       const ofAddress = [...this.watchers.values()].filter((w) => w.address === address);
-      if (ofAddress.length >= maxWatchersPerAddress && !this.endIdle(ofAddress, "max_watchers_per_address"))
+      if (
+        ofAddress.length >= maxWatchersPerAddress &&
+        !this.endIdle(ofAddress, "max_watchers_per_address", maxWatchersPerAddress)
+      )
         throw new RollgymError("max_watchers_per_address", { max: maxWatchersPerAddress });
-      if (this.watchers.size >= maxWatchers && !this.endIdle(this.watchers.values(), "max_watchers"))
+      if (
+        this.watchers.size >= maxWatchers &&
+        !this.endIdle(this.watchers.values(), "max_watchers", maxWatchers)
+      )
         throw new RollgymError("max_watchers", { max: maxWatchers });
       this.watchers.set(socket, { socket, address, dropped: 0, streams: new Set(), timer: null });
     }
@@ -122,7 +128,11 @@ export class WatchHub {
    * Ends the subscription of `among` whose connection has done no work for the longest, if that
    * is at least idleMs, telling it which limit it made room under; false when there is none.
    */
-  private endIdle(among: Iterable<Watcher>, limit: "max_watchers" | "max_watchers_per_address"): boolean {
+  private endIdle(
+    among: Iterable<Watcher>,
+    limit: "max_watchers" | "max_watchers_per_address",
+    max: number,
+  ): boolean {
     const before = performance.now() - this.limits.idleMs;
     let idle: Watcher | null = null;
     let idleSince = before;
@@ -135,7 +145,6 @@ export class WatchHub {
     }
     if (!idle) return false;
     this.unsubscribe(idle.socket);
-    const max = limit === "max_watchers" ? this.limits.maxWatchers : this.limits.maxWatchersPerAddress;
     if (idle.socket.readyState === idle.socket.OPEN)
       idle.socket.send(
         encodeMessage({

@@ -7,7 +7,7 @@ import type { Readable } from "node:stream";
 import { pathToFileURL } from "node:url";
 import { afterEach, describe, expect, it } from "vitest";
 import { ROOT } from "../helpers/cli.ts";
-import { descendants, killLeftovers, running } from "../helpers/processes.ts";
+import { descendants, gone, killLeftovers } from "../helpers/processes.ts";
 
 const leftovers: number[] = [];
 afterEach(() => killLeftovers(leftovers));
@@ -19,13 +19,6 @@ async function firstMatch(stream: Readable, pattern: RegExp): Promise<RegExpExec
     if (match) return match;
   }
   throw new Error(`the output ended without a line matching ${pattern}`);
-}
-
-/** Waits (bounded) until none of `pids` runs, naming those left if some still do. */
-async function expectGone(pids: readonly number[]): Promise<void> {
-  await expect
-    .poll(() => pids.filter(running).map((pid) => `${pid}`), { timeout: 20_000, interval: 100 })
-    .toEqual([]);
 }
 
 async function expectClosed(url: string): Promise<void> {
@@ -46,7 +39,7 @@ describe("child processes end with their parent", () => {
       // npx, its `sh -c` and the node process that listens.
       expect(chain.length).toBeGreaterThanOrEqual(2);
       npx.kill("SIGTERM");
-      await expectGone(chain);
+      await gone(chain);
       await expectClosed(url);
     }, 60_000);
   }
@@ -73,7 +66,7 @@ describe("child processes end with their parent", () => {
       const { pids, urls } = JSON.parse(line) as { pids: number[]; urls: string[] };
       leftovers.push(...pids);
       bench.kill(signal);
-      await expectGone(pids);
+      await gone(pids);
       for (const url of urls) await expectClosed(url);
       // A SIGTERM ends the bench with the shell's status for it, once it has stopped its children.
       expect(await exited).toBe(signal === "SIGKILL" ? "SIGKILL" : "exit 143");

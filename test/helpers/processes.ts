@@ -1,6 +1,7 @@
 // The processes a command leaves running, read from Linux's /proc: what the tests of wrappers
 // (npm start, npx) and of killed parents look for.
 import { readdirSync, readFileSync } from "node:fs";
+import { expect } from "vitest";
 
 /** A process's state letter (R, S, Z, …), or null once it has gone. */
 function stateOf(pid: number): string | null {
@@ -42,9 +43,11 @@ export function running(pid: number): boolean {
   return state !== null && state !== "Z";
 }
 
-/** Resolves once none of `pids` is running. */
-export async function gone(pids: readonly number[]): Promise<void> {
-  while (pids.some(running)) await new Promise((resolve) => setTimeout(resolve, 100));
+/** Waits (at most `timeoutMs`) until none of `pids` runs; fails naming those left if some still do. */
+export async function gone(pids: readonly number[], timeoutMs = 20_000): Promise<void> {
+  await expect
+    .poll(() => pids.filter(running).map((pid) => `${pid}`), { timeout: timeoutMs, interval: 100 })
+    .toEqual([]);
 }
 
 /** SIGKILLs those of `pids` still running rollgym (a pid can be reused once its process has gone). */

@@ -14,20 +14,14 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "python"))
-
+import engine_checking  # first: puts python/ on the path
+from engine_checking import check
 from rollgym_client import MAX_VERSION_ORDINAL, Client, RollgymError  # noqa: E402
 
 URL = os.environ["ROLLGYM_URL"]
 TOKEN = os.environ["ROLLGYM_TRAINER_TOKEN"]
-
-
-def check(condition: bool, message: str) -> None:
-    if not condition:
-        raise AssertionError(message)
 
 
 def refused(make) -> RollgymError:
@@ -86,10 +80,15 @@ def main() -> int:
         with trainer.update("step-2", 2):
             pass
         check(trainer.version == {"label": "step-2", "ordinal": 2}, f"version {trainer.version}")
-        result = {"max_update_s": max_update_s, "refused": [missing.message, wrong.message], "late": notice.message}
+        result = {
+            "max_update_s": max_update_s,
+            "refused": [missing.message, wrong.message],
+            "late": notice.message,
+            "checks": engine_checking.made,
+        }
     print(json.dumps(result))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

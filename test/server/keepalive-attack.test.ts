@@ -8,6 +8,7 @@ import WebSocket from "ws";
 import { buildServer, type RollgymServer } from "../../src/server/app.ts";
 import { DEFAULT_CONNECTION_LIMITS } from "../../src/server/connections.ts";
 import { DEFAULT_WATCH_LIMITS } from "../../src/server/watch.ts";
+import { OpenEnvTestSession } from "../helpers/openenv-session.ts";
 import { type Frame, playToVerdict, rolloutFrame, TestClient, until } from "../helpers/ws-client.ts";
 
 let server: RollgymServer | null = null;
@@ -64,49 +65,14 @@ async function knock<T>(attempt: () => Promise<T>, forMs: number): Promise<T | s
   }
 }
 
-/** One OpenEnv session on /openenv/TAG/ws: JSON out, answers in order. */
-class OpenEnvClient {
-  readonly ws: WebSocket;
-  readonly answers: { type: string; data: Record<string, unknown> }[] = [];
-  private waiting: (() => void)[] = [];
-  closeCode: number | null = null;
-
-  private constructor(ws: WebSocket) {
-    this.ws = ws;
-    ws.on("message", (data: Buffer) => {
-      this.answers.push(JSON.parse(data.toString("utf8")));
-      for (const wake of this.waiting.splice(0)) wake();
-    });
-    ws.on("close", (code) => {
-      this.closeCode = code;
-    });
+/** A whole Bandit episode on `session`: reset, then the first arm until done. */
+async function playBandit(session: OpenEnvTestSession): Promise<Record<string, unknown>> {
+  let answer = await session.send({ type: "reset", data: { seed: 7 } });
+  for (let step = 0; answer.type === "observation" && answer.data.done !== true && step < 100; step++) {
+    const { actions } = answer.data.observation as { actions: string[] };
+    answer = await session.send({ type: "step", data: { action: actions[0] } });
   }
-
-  static open(url: string, tag: string): Promise<OpenEnvClient> {
-    const ws = new WebSocket(`${url.replace(/^http/, "ws")}/openenv/${tag}/ws`);
-    return new Promise((resolve, reject) => {
-      ws.once("open", () => resolve(new OpenEnvClient(ws)));
-      ws.once("unexpected-response", (_q, r) => reject(new Error(`HTTP ${r.statusCode}`)));
-      ws.once("error", reject);
-    });
-  }
-
-  async send(message: object): Promise<{ type: string; data: Record<string, unknown> }> {
-    const seen = this.answers.length;
-    this.ws.send(JSON.stringify(message));
-    while (this.answers.length === seen) await new Promise<void>((r) => this.waiting.push(r));
-    return this.answers[seen];
-  }
-
-  /** A whole Bandit episode: reset, then the first arm until done. */
-  async play(): Promise<Record<string, unknown>> {
-    let answer = await this.send({ type: "reset", data: { seed: 7 } });
-    for (let step = 0; answer.type === "observation" && answer.data.done !== true && step < 100; step++) {
-      const { actions } = answer.data.observation as { actions: string[] };
-      answer = await this.send({ type: "step", data: { action: actions[0] } });
-    }
-    return answer;
-  }
+  return answer;
 }
 
 describe("keep-alive sockets at max_connections", () => {
@@ -129,9 +95,9 @@ describe("keep-alive sockets at max_connections", () => {
     expect(trainer).toBeInstanceOf(TestClient);
     const verdict = await playToVerdict(trainer as TestClient, rolloutFrame("bystander", 2, 2));
     expect(verdict).toMatchObject({ type: "batch", failed: 0, episodes: 4 });
-    const openenv = await knock(() => OpenEnvClient.open(url, "Bandit"), 4 * idleDropMs);
-    expect(openenv).toBeInstanceOf(OpenEnvClient);
-    expect(await (openenv as OpenEnvClient).play()).toMatchObject({
+    const openenv = await knock(() => OpenEnvTestSession.open(url, "Bandit"), 4 * idleDropMs);
+    expect(openenv).toBeInstanceOf(OpenEnvTestSession);
+    expect(await playBandit(openenv as OpenEnvTestSession)).toMatchObject({
       type: "observation",
       data: { done: true },
     });
@@ -144,7 +110,7 @@ describe("keep-alive sockets at max_connections", () => {
     expect((await fetch(`${url}/healthz`)).status).toBe(200);
     for (const c of attackers) c.ws.terminate();
     (trainer as TestClient).close();
-    (openenv as OpenEnvClient).ws.close();
+    (openenv as OpenEnvTestSession).ws.close();
   }, 120_000);
 
   it("an OpenEnv session in the middle of an episode that only asks for state is dropped for a newcomer (4011)", async () => {
@@ -154,7 +120,7 @@ describe("keep-alive sockets at max_connections", () => {
     const page = await TestClient.connect(url);
     page.send({ type: "watch" });
     await page.next((f) => f.type === "watching");
-    const poller = await OpenEnvClient.open(url, "SimpleSokoban");
+    const poller = await OpenEnvTestSession.open(url, "SimpleSokoban");
     expect((await poller.send({ type: "reset", data: { seed: 3 } })).data.done).toBe(false);
     keepAlive([{ send: (m) => poller.ws.send(JSON.stringify(m)), open: () => poller.closeCode === null }], {
       type: "state",
@@ -172,7 +138,7 @@ describe("keep-alive sockets at max_connections", () => {
   it("an OpenEnv session that only asks for state is closed after env_idle_s", async () => {
     server = await buildServer({ envIdleMs: 1_000 });
     const url = await server.listen(0);
-    const poller = await OpenEnvClient.open(url, "SimpleSokoban");
+    const poller = await OpenEnvTestSession.open(url, "SimpleSokoban");
     await poller.send({ type: "reset", data: { seed: 3 } });
     keepAlive([{ send: (m) => poller.ws.send(JSON.stringify(m)), open: () => poller.closeCode === null }], {
       type: "state",

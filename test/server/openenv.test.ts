@@ -8,14 +8,13 @@ import { afterEach, describe, expect, it } from "vitest";
 import WebSocket from "ws";
 import { createRegistry } from "../../envs/catalog.ts";
 import { buildServer, type RollgymServer, type ServerOptions } from "../../src/server/app.ts";
+import { type Answer, OpenEnvTestSession } from "../helpers/openenv-session.ts";
 
 const FIXTURE = JSON.parse(
   readFileSync(new URL("../fixtures/openenv/protocol.json", import.meta.url), "utf8"),
 ) as {
   websocket: { error_codes: string[] };
 };
-
-type Answer = { type: string; data: Record<string, unknown> };
 
 let server: RollgymServer | null = null;
 afterEach(async () => {
@@ -28,48 +27,17 @@ async function start(options: ServerOptions = {}): Promise<string> {
   return server.listen();
 }
 
-/** One OpenEnv session: JSON text out, each answer checked against OpenEnv's shapes on the way in. */
-class Session {
-  readonly ws: WebSocket;
-  private readonly answers: Answer[] = [];
-  private waiting: ((a: Answer) => void)[] = [];
-  closed: Promise<{ code: number; reason: string }>;
-
-  constructor(ws: WebSocket) {
-    this.ws = ws;
-    ws.on("message", (data: Buffer, isBinary: boolean) => {
-      expect(isBinary).toBe(false);
-      const answer = JSON.parse(data.toString("utf8")) as Answer;
-      expectOpenEnvShape(answer);
-      const wake = this.waiting.shift();
-      if (wake) wake(answer);
-      else this.answers.push(answer);
-    });
-    this.closed = new Promise((resolve) =>
-      ws.once("close", (code, reason) => resolve({ code, reason: reason.toString() })),
-    );
-  }
-
-  static async open(url: string, tag: string, options: WebSocket.ClientOptions = {}): Promise<Session> {
-    const ws = new WebSocket(`${url.replace(/^http/, "ws")}/openenv/${tag}/ws`, options);
-    const session = new Session(ws);
-    await new Promise<void>((resolve, reject) => {
-      ws.once("open", () => resolve());
-      ws.once("error", reject);
-    });
-    return session;
-  }
-
-  next(): Promise<Answer> {
-    const ready = this.answers.shift();
-    return ready ? Promise.resolve(ready) : new Promise((resolve) => this.waiting.push(resolve));
-  }
-
-  async send(message: unknown): Promise<Answer> {
-    this.ws.send(typeof message === "string" ? message : JSON.stringify(message));
-    return this.next();
-  }
-}
+/** A session whose every answer is checked against OpenEnv's shapes on the way in. */
+const Session = {
+  open: (url: string, tag: string, options: WebSocket.ClientOptions = {}) =>
+    OpenEnvTestSession.open(url, tag, {
+      ...options,
+      check: (answer, isBinary) => {
+        expect(isBinary).toBe(false);
+        expectOpenEnvShape(answer);
+      },
+    }),
+};
 
 function expectOpenEnvShape(answer: Answer): void {
   expect(["observation", "state", "error"]).toContain(answer.type);

@@ -19,6 +19,7 @@ export default defineConfig({
       "test/server/**/*.test.ts",
       // The error catalogue, and checks over the whole tree kept at the top (the layering test).
       "test/errors/**/*.test.ts",
+      "test/concurrency/**/*.test.ts",
       "test/*.test.ts",
     ],
     exclude: [

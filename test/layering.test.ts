@@ -26,6 +26,7 @@ const BELOW_CLI = [
   "src/config",
   "src/remote-envs",
   "src/errors",
+  "src/concurrency",
   "envs",
   "protocol",
 ];
@@ -43,19 +44,40 @@ const BELOW_CLI = [
  *   included; nothing imports it.
  * - `src/errors` (the error catalogue: a code per error with its exit status, frame code, HTTP
  *   status and close code) imports only `protocol`, and every layer of src/ may use it.
+ * - `src/concurrency` (the one wait queue behind every limit that parks callers) imports nothing,
+ *   and every layer of src/ may use it.
  */
 const ALLOWED: Readonly<Record<string, readonly string[]>> = {
   envs: [],
   protocol: [],
+  "src/concurrency": [],
   "src/errors": ["protocol"],
-  "src/remote-envs": ["envs", "protocol"],
-  "src/config": ["envs", "protocol", "src/errors", "src/remote-envs"],
-  "src/record": ["protocol", "src/errors"],
-  "src/llm": ["envs", "protocol", "src/errors"],
-  "src/rollout": ["envs", "protocol", "src/llm", "src/record", "src/config", "src/errors"],
-  "src/server": ["src/rollout", "src/llm", "src/record", "src/config", "envs", "protocol", "src/errors"],
-  "src/mock-engine": ["src/rollout", "src/llm", "envs", "protocol", "src/errors"],
-  "src/bench": ["src/mock-engine", "src/server", "src/rollout", "src/llm", "envs", "protocol", "src/errors"],
+  "src/remote-envs": ["envs", "protocol", "src/concurrency"],
+  "src/config": ["envs", "protocol", "src/errors", "src/remote-envs", "src/concurrency"],
+  "src/record": ["protocol", "src/errors", "src/concurrency"],
+  "src/llm": ["envs", "protocol", "src/errors", "src/concurrency"],
+  "src/rollout": ["envs", "protocol", "src/llm", "src/record", "src/config", "src/errors", "src/concurrency"],
+  "src/server": [
+    "src/rollout",
+    "src/llm",
+    "src/record",
+    "src/config",
+    "envs",
+    "protocol",
+    "src/errors",
+    "src/concurrency",
+  ],
+  "src/mock-engine": ["src/rollout", "src/llm", "envs", "protocol", "src/errors", "src/concurrency"],
+  "src/bench": [
+    "src/mock-engine",
+    "src/server",
+    "src/rollout",
+    "src/llm",
+    "envs",
+    "protocol",
+    "src/errors",
+    "src/concurrency",
+  ],
   // The command, and the package's public API above it, may import every layer below them.
   "src/cli": BELOW_CLI,
   "src/index.ts": ["src/cli", ...BELOW_CLI],

@@ -1,0 +1,133 @@
+import { describe, expect, it } from "vitest";
+import { type Departure, WaitQueue } from "../../src/concurrency/wait-queue.ts";
+
+/** Parks each item and records the order callers leave in. */
+function parkAll<T>(queue: WaitQueue<T>, items: T[], signals: (AbortSignal | undefined)[] = []) {
+  const left: [T, Departure][] = [];
+  const done = items.map((item, i) =>
+    queue.park(item, signals[i]).then((how) => void left.push([item, how])),
+  );
+  return { left, settled: () => Promise.all(done) };
+}
+
+describe("WaitQueue", () => {
+  it("wakes callers first in, first out", async () => {
+    const queue = new WaitQueue<string>();
+    const { left, settled } = parkAll(queue, ["a", "b", "c"]);
+    expect(queue.size).toBe(3);
+    expect(queue.peek()).toBe("a");
+    expect(queue.wakeNext()).toBe("a");
+    expect(queue.wakeNext()).toBe("b");
+    expect(queue.wakeNext()).toBe("c");
+    expect(queue.wakeNext()).toBeUndefined();
+    await settled();
+    expect(left).toEqual([
+      ["a", "woken"],
+      ["b", "woken"],
+      ["c", "woken"],
+    ]);
+    expect(queue.size).toBe(0);
+  });
+
+  it("lets an aborted caller leave from the middle without disturbing the order", async () => {
+    const queue = new WaitQueue<number>();
+    const middle = new AbortController();
+    const { left, settled } = parkAll(queue, [1, 2, 3], [undefined, middle.signal, undefined]);
+    middle.abort();
+    await Promise.resolve();
+    expect([...queue]).toEqual([1, 3]);
+    expect(queue.size).toBe(2);
+    queue.wakeAll();
+    await settled();
+    expect(left).toEqual([
+      [2, "aborted"],
+      [1, "woken"],
+      [3, "woken"],
+    ]);
+  });
+
+  it("answers at once for a signal already aborted, and an abort after waking changes nothing", async () => {
+    const queue = new WaitQueue<number>();
+    const gone = new AbortController();
+    gone.abort();
+    expect(await queue.park(1, gone.signal)).toBe("aborted");
+    expect(queue.size).toBe(0);
+    const late = new AbortController();
+    const parked = queue.park(2, late.signal);
+    queue.wakeNext();
+    late.abort();
+    expect(await parked).toBe("woken");
+    expect(queue.size).toBe(0);
+    // The list is still whole: a later caller parks and wakes.
+    const next = queue.park(3);
+    expect(queue.wakeNext()).toBe(3);
+    expect(await next).toBe("woken");
+  });
+
+  it("wakes by a rule asked in arrival order, which may charge what it admits", async () => {
+    const queue = new WaitQueue<number>();
+    const { left, settled } = parkAll(queue, [5, 2, 4, 1]);
+    let room = 8;
+    const woken = queue.wakeWhere((size) => {
+      if (size > room) return false;
+      room -= size;
+      return true;
+    });
+    expect(woken).toBe(3);
+    expect([...queue]).toEqual([4]);
+    queue.close();
+    await settled();
+    expect(left).toEqual([
+      [5, "woken"],
+      [2, "woken"],
+      [1, "woken"],
+      [4, "closed"],
+    ]);
+  });
+
+  it("wakes one caller by its item, and reports one not parked", async () => {
+    const queue = new WaitQueue<object>();
+    const a = {};
+    const b = {};
+    const { left, settled } = parkAll(queue, [a, b]);
+    expect(queue.wake(b)).toBe(true);
+    expect(queue.wake(b)).toBe(false);
+    expect(queue.peek()).toBe(a);
+    queue.wakeNext();
+    await settled();
+    expect(left.map(([item]) => item)).toEqual([b, a]);
+  });
+
+  it("dismisses everyone on close and refuses callers after it", async () => {
+    const queue = new WaitQueue();
+    const first = queue.park(undefined);
+    queue.close();
+    expect(await first).toBe("closed");
+    expect(await queue.park(undefined)).toBe("closed");
+    expect(queue.closed).toBe(true);
+    expect(queue.size).toBe(0);
+  });
+
+  it("keeps no listener on a signal once its caller has left", async () => {
+    const queue = new WaitQueue();
+    const controller = new AbortController();
+    let listeners = 0;
+    const signal = controller.signal;
+    const add = signal.addEventListener.bind(signal);
+    const remove = signal.removeEventListener.bind(signal);
+    signal.addEventListener = ((...args: Parameters<typeof add>) => {
+      listeners++;
+      add(...args);
+    }) as typeof signal.addEventListener;
+    signal.removeEventListener = ((...args: Parameters<typeof remove>) => {
+      listeners--;
+      remove(...args);
+    }) as typeof signal.removeEventListener;
+    for (let i = 0; i < 100; i++) {
+      const parked = queue.park(undefined, signal);
+      queue.wakeNext();
+      await parked;
+    }
+    expect(listeners).toBe(0);
+  });
+});

@@ -26,6 +26,7 @@ const BELOW_CLI = [
   "src/config",
   "src/remote-envs",
   "src/errors",
+  "src/client",
   "envs",
   "protocol",
 ];
@@ -43,19 +44,40 @@ const BELOW_CLI = [
  *   included; nothing imports it.
  * - `src/errors` (the error catalogue: a code per error with its exit status, frame code, HTTP
  *   status and close code) imports only `protocol`, and every layer of src/ may use it.
+ * - `src/client` (the TypeScript protocol client) imports only `protocol`: the bench's trainer
+ *   and the page's watch view (under `src/server`) speak the protocol through it.
  */
 const ALLOWED: Readonly<Record<string, readonly string[]>> = {
   envs: [],
   protocol: [],
   "src/errors": ["protocol"],
+  "src/client": ["protocol"],
   "src/remote-envs": ["envs", "protocol"],
   "src/config": ["envs", "protocol", "src/errors", "src/remote-envs"],
   "src/record": ["protocol", "src/errors"],
   "src/llm": ["envs", "protocol", "src/errors"],
   "src/rollout": ["envs", "protocol", "src/llm", "src/record", "src/config", "src/errors"],
-  "src/server": ["src/rollout", "src/llm", "src/record", "src/config", "envs", "protocol", "src/errors"],
+  "src/server": [
+    "src/rollout",
+    "src/llm",
+    "src/record",
+    "src/config",
+    "envs",
+    "protocol",
+    "src/errors",
+    "src/client",
+  ],
   "src/mock-engine": ["src/rollout", "src/llm", "envs", "protocol", "src/errors"],
-  "src/bench": ["src/mock-engine", "src/server", "src/rollout", "src/llm", "envs", "protocol", "src/errors"],
+  "src/bench": [
+    "src/mock-engine",
+    "src/server",
+    "src/rollout",
+    "src/llm",
+    "envs",
+    "protocol",
+    "src/errors",
+    "src/client",
+  ],
   // The command, and the package's public API above it, may import every layer below them.
   "src/cli": BELOW_CLI,
   "src/index.ts": ["src/cli", ...BELOW_CLI],
@@ -114,9 +136,9 @@ function crossPackageImports(files: ReadonlyMap<string, string>): string[] {
  * `import("…")` with a literal specifier, read by TypeScript's own pre-processor, which skips
  * comments and strings. Package imports (typebox, ws, node:…) are outside the layering.
  */
-function readImportGraph(): ImportGraph {
+function readImportGraph(dirs: readonly string[] = SCANNED): ImportGraph {
   const graph = new Map<string, string[]>();
-  for (const file of SCANNED.flatMap(modules)) {
+  for (const file of dirs.flatMap(modules)) {
     const { importedFiles } = ts.preProcessFile(readFileSync(join(ROOT, file), "utf8"), true, true);
     const targets = importedFiles
       .map((imported) => imported.fileName)
@@ -141,6 +163,17 @@ function forbiddenImports(graph: ImportGraph): string[] {
       else if (!allowed.includes(target)) found.push(`${from} -> ${to} (${source} may not import ${target})`);
     }
   }
+  return found;
+}
+
+/** Folders whose code must stand without the tests: the product, the benches and the scripts. */
+const NOT_TESTS = [...SCANNED, "bench", "scripts"];
+
+/** Every import of a module under test/ from outside it, as "from -> to". */
+function testImports(graph: ImportGraph): string[] {
+  const found: string[] = [];
+  for (const [from, targets] of graph)
+    for (const to of targets) if (to.startsWith("test/")) found.push(`${from} -> ${to}`);
   return found;
 }
 
@@ -240,6 +273,12 @@ describe("layering (DESIGN.md: dependencies point one way)", () => {
   it("has no import cycle between files", () => {
     expect(importCycles(graph)).toEqual([]);
   });
+
+  it("has nothing under src/, bench/ or scripts/ importing test/ (what both use lives outside test/)", () => {
+    const outside = readImportGraph(NOT_TESTS);
+    expect([...outside.keys()].some((file) => file.startsWith("bench/"))).toBe(true);
+    expect(testImports(outside)).toEqual([]);
+  });
 });
 
 describe("python/: the Python side, outside protocol/", () => {
@@ -301,6 +340,14 @@ describe("the layering checks themselves", () => {
       "src/util/x.ts: layer src/util is not in the table (add it to ALLOWED)",
       "envs/registry.ts -> test/helpers/x.ts (envs may not import test)",
     ]);
+  });
+
+  it("name an import of test/ from outside it", () => {
+    const graph = new Map([
+      ["bench/attacks.ts", ["test/helpers/ws-client.ts", "src/client/node.ts"]],
+      ["src/client/node.ts", ["src/client/protocol-client.ts"]],
+    ]);
+    expect(testImports(graph)).toEqual(["bench/attacks.ts -> test/helpers/ws-client.ts"]);
   });
 
   it("name a python/ package importing another, not its own modules or an example's imports", () => {

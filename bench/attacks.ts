@@ -25,11 +25,10 @@ import { createInterface } from "node:readline";
 import { parseArgs } from "node:util";
 import WebSocket from "ws";
 import { encodeMessage } from "../protocol/codec.ts";
+import { servingUrl } from "../src/bench/children.ts";
+import { helloFrame } from "../src/client/protocol-client.ts";
 import { DEFAULT_CONNECTION_LIMITS } from "../src/server/connections.ts";
 import { DEFAULT_LIMITS } from "../src/server/state.ts";
-import { servingUrl } from "../test/helpers/cli.ts";
-import { TestClient } from "../test/helpers/ws-client.ts";
-import { EMPTY_FILE_LINES } from "../test/web/fixtures.ts";
 import {
   bound,
   episodes,
@@ -42,17 +41,10 @@ import {
   uploads,
   watchers,
 } from "./attacks/bounds.ts";
-import {
-  type Client,
-  connect,
-  goodRollout,
-  pauseReading,
-  rawSocket,
-  resumeReading,
-  sleep,
-} from "./attacks/client.ts";
+import { type Client, connect, goodRollout, open, rawSocket, sleep } from "./attacks/client.ts";
 import { type ProbeReport, probeReport } from "./attacks/probe-report.ts";
 import { MiB, ROOT, type ServeChild, startProber, startServe } from "./attacks/server.ts";
+import { EMPTY_FILE_LINES } from "./episode-lines.ts";
 
 const ATTACK_TIMEOUT_MS = 90_000;
 /** The directory symlink_swap_in_share shares (a fresh one per run). */
@@ -401,10 +393,7 @@ async function fillMaxConnections(ctx: Ctx, keepAlive: boolean): Promise<void> {
 async function holdMaxWatchers(ctx: Ctx, keepAlive: boolean): Promise<void> {
   const held = await Promise.all(
     Array.from({ length: 32 }, (_, i) =>
-      TestClient.connect(ctx.url, {
-        hello: { type: "hello", protocol: 1, client: `watcher${i}` },
-        localAddress: attackerAddress(i % 4),
-      }),
+      open(ctx.url, helloFrame(`watcher${i}`), { localAddress: attackerAddress(i % 4) }),
     ),
   );
   for (const c of held) c.send({ type: "watch" });
@@ -589,7 +578,7 @@ const attacks: Attack[] = [
     async run(ctx) {
       const c = await connect(ctx.url, "flooder");
       const limits = welcomeLimits(c);
-      pauseReading(c);
+      c.pauseReading();
       let sent = 0;
       let maxClientBuffered = 0;
       // Long enough to see the server's answer: it stops reading at send_pause_bytes and closes
@@ -618,7 +607,7 @@ const attacks: Attack[] = [
         await sleep(5);
       }
       // The server's close frame sits behind the replies we never read: read them now.
-      resumeReading(c);
+      c.resumeReading();
       await Promise.race([c.closed(), sleep(5000)]);
       ctx.observed.push(c.closeCode === null ? "not closed" : `close ${c.closeCode} (${c.closeReason})`);
       ctx.notes.push(
@@ -802,7 +791,7 @@ const attacks: Attack[] = [
       reader.send({ type: "credit", groups: 1_000_000 });
       reader.send(rollout("r", 1024, 16, "batch"));
       await sleep(1000);
-      pauseReading(sleeper);
+      sleeper.pauseReading();
       await sleep(2000);
       const start = performance.now();
       s.child.kill("SIGTERM");
@@ -1077,7 +1066,7 @@ const attacks: Attack[] = [
       const idle = await connect(ctx.url, "idle-watcher");
       idle.send({ type: "watch" });
       await idle.next((f) => f.type === "watching");
-      pauseReading(idle);
+      idle.pauseReading();
       const trainer = await connect(ctx.url, "trainer");
       ackAll(trainer);
       trainer.send({ type: "credit", groups: 100_000 });

@@ -35,7 +35,8 @@ import { createInterface } from "node:readline";
 import { parseArgs } from "node:util";
 import { WebSocketServer } from "ws";
 import { decodeFrame, encodeMessage } from "../protocol/codec.ts";
-import { type Frame, TestClient } from "../test/helpers/ws-client.ts";
+import { NodeClient } from "../src/client/node.ts";
+import type { Frame } from "../src/client/protocol-client.ts";
 
 const ROOT = join(import.meta.dirname, "..");
 const PYTHON = "/usr/bin/python3"; // Debian's: has msgpack, websockets, numpy
@@ -129,7 +130,7 @@ async function record(): Promise<Record<Mode, Recording>> {
     server = serve.child;
     const out = {} as Record<Mode, Recording>;
     for (const mode of ["tokens", "chat"] as const) {
-      const client = await TestClient.connect(serve.match, { hello: null });
+      const { client } = await NodeClient.connect(serve.match, null, { record: true });
       client.send({ type: "hello", protocol: 1, client: "bench-python-stream" });
       await client.next((f) => f.type === "welcome");
       client.send({ type: "credit", groups: 1_000_000 });

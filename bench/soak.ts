@@ -24,11 +24,9 @@ import {
   connect,
   connectSilent,
   type Pacing,
-  pauseReading,
   playRollout,
   RolloutRefused,
   rawSocket,
-  resumeReading,
   sleep,
 } from "./attacks/client.ts";
 import { MiB, startProber, startServe } from "./attacks/server.ts";
@@ -111,9 +109,9 @@ async function trainer(index: number, slow: boolean): Promise<void> {
             rng() < 0.5
               ? async () => {
                   await sleep(rng() * 1000);
-                  pauseReading(client);
+                  client.pauseReading();
                   await sleep(1000 + rng() * 4000);
-                  resumeReading(client);
+                  client.resumeReading();
                 }
               : undefined,
         }
@@ -289,7 +287,7 @@ async function hostileDose(): Promise<boolean> {
           .catch(() => null);
         break;
       case "flood": {
-        pauseReading(c);
+        c.pauseReading();
         const stop = Date.now() + 3000;
         for (let i = 0; Date.now() < stop && c.closeCode === null; i++) {
           if (c.ws.bufferedAmount < MiB) {

@@ -24,12 +24,12 @@ import { createInterface, type Interface } from "node:readline";
 import { parseArgs } from "node:util";
 import { createRegistry } from "../envs/catalog.ts";
 import { encodeMessage } from "../protocol/codec.ts";
+import { ragenGrammar, startLlamaServer } from "../scripts/llama/server.ts";
 import { ChatPolicy } from "../src/llm/openai-chat.ts";
 import type { BatchResult } from "../src/record/episode-record.ts";
 import { type BatchRequest, runBatch } from "../src/rollout/batch.ts";
 import { defaultBatchRequest } from "../src/rollout/request.ts";
 import { groupFrame } from "../src/server/group-frame.ts";
-import { ragenGrammar, startLlamaServer } from "../test/helpers/llama.ts";
 import { CHECK_MEANINGS, EngineCapture, Evidence } from "./tokens-evidence.ts";
 
 const { values } = parseArgs({

@@ -27,6 +27,7 @@ const BELOW_CLI = [
   "src/remote-envs",
   "src/errors",
   "src/concurrency",
+  "src/client",
   "envs",
   "protocol",
 ];
@@ -46,12 +47,15 @@ const BELOW_CLI = [
  *   status and close code) imports only `protocol`, and every layer of src/ may use it.
  * - `src/concurrency` (the one wait queue behind every limit that parks callers) imports nothing,
  *   and every layer of src/ may use it.
+ * - `src/client` (the TypeScript protocol client) imports only `protocol`: the bench's trainer
+ *   and the page's watch view (under `src/server`) speak the protocol through it.
  */
 const ALLOWED: Readonly<Record<string, readonly string[]>> = {
   envs: [],
   protocol: [],
   "src/concurrency": [],
   "src/errors": ["protocol"],
+  "src/client": ["protocol"],
   "src/remote-envs": ["envs", "protocol", "src/concurrency"],
   "src/config": ["envs", "protocol", "src/errors", "src/remote-envs", "src/concurrency"],
   "src/record": ["protocol", "src/errors", "src/concurrency"],
@@ -66,6 +70,7 @@ const ALLOWED: Readonly<Record<string, readonly string[]>> = {
     "protocol",
     "src/errors",
     "src/concurrency",
+    "src/client",
   ],
   "src/mock-engine": ["src/rollout", "src/llm", "envs", "protocol", "src/errors", "src/concurrency"],
   "src/bench": [
@@ -77,6 +82,7 @@ const ALLOWED: Readonly<Record<string, readonly string[]>> = {
     "protocol",
     "src/errors",
     "src/concurrency",
+    "src/client",
   ],
   // The command, and the package's public API above it, may import every layer below them.
   "src/cli": BELOW_CLI,
@@ -136,9 +142,9 @@ function crossPackageImports(files: ReadonlyMap<string, string>): string[] {
  * `import("…")` with a literal specifier, read by TypeScript's own pre-processor, which skips
  * comments and strings. Package imports (typebox, ws, node:…) are outside the layering.
  */
-function readImportGraph(): ImportGraph {
+function readImportGraph(dirs: readonly string[] = SCANNED): ImportGraph {
   const graph = new Map<string, string[]>();
-  for (const file of SCANNED.flatMap(modules)) {
+  for (const file of dirs.flatMap(modules)) {
     const { importedFiles } = ts.preProcessFile(readFileSync(join(ROOT, file), "utf8"), true, true);
     const targets = importedFiles
       .map((imported) => imported.fileName)
@@ -163,6 +169,17 @@ function forbiddenImports(graph: ImportGraph): string[] {
       else if (!allowed.includes(target)) found.push(`${from} -> ${to} (${source} may not import ${target})`);
     }
   }
+  return found;
+}
+
+/** Folders whose code must stand without the tests: the product, the benches and the scripts. */
+const NOT_TESTS = [...SCANNED, "bench", "scripts"];
+
+/** Every import of a module under test/ from outside it, as "from -> to". */
+function testImports(graph: ImportGraph): string[] {
+  const found: string[] = [];
+  for (const [from, targets] of graph)
+    for (const to of targets) if (to.startsWith("test/")) found.push(`${from} -> ${to}`);
   return found;
 }
 
@@ -262,6 +279,12 @@ describe("layering (DESIGN.md: dependencies point one way)", () => {
   it("has no import cycle between files", () => {
     expect(importCycles(graph)).toEqual([]);
   });
+
+  it("has nothing under src/, bench/ or scripts/ importing test/ (what both use lives outside test/)", () => {
+    const outside = readImportGraph(NOT_TESTS);
+    expect([...outside.keys()].some((file) => file.startsWith("bench/"))).toBe(true);
+    expect(testImports(outside)).toEqual([]);
+  });
 });
 
 describe("python/: the Python side, outside protocol/", () => {
@@ -323,6 +346,14 @@ describe("the layering checks themselves", () => {
       "src/util/x.ts: layer src/util is not in the table (add it to ALLOWED)",
       "envs/registry.ts -> test/helpers/x.ts (envs may not import test)",
     ]);
+  });
+
+  it("name an import of test/ from outside it", () => {
+    const graph = new Map([
+      ["bench/attacks.ts", ["test/helpers/ws-client.ts", "src/client/node.ts"]],
+      ["src/client/node.ts", ["src/client/protocol-client.ts"]],
+    ]);
+    expect(testImports(graph)).toEqual(["bench/attacks.ts -> test/helpers/ws-client.ts"]);
   });
 
   it("name a python/ package importing another, not its own modules or an example's imports", () => {

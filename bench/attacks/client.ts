@@ -1,12 +1,20 @@
-// The attack bench's clients: the tests' protocol client (test/helpers/ws-client.ts), plus
-// a way to stop reading (the kernel's buffers fill, then the server's), and the well-behaved
-// client whose rollouts must keep completing during every attack.
+// The attack bench's clients: src/client's protocol client recording every frame (it can
+// stop reading: the kernel's buffers fill, then the server's), raw sockets, and the
+// well-behaved client whose rollouts must keep completing during every attack.
 import { type Socket, connect as tcpConnect } from "node:net";
-import { pauseReading, resumeReading, TestClient } from "../../test/helpers/ws-client.ts";
+import { NodeClient } from "../../src/client/node.ts";
+import { type Frame, helloFrame } from "../../src/client/protocol-client.ts";
 
-export { pauseReading, resumeReading };
+export type Client = NodeClient;
 
-export type Client = TestClient;
+/** Opens a recording client and, unless `hello` is null, says hello and waits for the answer. */
+export async function open(
+  url: string,
+  hello: Frame | null,
+  options: { token?: string; localAddress?: string } = {},
+): Promise<Client> {
+  return (await NodeClient.connect(url, hello, { ...options, record: true })).client;
+}
 
 export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
@@ -21,17 +29,14 @@ export function rawSocket(url: string, localAddress?: string): Promise<Socket> {
 
 /** Connects and says hello as `name`; socket errors (the server closing on us) are expected here. */
 export async function connect(url: string, name = "attack", token?: string): Promise<Client> {
-  const client = await TestClient.connect(url, {
-    token,
-    hello: { type: "hello", protocol: 1, client: name },
-  });
+  const client = await open(url, helloFrame(name), { token });
   client.ws.on("error", () => {});
   return client;
 }
 
 /** Connects without saying hello. */
 export async function connectSilent(url: string, token?: string): Promise<Client> {
-  const client = await TestClient.connect(url, { token, hello: null });
+  const client = await open(url, null, { token });
   client.ws.on("error", () => {});
   return client;
 }

@@ -3,8 +3,7 @@
 import { type ChildProcess, fork, spawn } from "node:child_process";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { cpuSeconds, memoryOf } from "../../src/bench/children.ts";
-import { servingUrl } from "../../test/helpers/cli.ts";
+import { cpuSeconds, memoryOf, servingUrl } from "../../src/bench/children.ts";
 import { type ProbeReport, probeReport } from "./probe-report.ts";
 
 export const ROOT = join(dirname(fileURLToPath(import.meta.url)), "..", "..");

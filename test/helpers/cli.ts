@@ -1,9 +1,8 @@
 // Runs the CLI the way users do: `npx rollgym …` from the repo root (pinned Node 24).
 import { type ChildProcess, spawn } from "node:child_process";
 import { dirname, join } from "node:path";
-import { createInterface } from "node:readline";
-import type { Readable } from "node:stream";
 import { fileURLToPath } from "node:url";
+import { servingUrl } from "../../src/bench/children.ts";
 
 export const ROOT = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
 
@@ -45,15 +44,6 @@ export function expectUsageError(result: CliResult, mentions: readonly string[],
   for (const word of mentions)
     if (!result.stderr.includes(word)) problems.push(`stderr does not mention ${word}`);
   if (problems.length) throw new Error(`${problems.join("; ")}\nstderr: ${result.stderr}`);
-}
-
-/** The URL `rollgym serve` prints once it listens, read from its stdout; "" if it ends first. */
-export async function servingUrl(stdout: Readable): Promise<string> {
-  for await (const line of createInterface({ input: stdout })) {
-    const match = /serving on (http:\/\/\S+)/.exec(line);
-    if (match) return match[1];
-  }
-  return "";
 }
 
 /**

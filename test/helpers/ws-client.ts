@@ -1,105 +1,24 @@
-// A minimal protocol client for the server tests: raw frames in, decoded messages out.
-import type { Socket } from "node:net";
-import WebSocket from "ws";
-import { decodeFrame, encodeMessage } from "../../protocol/codec.ts";
+// The tests' protocol client: src/client's, connected with the tests' hello and recording every
+// frame, plus waits and rollouts the tests share.
+import { type ConnectOptions, NodeClient } from "../../src/client/node.ts";
+import { type Frame, helloFrame } from "../../src/client/protocol-client.ts";
 
-export type Frame = Record<string, unknown> & { type: string };
+export type { Frame };
 
-export class TestClient {
-  readonly ws: WebSocket;
-  readonly received: Frame[] = [];
-  /** Every frame's bytes as they arrived (for byte-for-byte comparisons). */
-  readonly raw: Buffer[] = [];
-  closeCode: number | null = null;
-  closeReason = "";
-  private waiters: { match: (f: Frame) => boolean; resolve: (f: Frame) => void }[] = [];
-  private closeWaiters: (() => void)[] = [];
+/** A recording client (`received`, `raw`); `next` waits a minute by default. */
+export type TestClient = NodeClient;
 
-  private constructor(ws: WebSocket) {
-    this.ws = ws;
-    ws.on("message", (data: Buffer) => {
-      this.raw.push(Buffer.from(data));
-      const frame = decodeFrame(new Uint8Array(data)) as Frame;
-      this.received.push(frame);
-      this.waiters = this.waiters.filter((w) => {
-        if (!w.match(frame)) return true;
-        w.resolve(frame);
-        return false;
-      });
-    });
-    ws.on("close", (code, reason) => {
-      this.closeCode = code;
-      this.closeReason = reason.toString();
-      for (const w of this.closeWaiters.splice(0)) w();
-    });
-  }
-
-  static async connect(
+export const TestClient = {
+  /** Connects and says hello (`hello`, default the tests' own; null: none), recording every frame. */
+  async connect(
     url: string,
-    options: { token?: string; queryToken?: string; hello?: Frame | null; localAddress?: string } = {},
+    options: Omit<ConnectOptions, "record"> & { hello?: Frame | null } = {},
   ): Promise<TestClient> {
-    const headers = options.token ? { authorization: `Bearer ${options.token}` } : undefined;
-    const query = options.queryToken ? `?token=${encodeURIComponent(options.queryToken)}` : "";
-    const ws = new WebSocket(`${url.replace(/^http/, "ws")}/v1/rollouts${query}`, {
-      headers,
-      // Another loopback address (127.0.0.2, …) is another remote address to the server.
-      localAddress: options.localAddress,
-    });
-    await new Promise<void>((resolve, reject) => {
-      ws.once("open", () => resolve());
-      ws.once("error", reject);
-      ws.once("unexpected-response", (_req, res) => reject(new Error(`HTTP ${res.statusCode}`)));
-    });
-    const client = new TestClient(ws);
-    if (options.hello !== null) {
-      client.send(options.hello ?? { type: "hello", protocol: 1, client: "test" });
-      await client.next((f) => f.type === "welcome" || f.type === "error");
-    }
+    const { hello = helloFrame("test"), ...rest } = options;
+    const { client } = await NodeClient.connect(url, hello, { ...rest, record: true });
     return client;
-  }
-
-  send(frame: Record<string, unknown>): void {
-    this.ws.send(encodeMessage(frame));
-  }
-
-  /** The first frame (already received or future) matching `match`. */
-  next(match: (f: Frame) => boolean, timeoutMs = 60_000): Promise<Frame> {
-    const seen = this.received.find(match);
-    if (seen) return Promise.resolve(seen);
-    return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error("timed out waiting for a frame")), timeoutMs);
-      this.waiters.push({
-        match,
-        resolve: (f) => {
-          clearTimeout(timer);
-          resolve(f);
-        },
-      });
-    });
-  }
-
-  closed(): Promise<void> {
-    if (this.closeCode !== null) return Promise.resolve();
-    return new Promise((resolve) => this.closeWaiters.push(resolve));
-  }
-
-  of(type: string): Frame[] {
-    return this.received.filter((f) => f.type === type);
-  }
-
-  close(): void {
-    this.ws.close();
-  }
-}
-
-/** Stops reading the socket: the kernel's buffers fill, then the server's (a client that never reads). */
-export function pauseReading(client: TestClient): void {
-  (client.ws as unknown as { _socket: Socket })._socket.pause();
-}
-
-export function resumeReading(client: TestClient): void {
-  (client.ws as unknown as { _socket: Socket })._socket.resume();
-}
+  },
+};
 
 /** Waits until `check` holds, looking between event-loop turns (never a timing assertion). */
 export async function until(check: () => boolean): Promise<void> {

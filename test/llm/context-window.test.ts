@@ -4,13 +4,13 @@
 // them, and no episode fails on context.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createRegistry } from "../../envs/catalog.ts";
+import { type LlamaServer, ragenGrammar, startLlamaServer } from "../../scripts/llama/server.ts";
 import { loadConfig } from "../../src/config/index.ts";
 import { ChatPolicy } from "../../src/llm/openai-chat.ts";
 import type { Policy, PolicyRequest, PolicyResponse } from "../../src/llm/policy.ts";
 import { startMockEngine } from "../../src/mock-engine/server.ts";
 import { type BatchRequest, runBatch } from "../../src/rollout/batch.ts";
 import { batchRequest } from "../../src/rollout/request.ts";
-import { type LlamaServer, ragenGrammar, startLlamaServer } from "../helpers/llama.ts";
 import { promptShapeProblems, type RecordedRequest, recordingPolicy } from "../helpers/recording-policy.ts";
 
 const registry = createRegistry();

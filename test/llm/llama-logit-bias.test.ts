@@ -2,10 +2,10 @@
 // sampling field rollgym's request bodies carry (samplingFields, the code both the chat and the
 // token route send), and it changes which tokens the engine samples. Needs scripts/llama/build.sh.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { type LlamaServer, startLlamaServer } from "../../scripts/llama/server.ts";
 import { loadConfig } from "../../src/config/index.ts";
 import { samplingFields } from "../../src/llm/generation.ts";
 import { batchRequest } from "../../src/rollout/request.ts";
-import { type LlamaServer, startLlamaServer } from "../helpers/llama.ts";
 
 let server: LlamaServer;
 

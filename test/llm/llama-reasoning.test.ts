@@ -2,10 +2,10 @@
 // grammar, so the model writes the same text; rollgym's raw_response must be identical.
 import { describe, expect, it } from "vitest";
 import { createRegistry } from "../../envs/catalog.ts";
+import { ragenGrammar, startLlamaServer } from "../../scripts/llama/server.ts";
 import { ChatPolicy } from "../../src/llm/openai-chat.ts";
 import { runBatch } from "../../src/rollout/batch.ts";
 import { defaultBatchRequest } from "../../src/rollout/request.ts";
-import { ragenGrammar, startLlamaServer } from "../helpers/llama.ts";
 
 async function rawResponses(
   reasoningFormat: "none" | "deepseek",

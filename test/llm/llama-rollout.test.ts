@@ -6,11 +6,11 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createRegistry } from "../../envs/catalog.ts";
+import { type LlamaServer, ragenGrammar, startLlamaServer } from "../../scripts/llama/server.ts";
 import { ChatPolicy } from "../../src/llm/openai-chat.ts";
 import { readEpisodeFile, writeEpisodeFile } from "../../src/record/episode-file.ts";
 import { runBatch } from "../../src/rollout/batch.ts";
 import { defaultBatchRequest } from "../../src/rollout/request.ts";
-import { type LlamaServer, ragenGrammar, startLlamaServer } from "../helpers/llama.ts";
 
 let server: LlamaServer;
 

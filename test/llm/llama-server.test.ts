@@ -2,7 +2,7 @@
 // Needs `scripts/llama/build.sh` to have run (CI runs it first); without the build this test
 // fails with the helper's message instead of skipping.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { type LlamaServer, ragenGrammar, startLlamaServer } from "../helpers/llama.ts";
+import { type LlamaServer, ragenGrammar, startLlamaServer } from "../../scripts/llama/server.ts";
 
 const ANSWER =
   /^<think>[\s\S]*?<\/think><answer>(Up|Down|Left|Right)( \|\| (Up|Down|Left|Right))?<\/answer>$/;

@@ -6,6 +6,7 @@
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createRegistry } from "../../envs/catalog.ts";
+import { type LlamaServer, startLlamaServer } from "../../scripts/llama/server.ts";
 import { requestSeed } from "../../src/llm/policy.ts";
 import { loadQwen3Tokenizer, QWEN3_IM_END_ID } from "../../src/mock-engine/qwen3-tokenizer.ts";
 import type { MockTokenizer } from "../../src/mock-engine/tokenizer.ts";
@@ -14,7 +15,6 @@ import { systemPrompt } from "../../src/rollout/prompt.ts";
 import { defaultBatchRequest } from "../../src/rollout/request.ts";
 import { engineProxy } from "../helpers/engine-proxy.ts";
 import { FIXTURES } from "../helpers/fixtures.ts";
-import { type LlamaServer, startLlamaServer } from "../helpers/llama.ts";
 import { playAgainst } from "../helpers/play.ts";
 
 const registry = createRegistry();

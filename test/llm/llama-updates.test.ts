@@ -7,13 +7,13 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createRegistry } from "../../envs/catalog.ts";
+import { type LlamaServer, startLlamaServer } from "../../scripts/llama/server.ts";
 import { ChatPolicy } from "../../src/llm/openai-chat.ts";
 import type { TokenEngine } from "../../src/llm/token-engine.ts";
 import type { WeightUpdates } from "../../src/llm/versions.ts";
 import { runBatch } from "../../src/rollout/batch.ts";
 import { defaultBatchRequest } from "../../src/rollout/request.ts";
 import { NOT_SAMPLED } from "../../src/rollout/token-log.ts";
-import { type LlamaServer, startLlamaServer } from "../helpers/llama.ts";
 
 let server: LlamaServer;
 let policy: ChatPolicy;

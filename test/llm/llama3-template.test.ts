@@ -8,6 +8,7 @@ import { join } from "node:path";
 import { Template } from "@huggingface/jinja";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createRegistry } from "../../envs/catalog.ts";
+import { type LlamaServer, llamaDir, startLlamaServer } from "../../scripts/llama/server.ts";
 import type { ChatMessage } from "../../src/llm/chat.ts";
 import { ChatPolicy } from "../../src/llm/openai-chat.ts";
 import { requestSeed } from "../../src/llm/policy.ts";
@@ -15,7 +16,6 @@ import { type BatchRequest, runBatch } from "../../src/rollout/batch.ts";
 import { defaultBatchRequest } from "../../src/rollout/request.ts";
 import { textDrift } from "../../src/rollout/token-log.ts";
 import { engineProxy } from "../helpers/engine-proxy.ts";
-import { type LlamaServer, llamaDir, startLlamaServer } from "../helpers/llama.ts";
 
 const BEGIN_OF_TEXT = 128000;
 const EOT = 128009;

@@ -5,6 +5,7 @@
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createRegistry } from "../../envs/catalog.ts";
+import { ragenGrammar, startLlamaServer } from "../../scripts/llama/server.ts";
 import { ChatPolicy } from "../../src/llm/openai-chat.ts";
 import type { TokenEngine } from "../../src/llm/token-engine.ts";
 import { QWEN3_IM_END_ID } from "../../src/mock-engine/qwen3-tokenizer.ts";
@@ -13,7 +14,6 @@ import type { BatchResult, EpisodeRecord } from "../../src/record/episode-record
 import { type BatchRequest, runBatch } from "../../src/rollout/batch.ts";
 import { defaultBatchRequest } from "../../src/rollout/request.ts";
 import { FIXTURES } from "../helpers/fixtures.ts";
-import { ragenGrammar, startLlamaServer } from "../helpers/llama.ts";
 
 const registry = createRegistry();
 

@@ -7,7 +7,8 @@ import { mkdirSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from
 import { tmpdir } from "node:os";
 import { delimiter, dirname, join } from "node:path";
 import { beforeAll, describe, expect, it } from "vitest";
-import { ROOT, servingUrl } from "../helpers/cli.ts";
+import { servingUrl } from "../../src/bench/children.ts";
+import { ROOT } from "../helpers/cli.ts";
 
 const work = mkdtempSync(join(tmpdir(), "rollgym-pack-"));
 const project = join(work, "project");

@@ -5,14 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { CLOSE_CODES } from "../../protocol/codec.ts";
 import { buildServer, type RollgymServer } from "../../src/server/app.ts";
 import type { Outbound } from "../../src/server/outbound.ts";
-import {
-  pauseReading,
-  playToVerdict,
-  resumeReading,
-  rolloutFrame,
-  TestClient,
-  until,
-} from "../helpers/ws-client.ts";
+import { playToVerdict, rolloutFrame, TestClient, until } from "../helpers/ws-client.ts";
 
 const PAUSE = 64 * 1024;
 const HARD = 4 * 1024 * 1024;
@@ -42,7 +35,7 @@ describe("a client that stops reading", () => {
   it("is paused, its frames wait unprocessed, then it is closed with 4008; others are served", async () => {
     const hog = await TestClient.connect(url);
     const out = outboundOf(hog);
-    pauseReading(hog);
+    hog.pauseReading();
     // ≈117 kB of small frames, each answered with an env_opened or env_closed of 16 episodes.
     const pairs = 1500;
     for (let i = 0; i < pairs; i++) {
@@ -64,7 +57,7 @@ describe("a client that stops reading", () => {
     // It stopped reading: most frames were never handled.
     const answered = hog.received.length;
     expect(out.peakDeferred).toBeLessThan(2 * pairs);
-    resumeReading(hog);
+    hog.resumeReading();
     await hog.closed();
     expect(hog.closeCode).toBe(CLOSE_CODES.slowReader);
     expect(hog.closeReason).toMatch(/send_stall_s/);
@@ -83,7 +76,7 @@ describe("a client that stops reading", () => {
     const client = await TestClient.connect(await patient.listen(0));
     const session = patient.state.sessions.get(client.of("welcome")[0].session as string)!;
     const out = session.outbound!;
-    pauseReading(client);
+    client.pauseReading();
     client.send({ type: "credit", groups: 10_000 });
     client.send(rolloutFrame("s", 400, 16, { delivery: "stream" }));
     let queuedWhilePaused = 0;
@@ -95,7 +88,7 @@ describe("a client that stops reading", () => {
     expect(queuedWhilePaused).toBeGreaterThan(0);
     // Group frames wait in the outbox, not in the socket: the socket holds about one frame past the mark.
     expect(out.peakBufferedBytes).toBeLessThan(PAUSE + 1024 * 1024);
-    resumeReading(client);
+    client.resumeReading();
     const batch = await client.next((f) => f.type === "batch" && f.rollout === "s");
     const groups = client.of("group").map((g) => g.group as number);
     expect(new Set(groups).size).toBe(400);
@@ -117,12 +110,12 @@ describe("a client that stops reading", () => {
     const client = await TestClient.connect(strictUrl);
     const session = strict.state.sessions.get(client.of("welcome")[0].session as string)!;
     const out = session.outbound!;
-    pauseReading(client);
+    client.pauseReading();
     client.send({ type: "credit", groups: 10_000 });
     client.send(rolloutFrame("s", 1000, 16, { delivery: "stream" }));
     await until(() => !out.open);
     expect(out.peakBufferedBytes).toBeLessThanOrEqual(HARD);
-    resumeReading(client);
+    client.resumeReading();
     await client.closed();
     expect(client.closeCode).toBe(CLOSE_CODES.slowReader);
     expect(client.closeReason).toMatch(/max_send_buffer_bytes/);

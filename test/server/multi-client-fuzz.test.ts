@@ -21,7 +21,7 @@ import {
   validateServerMessage,
 } from "../../protocol/messages.ts";
 import { buildServer, type RollgymServer } from "../../src/server/app.ts";
-import { pauseReading, resumeReading, TestClient } from "../helpers/ws-client.ts";
+import { TestClient } from "../helpers/ws-client.ts";
 import { anyValue, arbitraryFor } from "../protocol/arbitrary.ts";
 
 const MAX_FRAME_BYTES = 64 * 1024;
@@ -308,10 +308,10 @@ async function playHostile(url: string, actions: HostileAction[], index: number)
         );
         break;
       case "pause":
-        pauseReading(c);
+        c.pauseReading();
         break;
       case "resume":
-        resumeReading(c);
+        c.resumeReading();
         break;
       case "close":
         closedByUs = true;
@@ -331,7 +331,7 @@ async function playHostile(url: string, actions: HostileAction[], index: number)
   }
   const last = client as TestClient | null;
   if (last && last.closeCode === null) {
-    resumeReading(last);
+    last.resumeReading();
     // Let the server answer what was sent, then leave.
     await new Promise((r) => setTimeout(r, 100));
     closedByUs = true;
@@ -345,7 +345,7 @@ async function playHostile(url: string, actions: HostileAction[], index: number)
  * (ws then waits 30 s): read again first, and cut the connection if the close does not complete.
  */
 async function leave(c: TestClient): Promise<void> {
-  resumeReading(c);
+  c.resumeReading();
   c.close();
   await Promise.race([c.closed(), new Promise((r) => setTimeout(r, 2000))]);
   if (c.closeCode === null) {

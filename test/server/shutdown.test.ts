@@ -4,9 +4,10 @@
 // client that does not read, and with a second and third signal.
 import { type ChildProcess, spawn } from "node:child_process";
 import { afterEach, describe, expect, it } from "vitest";
-import { ROOT, servingUrl, spawnServe } from "../helpers/cli.ts";
+import { servingUrl } from "../../src/bench/children.ts";
+import { ROOT, spawnServe } from "../helpers/cli.ts";
 import { descendants, gone, killLeftovers } from "../helpers/processes.ts";
-import { pauseReading, TestClient } from "../helpers/ws-client.ts";
+import { TestClient } from "../helpers/ws-client.ts";
 
 // Processes a failed test may leave behind (an orphaned server is what these tests look for).
 const leftovers: number[] = [];
@@ -93,7 +94,7 @@ describe("graceful shutdown", () => {
     ]);
     const client = await TestClient.connect(served.url);
     await stalledRollout(client);
-    pauseReading(client);
+    client.pauseReading();
     served.child.kill("SIGTERM");
     // The server's own account: it gave up on the close handshake and exited. ws alone would
     // have waited 30 s for it.

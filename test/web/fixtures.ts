@@ -57,19 +57,3 @@ export async function writeInterruptedEpisodes(
   await writeEpisodeFile(path, header, batch, { interrupted: "SIGINT" });
   return batch;
 }
-
-/** The header and summary lines of an empty Bandit episode file, for hand-made files. */
-export const EMPTY_FILE_LINES = {
-  header: JSON.stringify({
-    type: "header",
-    format: "rollgym.episodes",
-    version: 1,
-    mode: "train",
-    seed: 1,
-    group_size: 1,
-    tags: [{ tag: "Bandit", groups: 1 }],
-    policy: "oracle",
-    settings: {},
-  }),
-  summary: JSON.stringify({ type: "summary", episodes: 0, failed: 0, kept_groups: [], metrics: {} }),
-};

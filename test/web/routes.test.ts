@@ -13,9 +13,9 @@ import {
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { EMPTY_FILE_LINES } from "../../bench/episode-lines.ts";
 import { createRegistry } from "../../envs/catalog.ts";
 import { buildServer, type RollgymServer } from "../../src/server/app.ts";
-import { EMPTY_FILE_LINES } from "./fixtures.ts";
 
 const TOKEN = "routes-token";
 const auth = { authorization: `Bearer ${TOKEN}` };

@@ -2,8 +2,8 @@
 // heap, so a 30 MB line never freezes the server and a line built to blow up the parser is
 // refused at that heap's cost.
 import { afterEach, describe, expect, it } from "vitest";
+import { EMPTY_FILE_LINES } from "../../bench/episode-lines.ts";
 import { DEFAULT_FILE_LIMITS, UploadStore } from "../../src/server/web/files.ts";
-import { EMPTY_FILE_LINES } from "./fixtures.ts";
 
 const { header, summary } = EMPTY_FILE_LINES;
 

@@ -5,7 +5,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { validateServerMessage } from "../../protocol/messages.ts";
 import { buildServer, type RollgymServer } from "../../src/server/app.ts";
-import { pauseReading, resumeReading, TestClient } from "../helpers/ws-client.ts";
+import { TestClient } from "../helpers/ws-client.ts";
 
 const TOKEN = "watch-token";
 const WATCH_BUFFER = 32 * 1024;
@@ -76,7 +76,7 @@ describe("watch subscriptions", () => {
     const idle = await connect(url);
     idle.send({ type: "watch" });
     await idle.next((f) => f.type === "watching");
-    pauseReading(idle);
+    idle.pauseReading();
 
     const watched = await train(url, "run", 12, () => {
       // The watcher knows the rollout's id and tries to act on it.
@@ -116,7 +116,7 @@ describe("watch subscriptions", () => {
     // Watch frames need no credit: the reader never sent any.
     expect(reader.of("group")).toEqual([]);
     reader.close();
-    resumeReading(idle);
+    idle.resumeReading();
     idle.close();
   });
 
@@ -124,7 +124,7 @@ describe("watch subscriptions", () => {
     const idle = await connect(url);
     idle.send({ type: "watch" });
     await idle.next((f) => f.type === "watching");
-    pauseReading(idle);
+    idle.pauseReading();
     let peak = 0;
     let largest = 0;
     const poll = setInterval(() => {
@@ -145,7 +145,7 @@ describe("watch subscriptions", () => {
     // At most the limit plus the one frame that crossed it (watch frames are about a group frame's size).
     expect(peak).toBeLessThanOrEqual(WATCH_BUFFER + 2 * largest);
 
-    resumeReading(idle);
+    idle.resumeReading();
     await idle.next((f) => f.type === "watch_gap");
     await new Promise((resolve) => setTimeout(resolve, 500));
     const gaps = idle.of("watch_gap");

@@ -13,10 +13,18 @@ export interface StaticFile {
 }
 
 const CLIENT_DIR = fileURLToPath(new URL("./client/", import.meta.url));
-// Modules outside client/ the page imports, by the URL its relative imports resolve to: the
-// episode-file reader is the one the CLI and the upload route use.
-const SHARED_MODULES = ["/record/episode-reader"];
-const SRC_DIR = fileURLToPath(new URL("../../", import.meta.url));
+// Modules outside client/ the page imports, by the URL its relative imports resolve to (a
+// browser stops `../` at the root) → their path from the package root: the episode-file reader
+// is the one the CLI and the upload route use, and the protocol client the one the bench and
+// the tests use, with the codec under it.
+const SHARED_MODULES: Readonly<Record<string, string>> = {
+  "/record/episode-reader": "src/record/episode-reader",
+  "/client/protocol-client": "src/client/protocol-client",
+  "/protocol/codec": "protocol/codec",
+  "/protocol/decoded-size": "protocol/decoded-size",
+  "/protocol/version": "protocol/version",
+};
+const PACKAGE_DIR = fileURLToPath(new URL("../../../", import.meta.url));
 const MSGPACK_DIR = join(
   dirname(createRequire(import.meta.url).resolve("@msgpack/msgpack/package.json")),
   "dist.esm",
@@ -59,13 +67,15 @@ function readStaticFiles(): Map<string, StaticFile> {
     const body = Buffer.from(extname(name) === ".ts" ? stripTypes(text) : text);
     files.set(name === "index.html" ? "/" : `/web/${name}`, { body, type });
   }
-  for (const url of SHARED_MODULES) {
-    // From source, the TypeScript; in a compiled package (dist/), the JavaScript tsc made of it.
-    const source = join(SRC_DIR, `${url}.ts`);
+  for (const [url, path] of Object.entries(SHARED_MODULES)) {
+    // From source, the TypeScript; in a compiled package (dist/), the JavaScript tsc made of it,
+    // whose imports name `.js` files: each module is served under both names.
+    const source = join(PACKAGE_DIR, `${path}.ts`);
     const text = existsSync(source)
       ? stripTypes(readFileSync(source, "utf8"))
-      : readFileSync(join(SRC_DIR, `${url}.js`), "utf8");
-    files.set(`${url}.ts`, { body: Buffer.from(text), type: TYPES[".ts"] });
+      : readFileSync(join(PACKAGE_DIR, `${path}.js`), "utf8");
+    for (const extension of [".ts", ".js"])
+      files.set(`${url}${extension}`, { body: Buffer.from(text), type: TYPES[".ts"] });
   }
   for (const entry of readdirSync(MSGPACK_DIR, { recursive: true, encoding: "utf8" })) {
     if (!entry.endsWith(".mjs")) continue;

@@ -1,14 +1,14 @@
-// Starts a real llama.cpp `llama-server` (built by scripts/llama/build.sh) with a tiny
-// random-weight model (Qwen3 by default, or Llama 3), for integration tests that need an
-// OpenAI-compatible engine.
+// Starts a real llama.cpp `llama-server` (built by build.sh beside it) with a tiny
+// random-weight model (Qwen3 by default, or Llama 3), for the integration tests and benches
+// that need an OpenAI-compatible engine.
 import { spawn } from "node:child_process";
 import { createHash } from "node:crypto";
 import { existsSync, readFileSync } from "node:fs";
 import { homedir } from "node:os";
 import { join } from "node:path";
-import { ROOT } from "./cli.ts";
+import { fileURLToPath } from "node:url";
 
-export const LLAMA_SCRIPTS = join(ROOT, "scripts", "llama");
+export const LLAMA_SCRIPTS = fileURLToPath(new URL(".", import.meta.url));
 /** The models build.sh writes, each with its real tokenizer and chat template; served under `tiny-<model>`. */
 export type TinyModel = "qwen3" | "llama3";
 

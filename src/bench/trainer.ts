@@ -6,7 +6,7 @@
 // costs is the client's share of a real run.
 import WebSocket from "ws";
 import { decodeFrame, encodeMessage } from "../../protocol/codec.ts";
-import type { GroupFrame } from "../../protocol/messages.ts";
+import type { GroupFrame, Version } from "../../protocol/messages.ts";
 import type { PauseMode } from "../../protocol/settings.ts";
 
 type Frame = Record<string, unknown> & { type: string };
@@ -152,7 +152,7 @@ export class TrainerClient {
    */
   async update(
     id: string,
-    version: { label: string; ordinal: number },
+    version: Version,
     mode: PauseMode,
     load: () => Promise<void>,
   ): Promise<UpdateTiming> {

@@ -1,6 +1,7 @@
 import { type Static, type TProperties, type TSchema, Type } from "typebox";
 import { Compile, type Validator } from "typebox/compile";
 import { ERROR_CODES } from "./codec.ts";
+import { isPlainObject as isMap } from "./plain-object.ts";
 import {
   EPISODE,
   MAX_GROUPS,
@@ -742,12 +743,6 @@ function pathTo(node: unknown, target: object): string[] | null {
 
 function fail<Code extends string>(code: Code, field: string, message: string): ValidationFailure<Code> {
   return { ok: false, code, field, message };
-}
-
-function isMap(value: unknown): value is Record<string, unknown> {
-  if (typeof value !== "object" || value === null) return false;
-  const proto = Object.getPrototypeOf(value);
-  return proto === Object.prototype || proto === null;
 }
 
 // --- error explanation (slow path only) ------------------------------------------------------

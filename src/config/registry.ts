@@ -9,6 +9,7 @@ import { pathToFileURL } from "node:url";
 import { createRegistry } from "../../envs/catalog.ts";
 import type { EnvRegistry, TagSpec } from "../../envs/registry.ts";
 import { EnvConfigError } from "../../envs/types.ts";
+import { isPlainObject } from "../../protocol/plain-object.ts";
 import { openenv } from "../remote-envs/openenv-remote.ts";
 import { originOf } from "./load.ts";
 import { ConfigError, type CustomEnvEntry, formatValue, type RollgymConfig } from "./schema.ts";
@@ -39,10 +40,6 @@ export interface RegistryOptions {
 }
 
 const TAG_FIELDS = ["env_type", "max_actions_per_traj", "env_instruction", "max_tokens"] as const;
-
-function isPlainObject(value: unknown): value is Record<string, unknown> {
-  return typeof value === "object" && value !== null && !Array.isArray(value);
-}
 
 /** OmegaConf merge: mappings key by key, anything else replaces; null replaces too. */
 function mergeData(base: unknown, over: unknown): unknown {

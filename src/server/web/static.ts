@@ -13,10 +13,15 @@ export interface StaticFile {
 }
 
 const CLIENT_DIR = fileURLToPath(new URL("./client/", import.meta.url));
-// Modules outside client/ the page imports, by the URL its relative imports resolve to: the
-// episode-file reader is the one the CLI and the upload route use.
-const SHARED_MODULES = ["/record/episode-reader"];
-const SRC_DIR = fileURLToPath(new URL("../../", import.meta.url));
+// Modules outside client/ the page imports, by the URL its relative imports resolve to (the
+// browser stops `..` at the root) and their path from the repository root: the episode-file
+// reader is the one the CLI and the upload route use; the protocol's two import nothing.
+const SHARED_MODULES = [
+  { url: "/record/episode-reader", path: "src/record/episode-reader" },
+  { url: "/protocol/seeds", path: "protocol/seeds" },
+  { url: "/protocol/plain-object", path: "protocol/plain-object" },
+];
+const ROOT_DIR = fileURLToPath(new URL("../../../", import.meta.url));
 const MSGPACK_DIR = join(
   dirname(createRequire(import.meta.url).resolve("@msgpack/msgpack/package.json")),
   "dist.esm",
@@ -59,12 +64,12 @@ function readStaticFiles(): Map<string, StaticFile> {
     const body = Buffer.from(extname(name) === ".ts" ? stripTypes(text) : text);
     files.set(name === "index.html" ? "/" : `/web/${name}`, { body, type });
   }
-  for (const url of SHARED_MODULES) {
+  for (const { url, path } of SHARED_MODULES) {
     // From source, the TypeScript; in a compiled package (dist/), the JavaScript tsc made of it.
-    const source = join(SRC_DIR, `${url}.ts`);
+    const source = join(ROOT_DIR, `${path}.ts`);
     const text = existsSync(source)
       ? stripTypes(readFileSync(source, "utf8"))
-      : readFileSync(join(SRC_DIR, `${url}.js`), "utf8");
+      : readFileSync(join(ROOT_DIR, `${path}.js`), "utf8");
     files.set(`${url}.ts`, { body: Buffer.from(text), type: TYPES[".ts"] });
   }
   for (const entry of readdirSync(MSGPACK_DIR, { recursive: true, encoding: "utf8" })) {

@@ -1,6 +1,7 @@
 import { type Static, type TProperties, type TSchema, Type } from "typebox";
 import { Compile, type Validator } from "typebox/compile";
 import { ERROR_CODES } from "./codec.ts";
+import { isPlainObject as isMap } from "./plain-object.ts";
 import {
   EPISODE,
   MAX_GROUPS,
@@ -194,7 +195,9 @@ const VersionLabel = Type.String({ minLength: 1, maxLength: MAX_ID_LENGTH });
 
 /** A weight version as the trainer names it: a label and an ordinal that grows with every update. */
 export const VersionSchema = map({
+  /** What the trainer calls it, e.g. "step-42". */
   label: VersionLabel,
+  /** Increases with every update; the staleness rule and ages count in these. */
   ordinal: Type.Integer({ minimum: 0, maximum: MAX_VERSION_ORDINAL }),
 });
 export type Version = Static<typeof VersionSchema>;
@@ -305,6 +308,13 @@ export const WelcomeSchema = map({
 });
 export type Welcome = Static<typeof WelcomeSchema>;
 
+/**
+ * The staleness pacing's counts when a group started: the versions gained since the rollout
+ * began, the groups accepted and running, and the capacity then (0: no bound).
+ */
+export const AdmittedSchema = map({ version: Count, accepted: Count, running: Count, capacity: Count });
+export type Admitted = Static<typeof AdmittedSchema>;
+
 export const GroupFrameSchema = map({
   type: Type.Literal("group"),
   rollout: Type.String(),
@@ -339,7 +349,7 @@ export const GroupFrameSchema = map({
   /** Endless streams: the window the group belongs to (its filter verdict comes in that `window` frame). */
   window: Type.Optional(Count),
   /** Rollouts with max_staleness: the counts the group was admitted under (PROTOCOL.md "Staleness"). */
-  admitted: Type.Optional(map({ version: Count, accepted: Count, running: Count, capacity: Count })),
+  admitted: Type.Optional(AdmittedSchema),
 });
 export type GroupFrame = Static<typeof GroupFrameSchema>;
 
@@ -384,9 +394,13 @@ export const UpdateBegunSchema = map({
   id: Type.String(),
   /** The version in force during the update (the one before it). */
   version: VersionSchema,
+  /** Replicas paused through the engine's own /pause. */
   paused: Count,
+  /** Replicas without /pause whose in-flight requests were aborted, to be continued after the update. */
   aborted: Count,
+  /** Replicas that failed to pause: taken out of routing until they answer again. */
   out_of_routing: Type.Array(Type.String()),
+  /** Engine requests in flight at the moment admission closed. */
   in_flight: Count,
 });
 export type UpdateBegun = Static<typeof UpdateBegunSchema>;
@@ -729,12 +743,6 @@ function pathTo(node: unknown, target: object): string[] | null {
 
 function fail<Code extends string>(code: Code, field: string, message: string): ValidationFailure<Code> {
   return { ok: false, code, field, message };
-}
-
-function isMap(value: unknown): value is Record<string, unknown> {
-  if (typeof value !== "object" || value === null) return false;
-  const proto = Object.getPrototypeOf(value);
-  return proto === Object.prototype || proto === null;
 }
 
 // --- error explanation (slow path only) ------------------------------------------------------

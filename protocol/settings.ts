@@ -8,9 +8,10 @@
 // src/llm/generation.ts when it differs); `node src/config/docs.ts --write` and
 // `node protocol/schema-json.ts > protocol/schema.json` regenerate the docs.
 import { type Static, type TInteger, type TNumber, type TOptional, type TSchema, Type } from "typebox";
+import { isPlainObject } from "./plain-object.ts";
+import { MAX_SEED } from "./seeds.ts";
 
-/** Seeds are uint32 (RAGEN seeds numpy's RNG with them). */
-export const MAX_SEED = 2 ** 32 - 1;
+export { MAX_SEED };
 /** Per-tag `groups` (rollout) and `groups` (env_open); also the filter's largest value. */
 export const MAX_GROUPS = 100_000;
 export const MAX_TURNS = 1000;
@@ -131,7 +132,7 @@ export const SAMPLING = {
             Type.Number({ minimum: -MAX_LOGIT_BIAS, maximum: MAX_LOGIT_BIAS }),
             { additionalProperties: false },
           ),
-          (value) => [Object.prototype, null].includes(Object.getPrototypeOf(value)),
+          isPlainObject,
           () => "must be a map",
         ),
         Type.Null(),

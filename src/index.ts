@@ -4,6 +4,7 @@
 // Config checks for an env type's resolveConfig (what envs/ and examples/ use).
 export { integerIn, numberIn, oneOf, overlayConfig, pairOf, stringMap } from "../envs/config.ts";
 export * from "../envs/index.ts";
+export { buildRegistry, type RegistryOptions } from "./cli/build-registry.ts";
 export { run as runCli } from "./cli/main.ts";
 export {
   ConfigError,
@@ -17,14 +18,7 @@ export {
   type RollgymConfig,
   validateConfig,
 } from "./config/index.ts";
-export {
-  applyCustomEnvs,
-  buildRegistry,
-  loadPlugins,
-  type PluginRef,
-  type RegisterEnvs,
-  type RegistryOptions,
-} from "./config/registry.ts";
+export { applyCustomEnvs, loadPlugins, type PluginRef, type RegisterEnvs } from "./config/registry.ts";
 export { oraclePolicy, randomPolicy } from "./llm/builtin.ts";
 export type { ChatMessage, SamplingParams } from "./llm/chat.ts";
 export { ChatPolicy, type ChatPolicyOptions } from "./llm/openai-chat.ts";

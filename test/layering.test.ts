@@ -35,8 +35,9 @@ const BELOW_CLI = [
 /**
  * Which layers each layer may import (besides itself). DESIGN.md's table, with these
  * clarifications made where the code is right and the table was silent or too strict:
- * - `src/config` imports `envs` (registry.ts builds the env registry from the catalogue and the
- *   config's custom envs) and `protocol` (config keys take their schemas from
+ * - `src/config` imports `envs` (registry.ts adds the config's plugins and custom envs to an env
+ *   registry; which env types exist, the remote ones included, is composed above it, in
+ *   src/cli/build-registry.ts) and `protocol` (config keys take their schemas from
  *   protocol/settings.ts, beside the wire schemas, so each setting is written once).
  * - `src/bench` (the load generator) imports `src/mock-engine` (it starts the mock); they share
  *   one row in DESIGN.md, but the mock imports neither the bench nor `src/server` ("only cli and
@@ -57,7 +58,7 @@ const ALLOWED: Readonly<Record<string, readonly string[]>> = {
   "src/errors": ["protocol"],
   "src/client": ["protocol"],
   "src/remote-envs": ["envs", "protocol", "src/concurrency"],
-  "src/config": ["envs", "protocol", "src/errors", "src/remote-envs", "src/concurrency"],
+  "src/config": ["envs", "protocol", "src/errors", "src/concurrency"],
   "src/record": ["protocol", "src/errors", "src/concurrency"],
   "src/llm": ["envs", "protocol", "src/errors", "src/concurrency"],
   "src/rollout": ["envs", "protocol", "src/llm", "src/record", "src/config", "src/errors", "src/concurrency"],

@@ -7,6 +7,12 @@ import { integerSpan } from "./bounds.ts";
 import { MT19937, type MT19937State } from "./mt19937.ts";
 
 const TWO_POW_32 = 4294967296;
+/**
+ * The largest seed numpy's RandomState takes (uint32). Sokoban seeds one with the episode's seed,
+ * so it bounds every seed: the wire's MAX_SEED (protocol/seeds.ts) is the same number, a test
+ * holds them equal (envs and protocol import nothing).
+ */
+export const MAX_RANDOM_STATE_SEED = TWO_POW_32 - 1;
 
 export type NumpyRandomStateState = MT19937State;
 
@@ -29,7 +35,7 @@ export class NumpyRandomState {
       this.mt = seed;
       return;
     }
-    if (typeof seed !== "number" || !Number.isInteger(seed) || seed < 0 || seed > 0xffffffff) {
+    if (typeof seed !== "number" || !Number.isInteger(seed) || seed < 0 || seed > MAX_RANDOM_STATE_SEED) {
       throw new RangeError(`RandomState seed must be an integer between 0 and 2**32 - 1, got ${seed}`);
     }
     this.mt = MT19937.fromSeed(seed);

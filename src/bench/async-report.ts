@@ -1,4 +1,4 @@
-// `rollgym bench --async` results as people read them: one row per mode (sync, then each
+// `rollgym bench async` results as people read them: one row per mode (sync, then each
 // max_staleness), as a text or Markdown table under a line describing the workload.
 import type { AsyncBenchResult, AsyncModeResult } from "./async-run.ts";
 

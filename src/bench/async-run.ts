@@ -1,4 +1,4 @@
-// `rollgym bench --async`: wall time per training step of a simulated trainer, synchronous
+// `rollgym bench async`: wall time per training step of a simulated trainer, synchronous
 // against asynchronous, on the same mock engines and the same server (PROTOCOL.md "Weight
 // updates", "Endless streams", "Staleness").
 //

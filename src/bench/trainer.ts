@@ -4,7 +4,7 @@
 // each group arrived. As the trainer session (`role: "trainer"`) it also brackets weight updates
 // (begin_update … end_update) and plays endless, paced streams. It does no training, so what it
 // costs is the client's share of a real run.
-import type { GroupFrame } from "../../protocol/messages.ts";
+import type { GroupFrame, Version } from "../../protocol/messages.ts";
 import type { PauseMode } from "../../protocol/settings.ts";
 import { NodeClient, UpgradeRefused } from "../client/node.ts";
 import { closedError, type Frame, helloFrame } from "../client/protocol-client.ts";
@@ -143,7 +143,7 @@ export class TrainerClient {
    */
   async update(
     id: string,
-    version: { label: string; ordinal: number },
+    version: Version,
     mode: PauseMode,
     load: () => Promise<void>,
   ): Promise<UpdateTiming> {

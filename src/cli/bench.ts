@@ -1,7 +1,8 @@
 // `rollgym bench`: load tests of the rollout layer. Starts (or attaches to) `rollgym serve` and
 // engines, drives them over the real WebSocket protocol, and prints a table (or JSON, Markdown,
-// SVG charts) over episodes in flight × engine replicas × latency models. `--async` instead
-// times a simulated trainer's steps, synchronous against asynchronous (src/bench/async-run.ts).
+// SVG charts) over episodes in flight × engine replicas × latency models. `rollgym bench async`
+// instead times a simulated trainer's steps, synchronous against asynchronous
+// (src/bench/async-run.ts).
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { PAUSE_MODES } from "../../protocol/settings.ts";
@@ -24,37 +25,54 @@ import {
 } from "./args.ts";
 import { io } from "./io.ts";
 
+/** The episode shape and output flags both benches take; their defaults differ. */
+function sharedFlags(defaults: {
+  replicas: string;
+  latencyModel: string;
+  maxTurn: number;
+  maxTokens: number;
+  groupSize: number;
+}): Record<string, FlagSpec> {
+  return {
+    replicas: { kind: "value", arg: "N,…", help: `mock engine replicas: 1, 2 or 4 (${defaults.replicas})` },
+    "latency-model": {
+      kind: "value",
+      arg: "NAME,…",
+      help: `mock engine latency presets: ${LATENCY_PRESET_NAMES.join(", ")} (${defaults.latencyModel})`,
+    },
+    "max-turn": { kind: "value", arg: "N", help: `turns per episode (default ${defaults.maxTurn})` },
+    "max-tokens": { kind: "value", arg: "N", help: `max_tokens per request (default ${defaults.maxTokens})` },
+    "group-size": { kind: "value", arg: "N", help: `episodes per group (default ${defaults.groupSize})` },
+    tag: { kind: "value", arg: "TAG", help: "env tag the episodes play (default CoordSokoban)" },
+    seed: { kind: "value", arg: "N", help: "seed of the first group (default 10000)" },
+    json: { kind: "switch", help: "print the results as JSON" },
+    markdown: { kind: "switch", help: "print a Markdown table" },
+  };
+}
+
 export const BENCH_FLAGS: Record<string, FlagSpec> = {
   episodes: {
     kind: "value",
     arg: "N,…",
     help: "episodes in flight, one case each (default 64,256,1024; multiples of group size × clients)",
   },
-  replicas: {
-    kind: "value",
-    arg: "N,…",
-    help: "mock engine replicas per case: 1, 2 or 4 (default 1; --async: one value)",
-  },
-  "latency-model": {
-    kind: "value",
-    arg: "NAME,…",
-    help: `mock engine latency presets: ${LATENCY_PRESET_NAMES.join(", ")} (default default; --async: one value)`,
-  },
+  ...sharedFlags({
+    replicas: "one case each; default 1",
+    latencyModel: "one case each; default default",
+    maxTurn: 2,
+    maxTokens: 16,
+    groupSize: 16,
+  }),
   duration: {
     kind: "value",
     arg: "S",
     help: "measurement window in seconds, after the warm-up (default 20)",
   },
-  "max-turn": { kind: "value", arg: "N", help: "turns per episode (default 2; --async: 5)" },
-  "max-tokens": { kind: "value", arg: "N", help: "max_tokens per request (default 16; --async: 512)" },
-  "group-size": { kind: "value", arg: "N", help: "episodes per group (default 16; --async: 8)" },
   clients: {
     kind: "value",
     arg: "N",
     help: "simulated trainers (WebSocket connections) sharing the load (default 1)",
   },
-  tag: { kind: "value", arg: "TAG", help: "env tag the episodes play (default CoordSokoban)" },
-  seed: { kind: "value", arg: "N", help: "seed of the first group (default 10000)" },
   llm: {
     kind: "value",
     arg: "URL[,URL…]",
@@ -69,39 +87,43 @@ export const BENCH_FLAGS: Record<string, FlagSpec> = {
   "server-pid": { kind: "value", arg: "PID", help: "the --server's process id, for its CPU and memory" },
   token: { kind: "value", arg: "T", help: "the --server's bearer token (default $ROLLGYM_TOKEN)" },
   "no-saturation": { kind: "switch", help: "skip the plain load generator (no saturation ratio)" },
-  async: {
-    kind: "switch",
-    help: "time a simulated trainer's steps instead: sync against async (max_staleness) on the same engines",
-  },
-  steps: { kind: "value", arg: "N", help: "--async: training steps per mode (default 8)" },
+  svg: { kind: "value", arg: "DIR", help: "write SVG charts of the results into DIR" },
+};
+
+export const ASYNC_BENCH_FLAGS: Record<string, FlagSpec> = {
+  steps: { kind: "value", arg: "N", help: "training steps per mode (default 8)" },
   "groups-per-step": {
     kind: "value",
     arg: "N",
-    help: "--async: groups the trainer takes per step, and groups running at once (default 8)",
+    help: "groups the trainer takes per step, and groups running at once (default 8)",
   },
   staleness: {
     kind: "value",
     arg: "S,…",
-    help: "--async: max_staleness of each async mode, 0 = the synchronous control (default 0,1,2)",
+    help: "max_staleness of each async mode, 0 = the synchronous control (default 0,1,2)",
   },
   "step-time": {
     kind: "value",
     arg: "S",
-    help: "--async: the trainer's step time, seconds (default: the measured sync rollout time per step)",
+    help: "the trainer's step time, seconds (default: the measured sync rollout time per step)",
   },
   "pause-mode": {
     kind: "value",
     arg: PAUSE_MODES.join("|"),
-    help: "--async: how begin_update pauses the engines (default keep)",
+    help: "how begin_update pauses the engines (default keep)",
   },
   "response-tokens": {
     kind: "value",
     arg: "lognormal:MEDIAN:P99|natural",
-    help: "--async: the mock engines' response lengths in tokens, capped at --max-tokens (default: the latency model's)",
+    help: "the mock engines' response lengths in tokens, capped at --max-tokens (default: the latency model's)",
   },
-  json: { kind: "switch", help: "print the results as JSON" },
-  markdown: { kind: "switch", help: "print a Markdown table" },
-  svg: { kind: "value", arg: "DIR", help: "write SVG charts of the results into DIR" },
+  ...sharedFlags({
+    replicas: "one value; default 1",
+    latencyModel: "one value; default default",
+    maxTurn: 5,
+    maxTokens: 512,
+    groupSize: 8,
+  }),
 };
 
 export const BENCH_DETAILS =
@@ -111,25 +133,34 @@ export const BENCH_DETAILS =
   "generator at the same concurrency: saturation = engine tokens/s under rollgym ÷ under the generator.\n" +
   "Server CPU per request is the serve process's user+system time over the engines' chat requests.\n" +
   "With GPUs: --llm URL[,URL…] --model M drives real engines (vLLM's /metrics gives requests and tokens).\n" +
-  "--async: one server and mock engines; a trainer session takes --groups-per-step groups per step, sleeps\n" +
+  "Seconds per training step, sync against async: rollgym bench async (--async is its old spelling).";
+
+export const ASYNC_BENCH_DETAILS =
+  "One server and mock engines; a trainer session takes --groups-per-step groups per step, sleeps\n" +
   "--step-time and pushes weights (begin_update, the engines load new weights, end_update). sync = rollout,\n" +
   "step, update; S=s = an endless stream with max_staleness s that plays on while the trainer steps.\n" +
   "Reports seconds per step, speedup, the age of every trained group and the time paused per update.";
 
-/** Flags of the plain bench that --async does not take, and flags only --async takes. */
-const PLAIN_ONLY = [
-  "episodes",
-  "duration",
-  "clients",
-  "llm",
-  "model",
-  "server",
-  "server-pid",
-  "token",
-  "no-saturation",
-  "svg",
-];
-const ASYNC_ONLY = ["steps", "groups-per-step", "staleness", "step-time", "pause-mode", "response-tokens"];
+/** Parses `argv` with `own`; a flag only the other bench takes is named as the other's, not as unknown. */
+function parseBench(
+  command: string,
+  argv: readonly string[],
+  own: Record<string, FlagSpec>,
+  other: { command: string; flags: Record<string, FlagSpec> },
+): ParsedArgs {
+  const end = argv.indexOf("--");
+  const names = (end < 0 ? argv : argv.slice(0, end)).map((arg) => /^--([^=]+)/.exec(arg)?.[1]);
+  const misplaced = names.find((name) => name !== undefined && name in other.flags && !(name in own));
+  if (misplaced !== undefined) {
+    const allowed = Object.keys(own).map((f) => `--${f}`);
+    throw new UsageError(
+      `${command}: --${misplaced} is a flag of rollgym ${other.command}; allowed: ${allowed.join(", ")}`,
+    );
+  }
+  const args = parseArgs(command, argv, own);
+  expectPositionals(command, args, []);
+  return args;
+}
 
 interface Parsed {
   settings: BenchSettings;
@@ -143,10 +174,6 @@ function list(flag: string, text: string, min: number, max: number): number[] {
   return [...new Set(values)];
 }
 
-function given(args: ParsedArgs, name: string): boolean {
-  return args.values.has(name) || args.switches.has(name);
-}
-
 function outputOf(args: ParsedArgs): "text" | "json" | "markdown" {
   const outputs = (["json", "markdown"] as const).filter((f) => args.switches.has(f));
   if (outputs.length > 1) throw new UsageError("--json and --markdown: choose one");
@@ -158,14 +185,9 @@ function parseAsyncBenchArgs(args: ParsedArgs): {
   output: "text" | "json" | "markdown";
 } {
   const v = args.values;
-  const misplaced = PLAIN_ONLY.find((f) => given(args, f));
-  if (misplaced)
-    throw new UsageError(
-      `--${misplaced} does not apply to --async (it takes ${ASYNC_ONLY.map((f) => `--${f}`).join(", ")} and the episode shape)`,
-    );
   const one = (flag: string, text: string) => {
     if (text.includes(","))
-      throw new UsageError(`--${flag}: --async takes one value, got ${JSON.stringify(text)}`);
+      throw new UsageError(`--${flag}: bench async takes one value, got ${JSON.stringify(text)}`);
     return text;
   };
   const replicas = parseInteger("--replicas", one("replicas", v.get("replicas") ?? "1"), 1, 4);
@@ -208,8 +230,6 @@ function parseAsyncBenchArgs(args: ParsedArgs): {
 
 function parseBenchArgs(args: ParsedArgs): Parsed {
   const v = args.values;
-  const asyncOnly = ASYNC_ONLY.find((f) => given(args, f));
-  if (asyncOnly) throw new UsageError(`--${asyncOnly} applies to --async only`);
   const groupSize = parseInteger("--group-size", v.get("group-size") ?? "16", 1, 4096);
   const clients = parseInteger("--clients", v.get("clients") ?? "1", 1, 64);
   const episodes = list("--episodes", v.get("episodes") ?? "64,256,1024", 1, 1_000_000);
@@ -291,7 +311,9 @@ function parseBenchArgs(args: ParsedArgs): Parsed {
   return { settings, cases, output, svgDir: v.get("svg") ?? null };
 }
 
-async function asyncBenchCommand(args: ParsedArgs): Promise<number> {
+/** `rollgym bench async`. */
+export async function asyncBenchCommand(argv: readonly string[]): Promise<number> {
+  const args = parseBench("bench async", argv, ASYNC_BENCH_FLAGS, { command: "bench", flags: BENCH_FLAGS });
   const { settings, output } = parseAsyncBenchArgs(args);
   const { stdout, stderr } = io();
   const progress = new Progress(stderr);
@@ -299,7 +321,7 @@ async function asyncBenchCommand(args: ParsedArgs): Promise<number> {
   try {
     result = await runAsyncBench(settings, progress);
   } catch (error) {
-    throw new CommandFailure(`bench --async: ${error instanceof Error ? error.message : String(error)}`);
+    throw new CommandFailure(`bench async: ${error instanceof Error ? error.message : String(error)}`);
   } finally {
     progress.done();
   }
@@ -313,9 +335,7 @@ async function asyncBenchCommand(args: ParsedArgs): Promise<number> {
 }
 
 export async function benchCommand(argv: readonly string[]): Promise<number> {
-  const args = parseArgs("bench", argv, BENCH_FLAGS);
-  expectPositionals("bench", args, []);
-  if (args.switches.has("async")) return asyncBenchCommand(args);
+  const args = parseBench("bench", argv, BENCH_FLAGS, { command: "bench async", flags: ASYNC_BENCH_FLAGS });
   const { settings, cases, output, svgDir } = parseBenchArgs(args);
   const { stdout, stderr } = io();
   const progress = new Progress(stderr);

@@ -3,8 +3,8 @@
 // until every input has been checked, so a bad input still prints exactly one line.
 import type { EnvRegistry } from "../../envs/registry.ts";
 import { ConfigError, type LoadedConfig, loadConfig } from "../config/index.ts";
-import { buildRegistry } from "../config/registry.ts";
 import { type FlagSpec, type ParsedArgs, UsageError } from "./args.ts";
+import { buildRegistry } from "./build-registry.ts";
 import { say } from "./io.ts";
 
 export const CONFIG_FLAGS: Record<string, FlagSpec> = {

@@ -5,7 +5,14 @@ import { readFileSync } from "node:fs";
 import { exitStatus } from "../errors/boundary.ts";
 import { mockEngineCommand, mockEngineUsage } from "../mock-engine/cli.ts";
 import { type FlagSpec, formatHelp, UsageError, wantsHelp } from "./args.ts";
-import { BENCH_DETAILS, BENCH_FLAGS, benchCommand } from "./bench.ts";
+import {
+  ASYNC_BENCH_DETAILS,
+  ASYNC_BENCH_FLAGS,
+  asyncBenchCommand,
+  BENCH_DETAILS,
+  BENCH_FLAGS,
+  benchCommand,
+} from "./bench.ts";
 import { DEMO_FLAGS, demoCommand } from "./demo.ts";
 import {
   CHECK_FLAGS,
@@ -141,12 +148,18 @@ const COMMANDS: Record<string, Command> = {
   bench: {
     run: benchCommand,
     synopsis:
-      "bench [--episodes N,…] [--replicas 1,2,4] [--latency-model default|slow10x|none] [--duration S] [--llm URL[,URL…] --model M] [--server URL] [--json|--markdown] [--svg DIR]\n" +
-      "       rollgym bench --async [--steps N] [--groups-per-step N] [--staleness S,…] [--step-time S] [--pause-mode keep|wait|abort] [--json|--markdown]",
-    summary:
-      "Load test: server + engines driven over the WebSocket protocol; throughput, CPU, lag, RSS. --async: seconds per training step, sync against async.",
+      "bench [--episodes N,…] [--replicas 1,2,4] [--latency-model default|slow10x|none] [--duration S] [--llm URL[,URL…] --model M] [--server URL] [--json|--markdown] [--svg DIR]",
+    summary: "Load test: server + engines driven over the WebSocket protocol; throughput, CPU, lag, RSS.",
     details: BENCH_DETAILS,
     flags: BENCH_FLAGS,
+  },
+  "bench async": {
+    run: asyncBenchCommand,
+    synopsis:
+      "bench async [--steps N] [--groups-per-step N] [--staleness S,…] [--step-time S] [--pause-mode keep|wait|abort] [--response-tokens lognormal:MEDIAN:P99] [--json|--markdown]",
+    summary: "A simulated trainer's seconds per training step, sync against async (max_staleness).",
+    details: ASYNC_BENCH_DETAILS,
+    flags: ASYNC_BENCH_FLAGS,
   },
   demo: {
     run: demoCommand,
@@ -156,10 +169,15 @@ const COMMANDS: Record<string, Command> = {
   },
 };
 
-/** Commands of two words, by their first word (`envs`). */
+/** Commands of two words, by their first word (`envs`, `bench`). */
 const GROUPS = new Set(
   Object.keys(COMMANDS).flatMap((name) => (name.includes(" ") ? [name.split(" ")[0]] : [])),
 );
+
+/** Old spellings still taken, each with a line on stderr naming the new one. */
+const FLAG_ALIASES: Record<string, { flag: string; command: string }> = {
+  bench: { flag: "--async", command: "bench async" },
+};
 
 function usage(group?: string): string {
   const names = Object.keys(COMMANDS).filter((name) => !group || name.startsWith(`${group} `));
@@ -210,18 +228,28 @@ async function dispatch(argv: readonly string[]): Promise<number> {
     stdout.write(`${version()}\n`);
     return 0;
   }
+  const alias = FLAG_ALIASES[first];
+  const aliased = alias ? argv.indexOf(alias.flag) : -1;
+  if (alias && aliased > 0 && (argv.indexOf("--") < 0 || aliased < argv.indexOf("--"))) {
+    say(`${first} ${alias.flag} is now \`rollgym ${alias.command}\`; running that`);
+    return runCommand(
+      alias.command,
+      argv.slice(1).filter((_, i) => i !== aliased - 1),
+    );
+  }
   if (GROUPS.has(first)) {
     const name = `${first} ${second ?? ""}`;
+    if (COMMANDS[name]) return runCommand(name, argv.slice(2));
+    // A command that also has subcommands (bench, bench async) runs itself when none is named.
+    if (COMMANDS[first] && (second === undefined || second.startsWith("-")))
+      return runCommand(first, argv.slice(1));
     if (second === undefined) return usageError(first);
-    if (!COMMANDS[name]) {
-      if (second === "--help" || second === "-h") {
-        stdout.write(`${usage(first)}\n`);
-        return 0;
-      }
-      const known = Object.keys(COMMANDS).filter((n) => n.startsWith(`${first} `));
-      throw new UsageError(`unknown command ${JSON.stringify(name)}; ${first} commands: ${known.join(", ")}`);
+    if (second === "--help" || second === "-h") {
+      stdout.write(`${usage(first)}\n`);
+      return 0;
     }
-    return runCommand(name, argv.slice(2));
+    const known = Object.keys(COMMANDS).filter((n) => n === first || n.startsWith(`${first} `));
+    throw new UsageError(`unknown command ${JSON.stringify(name)}; ${first} commands: ${known.join(", ")}`);
   }
   if (!COMMANDS[first]) {
     const known = [...GROUPS, ...Object.keys(COMMANDS).filter((n) => !n.includes(" "))];

@@ -6,6 +6,7 @@
 // defaults, and min_p takes vLLM's. Sampling, filter and episode keys come from the settings
 // tables beside the wire schemas (protocol/settings.ts), so each is defined once.
 import { type Static, type TSchema, type TUnsafe, Type } from "typebox";
+import { isPlainObject } from "../../protocol/plain-object.ts";
 import {
   ASYNC,
   BUCKET_MODES,
@@ -42,8 +43,6 @@ const doc = <T>(value: T, description: string) => ({ default: value, description
 /** A configuration leaf whose static type is `T` (the unions and refinements below spell it poorly). */
 const leaf = <T>(schema: TSchema): Leaf<TUnsafe<T>> => schema as Leaf<TUnsafe<T>>;
 
-const isPlainObject = (value: unknown): value is Record<string, unknown> =>
-  typeof value === "object" && value !== null && !Array.isArray(value);
 const isHttpUrl = (u: string): boolean => /^https?:$/.test(URL.parse(u)?.protocol ?? "") && u.trim() === u;
 const NON_EMPTY = "\\S";
 const nonEmpty = (options: object = {}) => Type.String({ pattern: NON_EMPTY, ...options });

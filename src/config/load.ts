@@ -46,6 +46,7 @@ import {
   parseDocument,
   parse as parseYaml,
 } from "yaml";
+import { isPlainObject } from "../../protocol/plain-object.ts";
 import {
   CONTEXT_WINDOW_MODES,
   ConfigError,
@@ -117,10 +118,6 @@ interface Leaf {
 const SEP = "\u0000"; // path separator that cannot occur in a key
 const idOf = (path: readonly string[]): string => path.join(SEP);
 const dotted = (path: readonly string[]): string => path.join(".");
-
-function isPlainObject(value: unknown): value is Record<string, unknown> {
-  return typeof value === "object" && value !== null && !Array.isArray(value);
-}
 
 function deepEqual(a: unknown, b: unknown): boolean {
   if (a === b) return true;

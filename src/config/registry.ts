@@ -1,15 +1,15 @@
-// The env registry a configuration describes: RAGEN's tags, the env types and tags of plugin
-// modules, then `custom_envs` entries merged into the tags they name (Hydra merges a partial
+// What a configuration adds to an env registry: the env types and tags of plugin modules, and
+// `custom_envs` entries merged into the tags they name (Hydra merges a partial
 // `custom_envs.CoordFrozenLake.env_config.success_rate: 1` into envs.yaml's entry) or added as
-// new tags. Errors are ConfigErrors naming the full dotted key and where it was set.
+// new tags. Errors are ConfigErrors naming the full dotted key and where it was set. Which env
+// types exist to begin with is composition, above configuration (src/cli/build-registry.ts).
 import { existsSync, readFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { basename, dirname, isAbsolute, join, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
-import { createRegistry } from "../../envs/catalog.ts";
 import type { EnvRegistry, TagSpec } from "../../envs/registry.ts";
 import { EnvConfigError } from "../../envs/types.ts";
-import { openenv } from "../remote-envs/openenv-remote.ts";
+import { isPlainObject } from "../../protocol/plain-object.ts";
 import { originOf } from "./load.ts";
 import { ConfigError, type CustomEnvEntry, formatValue, type RollgymConfig } from "./schema.ts";
 
@@ -25,24 +25,7 @@ export interface PluginRef {
   dir?: string;
 }
 
-export interface RegistryOptions {
-  /** LoadedConfig.origins, so errors can say where a key was set. */
-  origins?: Readonly<Record<string, string>>;
-  /** LoadedConfig.dirs: a rollgym.plugins set in a file names paths from the file's directory. */
-  dirs?: Readonly<Record<string, string>>;
-  /** Plugins beyond config.rollgym.plugins (e.g. from --plugin). */
-  plugins?: readonly PluginRef[];
-  /** Where relative plugin paths not from a config file start (default: the current directory). */
-  cwd?: string;
-  /** Receives a line per custom_envs entry skipped (unusable, and no mode plays its tag). */
-  notices?: string[];
-}
-
 const TAG_FIELDS = ["env_type", "max_actions_per_traj", "env_instruction", "max_tokens"] as const;
-
-function isPlainObject(value: unknown): value is Record<string, unknown> {
-  return typeof value === "object" && value !== null && !Array.isArray(value);
-}
 
 /** OmegaConf merge: mappings key by key, anything else replaces; null replaces too. */
 function mergeData(base: unknown, over: unknown): unknown {
@@ -217,24 +200,19 @@ async function importPlugin(spec: string, cwd: string): Promise<Record<string, u
   }
 }
 
-/** RAGEN's tags, then the plugins (config's rollgym.plugins and options.plugins), then custom_envs. */
-export async function buildRegistry(
+/**
+ * The plugins config.rollgym.plugins names. A config file is often kept beside its plugin and
+ * used from elsewhere: its paths start at the file, as a tsconfig.json's or a compose file's do.
+ */
+export function configPlugins(
   config: RollgymConfig,
-  options: RegistryOptions = {},
-): Promise<EnvRegistry> {
-  const origins = options.origins ?? {};
-  const registry = createRegistry();
-  // Remote envs are a type like the in-process ones: custom_envs.X.env_type: openenv.
-  registry.registerType(openenv);
-  // A config file is often kept beside its plugin and used from elsewhere: its paths start at
-  // the file, as a tsconfig.json's or a compose file's do.
-  const dir = options.dirs?.["rollgym.plugins"];
-  const fromConfig = config.rollgym.plugins.map((module) => ({
+  origins: Readonly<Record<string, string>> = {},
+  dirs: Readonly<Record<string, string>> = {},
+): PluginRef[] {
+  const dir = dirs["rollgym.plugins"];
+  return config.rollgym.plugins.map((module) => ({
     module,
     from: `rollgym.plugins${suffix(origins, "rollgym.plugins")}`,
     ...(dir === undefined ? {} : { dir }),
   }));
-  await loadPlugins(registry, [...fromConfig, ...(options.plugins ?? [])], options.cwd);
-  applyCustomEnvs(registry, config, origins, options.notices ?? null);
-  return registry;
 }

@@ -3,6 +3,7 @@
 // is allowed (load.ts adds where it was set).
 import type { Static, TSchema } from "typebox";
 import { Compile, type Validator } from "typebox/compile";
+import { isPlainObject } from "../../protocol/plain-object.ts";
 import type {
   ContextWindowMode,
   NormalizationGrouping,
@@ -48,10 +49,6 @@ export type CustomEnvEntry = Partial<Nest<typeof CUSTOM_ENV_KEYS>>;
 export type EnvGroupLayout = Nest<typeof CONFIG_KEYS>["es_manager"]["train"];
 /** The whole configuration, typed from the key table. */
 export type RollgymConfig = Nest<typeof CONFIG_KEYS> & { custom_envs: Record<string, CustomEnvEntry> };
-
-function isPlainObject(value: unknown): value is Record<string, unknown> {
-  return typeof value === "object" && value !== null && !Array.isArray(value);
-}
 
 /** A fresh copy of the defaults (RAGEN base.yaml@20daedc values), in the key table's order. */
 export function defaultConfig(): RollgymConfig {

@@ -6,11 +6,12 @@
 // fallback: its in-flight requests are interrupted, to be continued (token mode) or asked again
 // (chat mode) once the update is over. A replica that fails to pause or resume is taken out of
 // routing and its requests are interrupted the same way, so none is left half-updated.
+import type { Version } from "../../protocol/messages.ts";
 import { onParentAbort } from "./deadline.ts";
 import { serverRoot } from "./engine.ts";
 import { EngineError } from "./http.ts";
 import { VersionBook } from "./updates.ts";
-import type { PauseMode, PolicyVersion, UpdateBegun } from "./versions.ts";
+import type { EnginesPaused, PauseMode } from "./versions.ts";
 
 /** What the updates need of the policy whose replicas they pause. */
 export interface UpdateHost {
@@ -149,9 +150,9 @@ export class EngineUpdates extends VersionBook {
     return all.length;
   }
 
-  protected override async pauseEngines(mode: PauseMode, inFlight: number): Promise<UpdateBegun> {
+  protected override async pauseEngines(mode: PauseMode, inFlight: number): Promise<EnginesPaused> {
     this.armed = true;
-    const begun: UpdateBegun = { paused: 0, aborted: 0, out_of_routing: [], in_flight: inFlight };
+    const begun: EnginesPaused = { paused: 0, aborted: 0, out_of_routing: [], in_flight: inFlight };
     this.#paused = [];
     this.#failed = [];
     await Promise.all(
@@ -187,7 +188,7 @@ export class EngineUpdates extends VersionBook {
     return begun;
   }
 
-  protected override async resumeEngines(version: PolicyVersion): Promise<void> {
+  protected override async resumeEngines(version: Version): Promise<void> {
     const paused = this.#paused;
     this.#paused = [];
     // Best effort: one that failed half-way must not come back through its probe still paused.

@@ -1,6 +1,7 @@
 // What rollgym needs to know about an inference engine before the first turn: which dialect it
 // speaks (vLLM or llama.cpp, told apart by their routes), its context length, and how to count
 // a chat prompt's tokens exactly as its chat route will render them.
+import { isPlainObject } from "../../protocol/plain-object.ts";
 import type { ChatMessage } from "./chat.ts";
 import { type EngineConnections, EngineError, requestJson, UnusableAnswer } from "./http.ts";
 
@@ -24,9 +25,7 @@ export function serverRoot(baseURL: string): string {
 const PROBE_TIMEOUT_MS = 10_000;
 
 function record(value: unknown): Record<string, unknown> {
-  return typeof value === "object" && value !== null && !Array.isArray(value)
-    ? (value as Record<string, unknown>)
-    : {};
+  return isPlainObject(value) ? value : {};
 }
 
 function positiveInt(value: unknown): number | null {

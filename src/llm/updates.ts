@@ -2,14 +2,14 @@
 // in force, the admission gate that holds every new turn while an update is open, and the pause
 // clock that keeps the time held off request timeouts and retry budgets. Remote policies add
 // the engines (engine-updates.ts); the built-in policies use it as it is.
+import type { Version } from "../../protocol/messages.ts";
 import { MAX_VERSION_ORDINAL, PAUSE_MODES } from "../../protocol/settings.ts";
 import { onParentAbort, type PauseClock } from "./deadline.ts";
 import {
+  type EnginesPaused,
   INITIAL_VERSION,
   type PauseMode,
-  type PolicyVersion,
   type TurnVersions,
-  type UpdateBegun,
   type WeightUpdates,
 } from "./versions.ts";
 
@@ -22,7 +22,7 @@ export class UpdateStateError extends Error {
 }
 
 /** Why a version given to end() is refused, naming the field, the value and what is allowed; null when fine. */
-export function versionProblem(version: PolicyVersion, current: PolicyVersion): string | null {
+export function versionProblem(version: Version, current: Version): string | null {
   if (typeof version?.label !== "string" || version.label === "")
     return `version.label ${JSON.stringify(version?.label)} is not a non-empty string`;
   if (
@@ -41,7 +41,7 @@ export function versionProblem(version: PolicyVersion, current: PolicyVersion): 
  * hooks pauseEngines() and resumeEngines(), which do nothing here.
  */
 export class VersionBook implements WeightUpdates, PauseClock {
-  #current: PolicyVersion = INITIAL_VERSION;
+  #current: Version = INITIAL_VERSION;
   #updating = false;
   #epoch = 0;
   #pausedTotal = 0;
@@ -49,10 +49,10 @@ export class VersionBook implements WeightUpdates, PauseClock {
   #open: (() => void) | null = null;
   #gate: Promise<void> | null = null;
   readonly #resumeWaiters = new Set<() => void>();
-  /** Turns dispatched and not yet answered, kept by the policy (for UpdateBegun.in_flight). */
+  /** Turns dispatched and not yet answered, kept by the policy (for update_begun's in_flight). */
   inFlight = 0;
 
-  get current(): PolicyVersion {
+  get current(): Version {
     return this.#current;
   }
 
@@ -110,7 +110,7 @@ export class VersionBook implements WeightUpdates, PauseClock {
     return { dispatch, completion: this.#current.ordinal };
   }
 
-  async begin(mode: PauseMode = "keep"): Promise<UpdateBegun> {
+  async begin(mode: PauseMode = "keep"): Promise<EnginesPaused> {
     if (!PAUSE_MODES.includes(mode))
       throw new RangeError(`pause mode ${JSON.stringify(mode)} is not one of ${PAUSE_MODES.join(", ")}`);
     if (this.#updating)
@@ -126,7 +126,7 @@ export class VersionBook implements WeightUpdates, PauseClock {
     return this.pauseEngines(mode, this.inFlight);
   }
 
-  async end(version: PolicyVersion): Promise<void> {
+  async end(version: Version): Promise<void> {
     if (!this.#updating) throw new UpdateStateError("no update is open: begin() one first");
     const problem = versionProblem(version, this.#current);
     if (problem) throw new RangeError(problem);
@@ -146,10 +146,10 @@ export class VersionBook implements WeightUpdates, PauseClock {
   }
 
   /** Pauses the engines once admission is closed; here there are none. */
-  protected async pauseEngines(_mode: PauseMode, inFlight: number): Promise<UpdateBegun> {
+  protected async pauseEngines(_mode: PauseMode, inFlight: number): Promise<EnginesPaused> {
     return { paused: 0, aborted: 0, out_of_routing: [], in_flight: inFlight };
   }
 
   /** Publishes `version` on the engines and resumes them; here there are none. */
-  protected async resumeEngines(_version: PolicyVersion): Promise<void> {}
+  protected async resumeEngines(_version: Version): Promise<void> {}
 }

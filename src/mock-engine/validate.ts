@@ -6,6 +6,7 @@
 // 22720624 (chat_completion/protocol.py:185-420, completion/protocol.py:43-200).
 // Unknown fields are accepted and ignored, as vLLM's `extra="allow"` does.
 import { pyFloatRepr } from "../../envs/pyrepr.ts";
+import { isPlainObject } from "../../protocol/plain-object.ts";
 import type { TemplateMessage } from "./chat-template.ts";
 import {
   badRequest,
@@ -25,10 +26,6 @@ import {
 } from "./generation-config.ts";
 
 export type JsonObject = Record<string, unknown>;
-
-function isObject(value: unknown): value is JsonObject {
-  return typeof value === "object" && value !== null && !Array.isArray(value);
-}
 
 // JSON.parse loses integers beyond 2^53; vLLM range-checks `seed` as an int64, so the literal
 // text of a top-level seed is kept for that one check.
@@ -57,7 +54,7 @@ export function parseJsonBody(raw: string): JsonObject {
       },
     ]);
   }
-  if (!isObject(value)) {
+  if (!isPlainObject(value)) {
     throw validationError([
       {
         type: "model_attributes_type",
@@ -276,7 +273,7 @@ class Fields {
   dict(name: string): JsonObject | undefined {
     const v = this.raw(name);
     if (v === undefined) return undefined;
-    if (!isObject(v))
+    if (!isPlainObject(v))
       return this.#issue(["body", name], v, { type: "dict_type", msg: "Input should be a valid dictionary" });
     return v;
   }
@@ -307,7 +304,7 @@ class Fields {
       return this.#issue(["body", name], v, { type: "list_type", msg: "Input should be a valid list" });
     let ok = true;
     v.forEach((x, i) => {
-      if (!isObject(x)) {
+      if (!isPlainObject(x)) {
         ok = false;
         this.#issue(["body", name, i], x, { type: "dict_type", msg: "Input should be a valid dictionary" });
       }
@@ -551,7 +548,7 @@ function rejectUnsupported(f: Fields, kind: "chat" | "completion"): void {
   if (f.raw("structured_outputs") !== undefined)
     throw notImplemented("`structured_outputs` is not supported by the mock engine.", "structured_outputs");
   const responseFormat = f.raw("response_format");
-  if (isObject(responseFormat) && responseFormat.type !== "text")
+  if (isPlainObject(responseFormat) && responseFormat.type !== "text")
     throw notImplemented(
       "`response_format` other than text is not supported by the mock engine.",
       "response_format",
@@ -582,8 +579,8 @@ function contentText(content: unknown, index: number, issues: Issue[]): string {
   if (Array.isArray(content)) {
     const texts: string[] = [];
     for (const [j, part] of content.entries()) {
-      if (isObject(part) && part.type === "text" && typeof part.text === "string") texts.push(part.text);
-      else if (isObject(part) && typeof part.type === "string" && part.type !== "text")
+      if (isPlainObject(part) && part.type === "text" && typeof part.text === "string") texts.push(part.text);
+      else if (isPlainObject(part) && typeof part.type === "string" && part.type !== "text")
         throw badRequest(
           `The mock engine is a text-only model; content part type '${part.type}' is not supported.`,
           "messages",
@@ -625,7 +622,7 @@ function readMessages(f: Fields, body: JsonObject): TemplateMessage[] {
   }
   const messages: TemplateMessage[] = [];
   raw.forEach((m, i) => {
-    if (!isObject(m)) {
+    if (!isPlainObject(m)) {
       f.issues.push({
         type: "dict_type",
         loc: ["body", "messages", i],

@@ -2,6 +2,8 @@
 // and every field the readers use is checked here, so `show`, `export`, uploads, shared files
 // and the web page see the same, well-typed file or the same error naming the line and field.
 // Pure (no Node or DOM imports): the page loads this module as it is.
+
+import { isPlainObject } from "../../protocol/plain-object.ts";
 import type { EpisodeRecord, GroupResult } from "./episode-record.ts";
 
 export const EPISODE_FILE_FORMAT = "rollgym.episodes";
@@ -109,10 +111,6 @@ const either =
     expect(false, v, allowed);
   };
 
-function isObject(v: unknown): v is Record<string, unknown> {
-  return typeof v === "object" && v !== null && !Array.isArray(v);
-}
-
 const list =
   (item: Check): Check =>
   (v) => {
@@ -131,7 +129,7 @@ const list =
 const table =
   (item: Check): Check =>
   (v) => {
-    expect(isObject(v), v, "an object");
+    expect(isPlainObject(v), v, "an object");
     for (const [k, x] of Object.entries(v as Record<string, unknown>)) inside(k, () => item(x));
   };
 
@@ -139,7 +137,7 @@ const table =
 const shape =
   (fields: Record<string, Check>): Check =>
   (v) => {
-    expect(isObject(v), v, "an object");
+    expect(isPlainObject(v), v, "an object");
     const record = v as Record<string, unknown>;
     for (const [name, check] of Object.entries(fields)) {
       const optional = name.endsWith("?");
@@ -280,7 +278,7 @@ export class EpisodeFileReader {
     } catch {
       throw fail("not a JSON line");
     }
-    if (!isObject(value)) throw fail("not a JSON object");
+    if (!isPlainObject(value)) throw fail("not a JSON object");
     const { type, ...rest } = value;
     if (this.header === null) {
       if (type !== "header" || value.format !== EPISODE_FILE_FORMAT)

@@ -8,6 +8,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { integerIn, numberIn, oneOf, overlayConfig, stringMap } from "../../envs/config.ts";
 import type { AsyncEnv, ChargeBytes, EnvType, StepInfo, StepResult } from "../../envs/types.ts";
 import { EnvConfigError, EnvUsageError } from "../../envs/types.ts";
+import { isPlainObject } from "../../protocol/plain-object.ts";
 import { type Server, SessionPool } from "./openenv-pool.ts";
 import {
   type ObservationAnswer,
@@ -321,7 +322,7 @@ export class RemoteEnv implements AsyncEnv {
 /** The observation's info as a step's: its numbers and booleans, with the three facts RAGEN reads. */
 function stepInfo(info: unknown): StepInfo {
   const out: StepInfo = { success: false, action_is_effective: true, action_is_valid: true };
-  if (typeof info === "object" && info !== null && !Array.isArray(info))
+  if (isPlainObject(info))
     for (const [key, value] of Object.entries(info))
       if (typeof value === "number" || typeof value === "boolean") out[key] = value;
   return out;

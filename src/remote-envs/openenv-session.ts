@@ -5,6 +5,7 @@
 import WebSocket from "ws";
 import { type ChargeBytes, EnvUsageError } from "../../envs/types.ts";
 import { clip, JsonTooDeepError, parseJson, preview } from "../../protocol/bounded-json.ts";
+import { isPlainObject as isObject } from "../../protocol/plain-object.ts";
 
 /** Why a remote episode could not go on; each starts the failure's message. */
 export type OpenEnvReason =
@@ -255,10 +256,6 @@ export class OpenEnvSession {
     }
     if (this.ws.readyState !== WebSocket.CLOSED) this.ws.terminate();
   }
-}
-
-function isObject(value: unknown): value is Record<string, unknown> {
-  return typeof value === "object" && value !== null && !Array.isArray(value);
 }
 
 /** A field of an error answer as text of at most `chars` characters ("" when absent). */

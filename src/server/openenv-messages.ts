@@ -3,6 +3,7 @@
 // pydantic-shaped entries (type, loc, msg, input) like OpenEnv's own, and a message that names
 // the field, the value and what is allowed.
 import { clip, PREVIEW_CHARS, preview } from "../../protocol/bounded-json.ts";
+import { isPlainObject as isObject } from "../../protocol/plain-object.ts";
 import { MAX_SEED } from "../../protocol/settings.ts";
 
 /** OpenEnv's WSErrorCode values (types.py). */
@@ -172,10 +173,6 @@ export function refuse(
   input: unknown,
 ): { ok: false; errors: FieldError[] } {
   return { ok: false, errors: [{ type, loc, msg, input: echo(input) }] };
-}
-
-function isObject(value: unknown): value is Record<string, unknown> {
-  return typeof value === "object" && value !== null && !Array.isArray(value);
 }
 
 /**

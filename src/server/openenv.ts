@@ -14,6 +14,7 @@ import { unknownTagMessage } from "../../envs/registry.ts";
 import type { Env, StepResult } from "../../envs/types.ts";
 import { parseJson, preview } from "../../protocol/bounded-json.ts";
 import { CLOSE_CODES } from "../../protocol/codec.ts";
+import { isPlainObject } from "../../protocol/plain-object.ts";
 import { type LimitValues, MAX_SEED } from "../../protocol/settings.ts";
 import { messageOf } from "../errors/boundary.ts";
 import { RollgymError } from "../errors/catalogue.ts";
@@ -338,10 +339,9 @@ export class OpenEnvServer {
       const tag = tagOf(request.params.tag, reply);
       if (!tag) return reply;
       const body = request.body ?? {};
-      const checked =
-        typeof body === "object" && !Array.isArray(body)
-          ? checkResetRequest(body as Record<string, unknown>, ["body"])
-          : refuse("dict_type", ["body"], "must be an object", body);
+      const checked = isPlainObject(body)
+        ? checkResetRequest(body, ["body"])
+        : refuse("dict_type", ["body"], "must be an object", body);
       if (!checked.ok) return reply.code(422).send({ detail: checked.errors });
       return new Episode(tag, checked.value.seed, checked.value.episodeId).reset();
     });

@@ -4,6 +4,7 @@
 // accepted + running <= (max_staleness + v + 1) × groups_per_step, v counting the ordinals gained since
 // the rollout began. accepted counts the groups delivered; running, the groups started and not
 // finished. A group dropped by drop_older_than is not accepted: another takes its place.
+import type { Admitted } from "../../protocol/messages.ts";
 import type { UpdateCoordinator } from "./updates.ts";
 
 export interface PaceSettings {
@@ -14,14 +15,6 @@ export interface PaceSettings {
   groupsPerStep: number;
   /** null: finished groups are never dropped for their age. */
   dropOlderThan: number | null;
-}
-
-/** The counts a group was admitted under (its frame's `admitted`). */
-export interface Admission {
-  version: number;
-  accepted: number;
-  running: number;
-  capacity: number;
 }
 
 export class StreamPacing {
@@ -60,8 +53,8 @@ export class StreamPacing {
     );
   }
 
-  /** A group starts: counted as running. */
-  admit(): Admission {
+  /** A group starts: counted as running; returns the counts it was admitted under (its frame's `admitted`). */
+  admit(): Admitted {
     this.running++;
     const capacity = this.capacity;
     const occupancy = this.accepted + this.running;

@@ -8,6 +8,7 @@
 import { setImmediate as nextTurn } from "node:timers/promises";
 import type { EnvRegistry } from "../../envs/registry.ts";
 import type {
+  Admitted,
   BatchFrame,
   GroupFrame,
   ProgressFrame,
@@ -24,7 +25,7 @@ import { type BatchRequest, groupTags, playBatch } from "../rollout/batch.ts";
 import { groupFrame, versionRange } from "./group-frame.ts";
 import { episodesBytes, PlayMeter } from "./memory-costs.ts";
 import type { ServerMetrics } from "./metrics.ts";
-import { type Admission, type PaceSettings, StreamPacing } from "./pacing.ts";
+import { type PaceSettings, StreamPacing } from "./pacing.ts";
 import type { Session, SessionRollout } from "./session.ts";
 import type { UpdateCoordinator } from "./updates.ts";
 import type { WatchHub } from "./watch.ts";
@@ -181,7 +182,7 @@ export class Rollout implements SessionRollout {
     if (!stream) meter.admit(-1, episodesBytes(ctx.registry, request.tags, request.groupSize));
     const tags = groupTags(request);
     const pacing = stream ? new StreamPacing(this.pace, updates) : null;
-    const admissions = new Map<number, Admission>();
+    const admissions = new Map<number, Admitted>();
     // Dropped for their age and not yet in a verdict (an endless stream's window forgets its own).
     const staleDropped = new Set<number>();
     let finished = 0;
@@ -238,7 +239,7 @@ export class Rollout implements SessionRollout {
                 const group = first + local;
                 // The place is taken in the same turn as the check, so concurrent workers never
                 // pass the buffer bound or the staleness rule together.
-                let admission: Admission | null = null;
+                let admission: Admitted | null = null;
                 const ready = await this.until(() => {
                   if (this.buffered >= ctx.maxBufferedGroups || !pacing!.fits()) return false;
                   this.buffered++;

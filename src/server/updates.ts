@@ -13,7 +13,7 @@ import {
 import { errorFrame, messageOf } from "../errors/boundary.ts";
 import { RollgymError } from "../errors/catalogue.ts";
 import type { Policy } from "../llm/policy.ts";
-import { INITIAL_VERSION, type PauseMode, type PolicyVersion, type WeightUpdates } from "../llm/versions.ts";
+import { INITIAL_VERSION, type PauseMode, type WeightUpdates } from "../llm/versions.ts";
 import type { ServerMetrics } from "./metrics.ts";
 import type { Session } from "./session.ts";
 
@@ -66,7 +66,7 @@ export class UpdateCoordinator {
   }
 
   /** The version the engines run (the one before an open update). */
-  get current(): PolicyVersion {
+  get current(): Version {
     return this.policy.updates?.().current ?? INITIAL_VERSION;
   }
 

@@ -1,4 +1,4 @@
-// The two checks `rollgym bench --async` counts violations with, on made-up groups: an end-to-end
+// The two checks `rollgym bench async` counts violations with, on made-up groups: an end-to-end
 // run that obeys the rules cannot show that a loosened check would still catch a broken server.
 import { describe, expect, it } from "vitest";
 import { agesOf, withinCapacity } from "../../src/bench/async-run.ts";

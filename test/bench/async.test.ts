@@ -1,4 +1,4 @@
-// `rollgym bench --async` end to end at a tiny size, through the CLI: real mock engine and server
+// `rollgym bench async` end to end at a tiny size, through the CLI: real mock engine and server
 // children, a trainer session over the real WebSocket protocol with weight updates. Checked: the
 // report's structure and its invariants (every mode trained its steps, nothing lost or delivered
 // twice, ages non-negative and within the capacity rule, S = 0 and sync always on-policy, the
@@ -22,9 +22,9 @@ const TINY = [
   "64",
 ];
 
-/** `rollgym bench --async` on the tiny workload, with `flags`. */
+/** `rollgym bench async` on the tiny workload, with `flags`. */
 function benchAsync(flags: string[]) {
-  return rollgym(["bench", "--async", ...TINY, ...flags]);
+  return rollgym(["bench", "async", ...TINY, ...flags]);
 }
 
 function expectSound(m: AsyncModeResult, steps: number, B: number): void {
@@ -47,7 +47,7 @@ function expectSound(m: AsyncModeResult, steps: number, B: number): void {
   expect(m.engine_tokens_per_s).toBeGreaterThan(0);
 }
 
-describe("rollgym bench --async", () => {
+describe("rollgym bench async", () => {
   it("sync, the S = 0 control and S = 1, 2: every step trained, nothing lost, ages within the rule", async () => {
     const result = await benchAsync(["--steps", "4", "--staleness", "0,1,2", "--json"]);
     expect(result.code, result.stderr).toBe(0);
@@ -127,49 +127,80 @@ describe("rollgym bench --async", () => {
 
   it.each([
     [
-      ["--async", "--episodes", "64"],
-      ["--episodes", "does not apply to --async"],
+      ["async", "--episodes", "64"],
+      ["--episodes", "a flag of rollgym bench;", "allowed: --steps"],
     ],
     [
-      ["--async", "--llm", "http://gpu:8000/v1"],
-      ["--llm", "does not apply to --async"],
+      ["async", "--llm", "http://gpu:8000/v1"],
+      ["--llm", "a flag of rollgym bench;", "--staleness"],
     ],
-    [["--steps", "3"], ["--steps applies to --async only"]],
     [
-      ["--async", "--staleness", "0,x"],
+      ["--steps", "3"],
+      ["--steps", "a flag of rollgym bench async;", "allowed: --episodes"],
+    ],
+    [
+      ["async", "--staleness", "0,x"],
       ["--staleness", '"x"', "integer from 0 to 1000"],
     ],
     [
-      ["--async", "--pause-mode", "hold"],
+      ["async", "--pause-mode", "hold"],
       ["--pause-mode", "keep, wait, abort"],
     ],
     [
-      ["--async", "--step-time", "-1"],
+      ["async", "--step-time", "-1"],
       ["--step-time", "0 to 3600"],
     ],
     [
-      ["--async", "--step-time", "soon"],
+      ["async", "--step-time", "soon"],
       ["--step-time", "not a finite number"],
     ],
     [
-      ["--async", "--replicas", "1,2"],
+      ["async", "--replicas", "1,2"],
       ["--replicas", "one value"],
     ],
     [
-      ["--async", "--groups-per-step", "0"],
+      ["async", "--groups-per-step", "0"],
       ["--groups-per-step", "from 1"],
     ],
     [
-      ["--async", "--response-tokens", "lognormal:60"],
+      ["async", "--response-tokens", "lognormal:60"],
       ["--response-tokens", '"lognormal:60"', "lognormal:MEDIAN:P99", "natural"],
     ],
     [
-      ["--async", "--response-tokens", "lognormal:400:60"],
+      ["async", "--response-tokens", "lognormal:400:60"],
       ["--response-tokens", "p99", "≥ the median (400)", "60"],
     ],
-    [["--response-tokens", "natural"], ["--response-tokens applies to --async only"]],
-    [["--async", "--json", "--markdown"], ["--json and --markdown"]],
+    [
+      ["--response-tokens", "natural"],
+      ["--response-tokens", "a flag of rollgym bench async"],
+    ],
+    [["async", "--json", "--markdown"], ["--json and --markdown"]],
+    [
+      ["async", "--frobnicate"],
+      ["bench async: unknown option --frobnicate", "allowed: --steps"],
+    ],
+    [
+      ["async", "extra"],
+      ["bench async", '"extra"'],
+    ],
+    [["asynch"], ['unknown command "bench asynch"', "bench, bench async"]],
   ])("bad flags %j: one line naming the flag, exit 2", async (args, mentions) => {
     expectUsageError(await runInProcess(["bench", ...args]), mentions);
+  });
+
+  it("takes --async, its old spelling, with one line on stderr naming `rollgym bench async`", async () => {
+    const help = await runInProcess(["bench", "--async", "--help"]);
+    expect(help.code).toBe(0);
+    expect(help.stdout).toMatch(/^usage: rollgym bench async /);
+    expect(help.stderr).toBe("rollgym: bench --async is now `rollgym bench async`; running that\n");
+    // Its flags go to bench async, whose refusals are the same one line after the notice.
+    const bad = await runInProcess(["bench", "--pause-mode", "hold", "--async"]);
+    expect(bad.code).toBe(2);
+    expect(bad.stdout).toBe("");
+    const [notice, error, ...rest] = bad.stderr.split("\n").filter((l) => l !== "");
+    expect(notice).toContain("rollgym bench async");
+    expect(error).toContain("--pause-mode");
+    expect(error).toContain("keep, wait, abort");
+    expect(rest).toEqual([]);
   });
 });

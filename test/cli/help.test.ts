@@ -17,6 +17,8 @@ const COMMANDS = [
   ["show"],
   ["mock-engine"],
   ["demo"],
+  ["bench"],
+  ["bench", "async"],
 ];
 
 describe("help", () => {

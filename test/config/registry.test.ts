@@ -5,8 +5,8 @@ import { join } from "node:path";
 import { pathToFileURL } from "node:url";
 import { describe, expect, it } from "vitest";
 import { createRegistry } from "../../envs/catalog.ts";
+import { buildRegistry } from "../../src/cli/build-registry.ts";
 import { ConfigError, loadConfig, originOf } from "../../src/config/index.ts";
-import { buildRegistry } from "../../src/config/registry.ts";
 import { FIXTURES } from "../helpers/fixtures.ts";
 import { yamlFiles } from "./yaml-files.ts";
 

@@ -7,8 +7,9 @@ import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { WebSocketServer } from "ws";
 import type { EnvRegistry, TagSpec } from "../../envs/registry.ts";
+import { buildRegistry } from "../../src/cli/build-registry.ts";
 import { defaultConfig } from "../../src/config/index.ts";
-import { applyCustomEnvs, buildRegistry } from "../../src/config/registry.ts";
+import { applyCustomEnvs } from "../../src/config/registry.ts";
 import type { Policy } from "../../src/llm/policy.ts";
 
 type SpecFields = Partial<Pick<TagSpec, "max_actions_per_traj" | "env_instruction" | "max_tokens">>;

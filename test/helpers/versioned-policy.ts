@@ -2,27 +2,27 @@
 // describes them: begin() holds every new turn, end() releases them under the new version. Each
 // turn takes a few milliseconds so that updates find turns in flight. It records what it was
 // asked, so tests check the server's side of the bracket against it.
+import type { Version } from "../../protocol/messages.ts";
 import { oraclePolicy } from "../../src/llm/builtin.ts";
 import type { Policy, PolicyRequest, PolicyResponse } from "../../src/llm/policy.ts";
 import {
+  type EnginesPaused,
   INITIAL_VERSION,
   type PauseMode,
-  type PolicyVersion,
-  type UpdateBegun,
   type WeightUpdates,
 } from "../../src/llm/versions.ts";
 
 export class VersionedPolicy implements Policy {
   readonly name = "versioned-oracle";
   private readonly inner = oraclePolicy();
-  current: PolicyVersion = INITIAL_VERSION;
+  current: Version = INITIAL_VERSION;
   updating = false;
   private held: (() => void)[] = [];
   inFlight = 0;
   /** Episodes whose first turn was asked for while an update was open (the server's gate admits none). */
   episodesStartedDuringUpdate = 0;
   readonly begun: (PauseMode | undefined)[] = [];
-  readonly ended: PolicyVersion[] = [];
+  readonly ended: Version[] = [];
   /** begin() throws this once, when set. */
   failNextBegin: Error | null = null;
   private readonly turnMs: number;
@@ -59,7 +59,7 @@ export class VersionedPolicy implements Policy {
     }
   }
 
-  private async begin(mode: PauseMode | undefined): Promise<UpdateBegun> {
+  private async begin(mode: PauseMode | undefined): Promise<EnginesPaused> {
     if (this.failNextBegin) {
       const error = this.failNextBegin;
       this.failNextBegin = null;
@@ -70,7 +70,7 @@ export class VersionedPolicy implements Policy {
     return { paused: 1, aborted: 0, out_of_routing: [], in_flight: this.inFlight };
   }
 
-  private async end(version: PolicyVersion): Promise<void> {
+  private async end(version: Version): Promise<void> {
     this.current = { ...version };
     this.ended.push({ ...version });
     this.updating = false;

@@ -4,10 +4,10 @@
 // stamps checked against the engine's own record of which loaded weights made each token.
 import { setTimeout as sleep } from "node:timers/promises";
 import { afterEach, describe, expect, it } from "vitest";
+import type { Version } from "../../protocol/messages.ts";
 import { ChatPolicy } from "../../src/llm/openai-chat.ts";
 import type { PolicyRequest } from "../../src/llm/policy.ts";
 import { UpdateStateError } from "../../src/llm/updates.ts";
-import type { PolicyVersion } from "../../src/llm/versions.ts";
 import {
   DEFAULT_MODEL,
   type MockEngine,
@@ -77,7 +77,7 @@ async function waitFor(what: string, condition: () => boolean): Promise<void> {
   throw new Error(`timed out waiting for ${what}`);
 }
 
-const STEP_1: PolicyVersion = { label: "step-1", ordinal: 1 };
+const STEP_1: Version = { label: "step-1", ordinal: 1 };
 
 describe("weight updates in each pause mode, chat turns in flight", () => {
   it("keep: in-flight turns freeze, finish after resume and span the update; new turns wait and run on the new version", async () => {

@@ -27,6 +27,11 @@ async function start(options: ServerOptions = {}): Promise<string> {
   return server.listen();
 }
 
+/** A GET of an HTTP route of the running server, through fastify's inject (no socket needed). */
+async function getJson(path: string) {
+  return (await server!.app.inject({ method: "GET", url: path })).json();
+}
+
 /** A session whose every answer is checked against OpenEnv's shapes on the way in. */
 const Session = {
   open: (url: string, tag: string, options: WebSocket.ClientOptions = {}) =>
@@ -234,7 +239,7 @@ describe("OpenEnv sessions on /openenv/TAG/ws", () => {
         played[i].map((a) => [(a.data.observation as { text: string }).text, a.data.reward, a.data.done]),
       ).toEqual(want.steps.map((w) => [w.text, w.reward, w.done]));
     }
-    const index = await (await fetch(`${url}/openenv`)).json();
+    const index = await getJson("/openenv");
     expect(index).toMatchObject({ active_sessions: 48, max_sessions: 1024 });
   });
 
@@ -250,8 +255,7 @@ describe("OpenEnv sessions on /openenv/TAG/ws", () => {
     a.ws.close();
     await a.closed;
     // The server has seen the close once its own socket has: poll the index, not the clock.
-    while ((await (await fetch(`${url}/openenv`)).json()).active_sessions !== 1)
-      await new Promise((r) => setTimeout(r, 10));
+    while ((await getJson("/openenv")).active_sessions !== 1) await new Promise((r) => setTimeout(r, 10));
     const d = await Session.open(url, "FrozenLake");
     expect((await d.send({ type: "reset", data: { seed: 1 } })).type).toBe("observation");
   });
@@ -283,12 +287,13 @@ describe("the server's protections hold for OpenEnv sessions", () => {
   it("a page of another origin may not open a session or use the HTTP routes", async () => {
     const url = await start();
     expect((await refusal(url, "/openenv/Bandit/ws", { origin: "https://evil.example" })).status).toBe(403);
-    const http = await fetch(`${url}/openenv/Bandit/reset`, {
+    const http = await server!.app.inject({
       method: "POST",
+      url: "/openenv/Bandit/reset",
       headers: { origin: "https://evil.example", "content-type": "application/json" },
-      body: "{}",
+      payload: "{}",
     });
-    expect(http.status).toBe(403);
+    expect(http.statusCode).toBe(403);
   });
 
   it("a frame over max_frame_bytes closes its session with 1009", async () => {
@@ -314,10 +319,11 @@ describe("the server's protections hold for OpenEnv sessions", () => {
   });
 });
 
+// Through fastify's inject: these are plain HTTP routes, no socket needed.
 describe("OpenEnv's HTTP routes under /openenv/TAG", () => {
   it("health, metadata, schema and state answer as OpenEnv's do", async () => {
-    const url = await start();
-    const get = async (path: string) => (await fetch(`${url}/openenv/CoordSokoban${path}`)).json();
+    server = await buildServer();
+    const get = (path: string) => getJson(`/openenv/CoordSokoban${path}`);
     expect(await get("/health")).toEqual({ status: "healthy" });
     expect(await get("/metadata")).toMatchObject({ name: "CoordSokoban", version: server!.state.version });
     const schema = await get("/schema");
@@ -327,31 +333,27 @@ describe("OpenEnv's HTTP routes under /openenv/TAG", () => {
   });
 
   it("reset answers a fresh env's first observation; step names /ws; bad bodies get 422, unknown tags 404", async () => {
-    const url = await start();
+    server = await buildServer();
     const post = (path: string, body: unknown) =>
-      fetch(`${url}/openenv/${path}`, {
-        method: "POST",
-        headers: { "content-type": "application/json" },
-        body: JSON.stringify(body),
-      });
+      server!.app.inject({ method: "POST", url: `/openenv/${path}`, payload: body as object });
     const reset = await post("FrozenLake/reset", { seed: 9 });
-    expect(reset.status).toBe(200);
-    expect(await reset.json()).toMatchObject({
+    expect(reset.statusCode).toBe(200);
+    expect(reset.json()).toMatchObject({
       observation: { text: inProcess("FrozenLake", 9, []).first },
       reward: null,
       done: false,
     });
     const bad = await post("FrozenLake/reset", { seed: 1.5 });
-    expect(bad.status).toBe(422);
-    expect((await bad.json()).detail[0]).toMatchObject({ loc: ["body", "seed"], input: 1.5 });
+    expect(bad.statusCode).toBe(422);
+    expect(bad.json().detail[0]).toMatchObject({ loc: ["body", "seed"], input: 1.5 });
     const step = await post("FrozenLake/step", { action: { action: "Up" } });
-    expect(step.status).toBe(409);
-    expect((await step.json()).detail).toContain("/openenv/FrozenLake/ws");
+    expect(step.statusCode).toBe(409);
+    expect(step.json().detail).toContain("/openenv/FrozenLake/ws");
     const badStep = await post("FrozenLake/step", { action: "Up" });
-    expect(badStep.status).toBe(422);
-    expect((await badStep.json()).detail[0].loc).toEqual(["body", "action"]);
+    expect(badStep.statusCode).toBe(422);
+    expect(badStep.json().detail[0].loc).toEqual(["body", "action"]);
     const unknown = await post("Frozen/reset", {});
-    expect(unknown.status).toBe(404);
-    expect((await unknown.json()).detail).toContain("known tags:");
+    expect(unknown.statusCode).toBe(404);
+    expect(unknown.json().detail).toContain("known tags:");
   });
 });

@@ -1,5 +1,6 @@
 // The rollout server over real WebSockets on 127.0.0.1:0: handshake, both deliveries,
-// credit and acknowledgements, resume, cancel, auth, limits and the HTTP routes.
+// credit and acknowledgements, resume, cancel, auth, limits, and the HTTP routes (through fastify's
+// inject: they need no socket).
 import seedrandom from "seedrandom";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createRegistry } from "../../envs/catalog.ts";
@@ -27,6 +28,7 @@ afterAll(async () => {
 });
 
 const connect = (hello?: Frame) => TestClient.connect(url, { token: "s3cret", hello });
+const get = (path: string) => server.app.inject({ method: "GET", url: path });
 
 /** Collect a rollout's groups, acknowledging each as it arrives, until its batch frame. */
 async function collect(
@@ -51,10 +53,10 @@ async function collect(
 
 describe("rollgym server", () => {
   it("answers /healthz, /v1/envs and /metrics", async () => {
-    expect(await (await fetch(`${url}/healthz`)).json()).toMatchObject({ status: "ok" });
-    const envs = (await (await fetch(`${url}/v1/envs`)).json()) as { envs: { tag: string }[] };
+    expect((await get("/healthz")).json()).toMatchObject({ status: "ok" });
+    const envs = (await get("/v1/envs")).json() as { envs: { tag: string }[] };
     expect(envs.envs.map((e) => e.tag)).toContain("CoordSokoban");
-    const text = await (await fetch(`${url}/metrics`)).text();
+    const text = (await get("/metrics")).body;
     for (const name of [
       "rollgym_rollouts_total",
       "rollgym_episodes_total",
@@ -68,14 +70,14 @@ describe("rollgym server", () => {
 
   it("refuses a missing or wrong token at the upgrade, before any work", async () => {
     const sessions = server.state.sessions.size;
-    const connected = await (await fetch(`${url}/metrics`)).text();
+    const connected = (await get("/metrics")).body;
     await expect(TestClient.connect(url, {})).rejects.toThrow("HTTP 401");
     await expect(TestClient.connect(url, { token: "wrong" })).rejects.toThrow("HTTP 401");
     await expect(TestClient.connect(url, { queryToken: "wrong" })).rejects.toThrow("HTTP 401");
     // No session was made and no socket counted for the refused attempts.
     expect(server.state.sessions.size).toBe(sessions);
     const gauge = (text: string) => /^rollgym_connected_clients (\S+)$/m.exec(text)![1];
-    expect(gauge(await (await fetch(`${url}/metrics`)).text())).toBe(gauge(connected));
+    expect(gauge((await get("/metrics")).body)).toBe(gauge(connected));
     const viaQuery = await TestClient.connect(url, { queryToken: "s3cret" });
     expect(viaQuery.of("welcome")).toHaveLength(1);
     viaQuery.close();

@@ -1,6 +1,8 @@
 // The page's HTTP routes under attack and in normal use: Play's validation and trajectories,
 // the static files, the shared directory (no path outside it, no symbolic links, size limits)
-// and uploads (checked, size- and count-limited, oldest evicted), all behind the token.
+// and uploads (checked, size- and count-limited, oldest evicted), all behind the token. Through
+// fastify's inject: these are HTTP routes, no socket needed (test/web/hostile.test.ts and the page
+// test go over the network).
 import {
   copyFileSync,
   mkdirSync,
@@ -26,7 +28,6 @@ const episodeFile = (padding = "") =>
   `${header}\n${JSON.stringify({ type: "group", ...group, padding })}\n${summary}\n`;
 
 let server: RollgymServer;
-let url: string;
 let share: string;
 let outside: string;
 
@@ -46,25 +47,26 @@ beforeAll(async () => {
     share,
     files: { maxUploads: 2, maxUploadBytes: 4096, maxUploadTotalBytes: 1500, maxSharedBytes: 4096 },
   });
-  url = await server.listen(0);
 });
 afterAll(async () => {
   await server.shutdown();
 });
 
-const get = (path: string, headers: Record<string, string> = auth) => fetch(`${url}${path}`, { headers });
+const get = (path: string, headers: Record<string, string> = auth) =>
+  server.app.inject({ method: "GET", url: path, headers });
 const upload = (body: string, headers: Record<string, string> = auth) =>
-  fetch(`${url}/v1/episode-files`, {
+  server.app.inject({
     method: "POST",
+    url: "/v1/episode-files",
     headers: { ...headers, "content-type": "application/x-ndjson" },
-    body,
+    payload: body,
   });
 
 describe("Play route", () => {
   it("returns the trajectory the env plays, with the prompt and the budget", async () => {
     const res = await get("/v1/envs/SimpleSokoban/play?seed=10&actions=Up,Left");
-    expect(res.status).toBe(200);
-    const body = await res.json();
+    expect(res.statusCode).toBe(200);
+    const body = res.json();
     const env = createRegistry().tag("SimpleSokoban").make();
     const states = [env.reset(10), env.step(1).observation, env.step(3).observation];
     expect(body).toMatchObject({
@@ -81,8 +83,8 @@ describe("Play route", () => {
   });
 
   it("reveals a shortest solution that solves the level", async () => {
-    const solved = await (await get("/v1/envs/SimpleSokoban/play?seed=10&solve=1")).json();
-    const played = await (
+    const solved = (await get("/v1/envs/SimpleSokoban/play?seed=10&solve=1")).json();
+    const played = (
       await get(`/v1/envs/SimpleSokoban/play?seed=10&actions=${solved.solution.join(",")}`)
     ).json();
     expect(played).toMatchObject({ done: true, success: true, end_reason: "done" });
@@ -90,7 +92,7 @@ describe("Play route", () => {
 
   it("ends at the action budget", async () => {
     const tenDowns = Array.from({ length: 10 }, () => "Down").join(",");
-    const body = await (await get(`/v1/envs/SimpleSokoban/play?seed=10&actions=${tenDowns}`)).json();
+    const body = (await get(`/v1/envs/SimpleSokoban/play?seed=10&actions=${tenDowns}`)).json();
     expect(body).toMatchObject({ done: true, success: false, end_reason: "action_budget" });
   });
 
@@ -106,53 +108,53 @@ describe("Play route", () => {
     ];
     for (const [path, status, text] of cases) {
       const res = await get(path);
-      expect(res.status, path).toBe(status);
-      expect((await res.json()).error.message, path).toContain(text);
+      expect(res.statusCode, path).toBe(status);
+      expect(res.json().error.message, path).toContain(text);
     }
-    const bandit = await (await get("/v1/envs/Bandit/play?seed=1")).json();
+    const bandit = (await get("/v1/envs/Bandit/play?seed=1")).json();
     const res = await get(`/v1/envs/BanditTest/play?seed=1&actions=${bandit.action_names[0]}`);
-    expect(res.status).toBe(400);
+    expect(res.statusCode).toBe(400);
   });
 
   it("needs the token (header or ?token=)", async () => {
-    expect((await get("/v1/envs/SimpleSokoban/play?seed=1", {})).status).toBe(401);
-    expect((await get(`/v1/envs/SimpleSokoban/play?seed=1&token=${TOKEN}`, {})).status).toBe(200);
-    expect((await get("/v1/web", { authorization: "Bearer nope" })).status).toBe(401);
+    expect((await get("/v1/envs/SimpleSokoban/play?seed=1", {})).statusCode).toBe(401);
+    expect((await get(`/v1/envs/SimpleSokoban/play?seed=1&token=${TOKEN}`, {})).statusCode).toBe(200);
+    expect((await get("/v1/web", { authorization: "Bearer nope" })).statusCode).toBe(401);
   });
 });
 
 describe("static files", () => {
   it("serves the page and its modules as JavaScript without types, and nothing else", async () => {
     const page = await get("/", {});
-    expect(page.status).toBe(200);
-    expect(page.headers.get("content-type")).toContain("text/html");
+    expect(page.statusCode).toBe(200);
+    expect(page.headers["content-type"]).toContain("text/html");
     const module = await get("/web/play.ts", {});
-    expect(module.headers.get("content-type")).toContain("text/javascript");
-    const js = await module.text();
+    expect(module.headers["content-type"]).toContain("text/javascript");
+    const js = module.body;
     expect(js).not.toMatch(/import type|: PlayResult/);
-    expect((await get("/vendor/msgpack/index.mjs", {})).status).toBe(200);
+    expect((await get("/vendor/msgpack/index.mjs", {})).statusCode).toBe(200);
     for (const path of [
       "/web/../app.ts",
       "/web/%2e%2e/app.ts",
       "/web/nope.ts",
       "/vendor/msgpack/../package.json",
     ])
-      expect((await get(path, {})).status, path).toBe(404);
+      expect((await get(path, {})).statusCode, path).toBe(404);
   });
 });
 
 describe("shared episode files", () => {
   it("lists only regular .jsonl files directly in the shared directory", async () => {
-    const body = await (await get("/v1/episode-files")).json();
+    const body = (await get("/v1/episode-files")).json();
     expect(body.shared).toBe(true);
     expect(body.files.map((f: { name: string }) => f.name).sort()).toEqual(["a.jsonl", "big.jsonl"]);
-    expect((await get("/v1/episode-files", {})).status).toBe(401);
+    expect((await get("/v1/episode-files", {})).statusCode).toBe(401);
   });
 
   it("serves a listed file and nothing outside the directory", async () => {
     const res = await get("/v1/episode-files/shared/a.jsonl");
-    expect(res.status).toBe(200);
-    expect(await res.text()).toBe(episodeFile());
+    expect(res.statusCode).toBe(200);
+    expect(res.body).toBe(episodeFile());
     for (const name of [
       "link.jsonl",
       "..%2Fsecret.jsonl",
@@ -161,24 +163,24 @@ describe("shared episode files", () => {
       "sub.jsonl",
       "nope.jsonl",
     ])
-      expect((await get(`/v1/episode-files/shared/${name}`)).status, name).toBe(404);
-    expect((await get(`/v1/episode-files/shared/${encodeURIComponent(outside)}`)).status).toBe(404);
+      expect((await get(`/v1/episode-files/shared/${name}`)).statusCode, name).toBe(404);
+    expect((await get(`/v1/episode-files/shared/${encodeURIComponent(outside)}`)).statusCode).toBe(404);
   });
 
   it("refuses a shared file over the size limit", async () => {
     const res = await get("/v1/episode-files/shared/big.jsonl");
-    expect(res.status).toBe(413);
+    expect(res.statusCode).toBe(413);
   });
 });
 
 describe("uploads", () => {
   it("keeps a checked episode file in memory and serves it back by its id", async () => {
     const res = await upload(episodeFile());
-    expect(res.status).toBe(200);
-    const { id, episodes } = await res.json();
+    expect(res.statusCode).toBe(200);
+    const { id, episodes } = res.json();
     expect(id).toMatch(/^[0-9a-f]{32}$/);
     expect(episodes).toBe(0);
-    expect(await (await get(`/v1/episode-files/uploads/${id}`)).text()).toBe(episodeFile());
+    expect((await get(`/v1/episode-files/uploads/${id}`)).body).toBe(episodeFile());
   });
 
   it("refuses what is not an episode file, naming the line", async () => {
@@ -197,29 +199,29 @@ describe("uploads", () => {
     ];
     for (const [body, message] of cases) {
       const res = await upload(body);
-      expect(res.status, message).toBe(400);
-      const { error } = await res.json();
+      expect(res.statusCode, message).toBe(400);
+      const { error } = res.json();
       expect(error.message).toContain(message);
       if (message.includes("group.group_id")) expect(error.field).toBe("group.group_id");
     }
   });
 
   it("refuses an upload over the size limit and without the token", async () => {
-    expect((await upload(episodeFile("x".repeat(5000)))).status).toBe(413);
-    expect((await upload(episodeFile(), {})).status).toBe(401);
+    expect((await upload(episodeFile("x".repeat(5000)))).statusCode).toBe(413);
+    expect((await upload(episodeFile(), {})).statusCode).toBe(401);
   });
 
   it("keeps at most maxUploads files and maxUploadTotalBytes bytes, evicting the oldest", async () => {
     const ids: string[] = [];
-    for (let i = 0; i < 3; i++) ids.push((await (await upload(episodeFile(String(i)))).json()).id);
-    expect((await get(`/v1/episode-files/uploads/${ids[0]}`)).status).toBe(404);
-    expect((await get(`/v1/episode-files/uploads/${ids[2]}`)).status).toBe(200);
+    for (let i = 0; i < 3; i++) ids.push((await upload(episodeFile(String(i)))).json().id);
+    expect((await get(`/v1/episode-files/uploads/${ids[0]}`)).statusCode).toBe(404);
+    expect((await get(`/v1/episode-files/uploads/${ids[2]}`)).statusCode).toBe(200);
     // A file near the byte budget pushes out everything older.
-    const large = (await (await upload(episodeFile("y".repeat(1100)))).json()).id;
-    expect((await get(`/v1/episode-files/uploads/${ids[1]}`)).status).toBe(404);
-    expect((await get(`/v1/episode-files/uploads/${ids[2]}`)).status).toBe(404);
-    expect((await get(`/v1/episode-files/uploads/${large}`)).status).toBe(200);
-    expect((await get("/v1/episode-files/uploads/0123", {})).status).toBe(401);
+    const large = (await upload(episodeFile("y".repeat(1100)))).json().id;
+    expect((await get(`/v1/episode-files/uploads/${ids[1]}`)).statusCode).toBe(404);
+    expect((await get(`/v1/episode-files/uploads/${ids[2]}`)).statusCode).toBe(404);
+    expect((await get(`/v1/episode-files/uploads/${large}`)).statusCode).toBe(200);
+    expect((await get("/v1/episode-files/uploads/0123", {})).statusCode).toBe(401);
   });
 });
 
@@ -233,7 +235,6 @@ describe("a symbolic link swapped into the shared directory", () => {
     const real = join(root, "real.jsonl");
     writeFileSync(real, episodeFile());
     const swapped = await buildServer({ share: dir });
-    const swappedUrl = await swapped.listen(0);
     // Flip run.jsonl between a regular file and a link to the secret while requests run.
     const target = join(dir, "run.jsonl");
     let flips = 0;
@@ -253,10 +254,9 @@ describe("a symbolic link swapped into the shared directory", () => {
     let served = 0;
     try {
       for (let i = 0; i < 300; i++) {
-        const r = await fetch(`${swappedUrl}/v1/episode-files/shared/run.jsonl`);
-        const text = await r.text();
-        expect(text).not.toContain("SECRET");
-        if (r.status === 200) served++;
+        const r = await swapped.app.inject({ method: "GET", url: "/v1/episode-files/shared/run.jsonl" });
+        expect(r.body).not.toContain("SECRET");
+        if (r.statusCode === 200) served++;
       }
     } finally {
       flipping = false;

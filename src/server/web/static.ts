@@ -16,13 +16,15 @@ const CLIENT_DIR = fileURLToPath(new URL("./client/", import.meta.url));
 // Modules outside client/ the page imports, by the URL its relative imports resolve to (a
 // browser stops `../` at the root) → their path from the package root: the episode-file reader
 // is the one the CLI and the upload route use, and the protocol client the one the bench and
-// the tests use, with the codec under it.
+// the tests use, with the codec under it; the seed bound and the plain-object test, the server's own.
 const SHARED_MODULES: Readonly<Record<string, string>> = {
   "/record/episode-reader": "src/record/episode-reader",
   "/client/protocol-client": "src/client/protocol-client",
   "/protocol/codec": "protocol/codec",
   "/protocol/decoded-size": "protocol/decoded-size",
   "/protocol/version": "protocol/version",
+  "/protocol/seeds": "protocol/seeds",
+  "/protocol/plain-object": "protocol/plain-object",
 };
 const PACKAGE_DIR = fileURLToPath(new URL("../../../", import.meta.url));
 const MSGPACK_DIR = join(

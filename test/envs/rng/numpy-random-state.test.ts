@@ -1,5 +1,10 @@
 import { describe, expect, it } from "vitest";
-import { NumpyRandomState, type NumpyRandomStateState } from "../../../envs/rng/numpy-random-state.ts";
+import {
+  MAX_RANDOM_STATE_SEED,
+  NumpyRandomState,
+  type NumpyRandomStateState,
+} from "../../../envs/rng/numpy-random-state.ts";
+import { MAX_SEED } from "../../../protocol/seeds.ts";
 import { loadFixture } from "./fixtures.ts";
 
 interface Case {
@@ -59,6 +64,12 @@ describe("NumpyRandomState details", () => {
       expect(() => new NumpyRandomState(seed)).toThrow(RangeError);
     }
     expect(() => new NumpyRandomState(2 ** 32 - 1)).not.toThrow();
+  });
+
+  it("takes every seed the wire carries: its largest is the protocol's MAX_SEED", () => {
+    expect(MAX_RANDOM_STATE_SEED).toBe(MAX_SEED);
+    expect(() => new NumpyRandomState(MAX_SEED)).not.toThrow();
+    expect(() => new NumpyRandomState(MAX_SEED + 1)).toThrow(RangeError);
   });
 
   it("rejects empty ranges", () => {

@@ -3,6 +3,7 @@
 // keys, WASD or the buttons step it; undo, reset, and the shortest solution revealed and
 // animated. Each move asks the server for the whole trajectory of the actions so far, so undo,
 // reset and a shared URL (tag, seed, actions) all replay exactly.
+import { MAX_SEED } from "../../../../protocol/seeds.ts";
 import type { PlayResult } from "../play.ts";
 import { api, append, envs, h, markup, num, route, setParams, type TagInfo, typing } from "./api.ts";
 import { stateSvg } from "./picture.ts";
@@ -47,7 +48,7 @@ export function mount(root: HTMLElement, params: URLSearchParams): () => void {
     id: "play-seed",
     type: "number",
     min: 0,
-    max: 4294967295,
+    max: MAX_SEED,
     value: String(seed),
   });
   const board = h("div", { class: "board-holder", "aria-live": "polite" });
@@ -385,9 +386,9 @@ export function mount(root: HTMLElement, params: URLSearchParams): () => void {
       problems.push(`unknown tag ${JSON.stringify(tagText)} in the link; showing ${next.tag}`);
     const seedText = wanted.get("seed") ?? "0";
     let nextSeed = Number(seedText);
-    if (!/^\d+$/.test(seedText) || nextSeed > 4294967295) {
+    if (!/^\d+$/.test(seedText) || nextSeed > MAX_SEED) {
       problems.push(
-        `seed ${JSON.stringify(seedText)} in the link is not an integer in [0, 4294967295]; showing seed 0`,
+        `seed ${JSON.stringify(seedText)} in the link is not an integer in [0, ${MAX_SEED}]; showing seed 0`,
       );
       nextSeed = 0;
     }

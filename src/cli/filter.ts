@@ -33,7 +33,7 @@ const FILTER_SETTINGS = Object.entries(WIRE_FILTER) as [keyof typeof WIRE_FILTER
 const SETTING_FLAGS: Record<string, FlagSpec> = Object.fromEntries(
   FILTER_SETTINGS.map(([name, setting]) => {
     const arg = setting.enum?.join("|") ?? (setting.type === "boolean" ? "true|false" : "V");
-    const help = `${setting.description} (default ${JSON.stringify(setting.default)})`;
+    const help = `${setting.description} (default ${String(setting.default)})`;
     return [flagOf(name), { kind: "value", arg, help }];
   }),
 );

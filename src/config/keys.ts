@@ -397,8 +397,7 @@ export const CONFIG_KEYS = {
       "x-coerce": "one",
     }),
   ),
-  ...at(LIMITS.max_groups_per_rollout),
-  ...at(LIMITS.max_episodes_in_flight),
+  ...under(LIMITS, "rollgym.limits"),
   "rollgym.limits.group_concurrency": int(
     1,
     64,

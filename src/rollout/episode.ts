@@ -23,6 +23,7 @@ export interface EpisodeSettings extends EpisodeValues {
   /** Entries of history shown in windowed modes; -1 for all. */
   max_context_window: number;
   format_penalty: number;
+  /** Prompts name the env type's default vocabulary (a prompt option, with no configuration key). */
   ragenDefaultVocabulary?: boolean;
   /**
    * How a prompt too long for the engine's context is shortened: "turns" drops the oldest

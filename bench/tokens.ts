@@ -81,7 +81,7 @@ function batchRequest(
   const base = defaultBatchRequest("train", { tags: [{ tag, groups }], groupSize, seed });
   return {
     ...base,
-    episode: { ...base.episode, maxTurn },
+    episode: { ...base.episode, max_turn: maxTurn },
     sampling: maxTokens === null ? base.sampling : { ...base.sampling, max_tokens: maxTokens },
   };
 }

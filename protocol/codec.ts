@@ -193,6 +193,14 @@ function checkWidth(bin: Uint8Array, width: number, what: string): number {
 }
 
 /**
+ * The bytes in a buffer of their own. Not `bin.slice()`: on a Node Buffer (what a decode of a
+ * Buffer yields) slice is a view into the same, larger pool.
+ */
+function copyOf(bin: Uint8Array): Uint8Array {
+  return Uint8Array.prototype.slice.call(bin);
+}
+
+/**
  * Reads a `*_i32` bin. Aligned input on little-endian hosts is returned as a view sharing `bin`'s
  * memory (no copy); misaligned input is copied.
  */
@@ -200,7 +208,7 @@ export function readI32(bin: Uint8Array): Int32Array {
   const n = checkWidth(bin, 4, "readI32");
   if (HOST_LITTLE_ENDIAN) {
     if (bin.byteOffset % 4 === 0) return new Int32Array(bin.buffer, bin.byteOffset, n);
-    return new Int32Array(bin.slice().buffer);
+    return new Int32Array(copyOf(bin).buffer);
   }
   const out = new Int32Array(n);
   const dv = new DataView(bin.buffer, bin.byteOffset, bin.byteLength);
@@ -219,7 +227,7 @@ export function readF32(bin: Uint8Array): Float32Array {
   const n = checkWidth(bin, 4, "readF32");
   if (HOST_LITTLE_ENDIAN) {
     if (bin.byteOffset % 4 === 0) return new Float32Array(bin.buffer, bin.byteOffset, n);
-    return new Float32Array(bin.slice().buffer);
+    return new Float32Array(copyOf(bin).buffer);
   }
   // Byte-swap via Uint32 so NaN payloads survive (DataView.getFloat32 may canonicalise them).
   const out = new Float32Array(n);

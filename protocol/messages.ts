@@ -62,8 +62,6 @@ const GroupSize = Type.Integer({ minimum: 1, maximum: MAX_GROUP_SIZE });
 const GroupId = Type.Integer({ minimum: 0, maximum: MAX_INT32 });
 const EnvId = Type.Integer({ minimum: 0, maximum: MAX_INT32 });
 const Count = Type.Integer({ minimum: 0 });
-const MaxTurn = EPISODE.max_turn;
-const MaxActions = EPISODE.max_actions_per_turn;
 
 export const ModeSchema = Type.Enum([...MODES]);
 export type Mode = Static<typeof ModeSchema>;
@@ -113,9 +111,8 @@ export const RolloutRequestSchema = map({
   group_size: GroupSize,
   step: Type.Optional(Step),
   seed: Type.Optional(Seed),
-  max_turn: Type.Optional(MaxTurn),
-  max_actions_per_turn: Type.Optional(MaxActions),
-  think: Type.Optional(EPISODE.think),
+  // Episode settings (settings.ts EPISODE); omitted: the configured value.
+  ...optionalFields(EPISODE),
   sampling: Type.Optional(SamplingSchema),
   filter: Type.Optional(FilterSchema),
   delivery: DeliverySchema,
@@ -157,9 +154,7 @@ export const EnvOpenSchema = map({
   seed: Type.Optional(Seed),
   mode: Type.Optional(ModeSchema),
   step: Type.Optional(Step),
-  think: Type.Optional(EPISODE.think),
-  max_turn: Type.Optional(MaxTurn),
-  max_actions_per_turn: Type.Optional(MaxActions),
+  ...optionalFields(EPISODE),
   /** Token mode: replies carry the ids to append; responses must carry their sampled ids. */
   tokens: Type.Optional(Type.Boolean()),
   /**

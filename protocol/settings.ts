@@ -4,10 +4,22 @@
 // configuration keys and their defaults (src/config/schema.ts), the request bodies sent to the
 // engines (src/llm/generation.ts) and the key table of docs/configuration.md.
 //
-// Adding a sampling field is one entry in SAMPLING (plus the engine's spelling in
-// src/llm/generation.ts when it differs); `node src/config/docs.ts --write` and
+// Inside the code a setting keeps its wire name, and its type is the table's (SettingValues), so
+// adding a setting is one entry in its table: a sampling field in SAMPLING (plus the engine's
+// spelling in src/llm/generation.ts when it differs), a filter, episode or async field in FILTER,
+// EPISODE or ASYNC (src/rollout/request.ts resolves them, config and frame alike), a limit in
+// LIMIT_ENTRIES. `node src/config/docs.ts --write` and
 // `node protocol/schema-json.ts > protocol/schema.json` regenerate the docs.
-import { type Static, type TInteger, type TNumber, type TOptional, type TSchema, Type } from "typebox";
+import {
+  type Static,
+  type TInteger,
+  type TNull,
+  type TNumber,
+  type TOptional,
+  type TSchema,
+  type TUnion,
+  Type,
+} from "typebox";
 import { isPlainObject } from "./plain-object.ts";
 import { MAX_SEED } from "./seeds.ts";
 
@@ -147,6 +159,16 @@ export const SAMPLING = {
   ),
 } as const;
 export type SamplingField = keyof typeof SAMPLING;
+/** A table's settings by wire name, each of its schema's type: how the code holds them. */
+export type SettingValues<Table extends Record<string, TSchema>> = {
+  -readonly [F in keyof Table]: Static<Table[F]>;
+};
+/** Each setting's default, by wire name. */
+export function defaultsOf<Table extends Record<string, Setting>>(table: Table): SettingValues<Table> {
+  return Object.fromEntries(
+    Object.entries(table).map(([name, setting]) => [name, structuredClone(setting.default)]),
+  ) as SettingValues<Table>;
+}
 /** The fields whose value may be null: null means "none", and such a field is left out of requests. */
 type NullableField<Table extends Record<string, TSchema>> = {
   [F in keyof Table]: null extends Static<Table[F]> ? F : never;
@@ -195,6 +217,7 @@ export const FILTER = {
 /** The filter fields a rollout request may carry: all but the configuration-only ones. */
 const { selection_eps: _configOnly, ...wireFilter } = FILTER;
 export const WIRE_FILTER = wireFilter;
+export type FilterValues = SettingValues<typeof FILTER>;
 
 /** Episode settings a rollout request may override, by wire name. */
 export const EPISODE = {
@@ -211,6 +234,7 @@ export const EPISODE = {
     key: "agent_proxy.enable_think",
   }),
 } as const;
+export type EpisodeValues = SettingValues<typeof EPISODE>;
 
 const StreamGroups = Type.Integer({ minimum: 1, maximum: MAX_GROUPS });
 const Versions = Type.Integer({ minimum: 0, maximum: MAX_GROUPS });
@@ -247,13 +271,25 @@ export const ASYNC = {
   ),
 } as const;
 
-/** The async fields a rollout request may carry (omitted: the configured value). */
-export const WIRE_ASYNC = {
-  max_staleness: Type.Optional(Versions),
-  groups_per_step: Type.Optional(StreamGroups),
-  drop_older_than: Type.Optional(Versions),
-  in_flight: Type.Optional(StreamGroups),
+/** The async settings whose null means the rollout's own groups (its tags' groups summed); null is off for the rest. */
+export const GROUPS_WHEN_NULL = ["groups_per_step", "in_flight"] as const;
+type GroupsWhenNull = (typeof GROUPS_WHEN_NULL)[number];
+/** ASYNC's settings as a stream rollout runs with them, by wire name: null resolved where it means the rollout's groups. */
+export type PaceValues = Omit<SettingValues<typeof ASYNC>, GroupsWhenNull> & {
+  [F in GroupsWhenNull]: number;
 };
+
+/** A schema without its null member: what a request sends, which is never null. */
+type NonNull<T extends TSchema> = T extends TUnion<[infer Member extends TSchema, TNull]> ? Member : T;
+
+/** The async fields a rollout request may carry (omitted: the configured value; never null). */
+export const WIRE_ASYNC = Object.fromEntries(
+  Object.entries(ASYNC).map(([name, setting]) => {
+    const members: TSchema[] = "anyOf" in setting ? setting.anyOf : [setting];
+    const sent = members.filter((member) => (member as { type?: unknown }).type !== "null");
+    return [name, Type.Optional(sent.length === 1 ? sent[0] : setting)];
+  }),
+) as { [F in keyof typeof ASYNC]: TOptional<NonNull<(typeof ASYNC)[F]>> };
 
 /** Each field of a table as optional (omitted: the server's configured value), for a wire map. */
 export function optionalFields<Table extends Record<string, TSchema>>(

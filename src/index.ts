@@ -36,5 +36,6 @@ export { type FilterConfig, runGroupFilter } from "./rollout/filter.ts";
 export { checkRolloutShape, DEFAULT_ROLLOUT_LIMITS, type RolloutLimits } from "./rollout/limits.ts";
 export { mapActions, parseResponse } from "./rollout/parse.ts";
 export { firstTurnMessages } from "./rollout/prompt.ts";
-export { batchRequest } from "./rollout/request.ts";
+// batchRequest: resolveRequest's old name, kept for the package's callers.
+export { configuredFrame, resolveRequest as batchRequest, resolveRequest } from "./rollout/request.ts";
 export { buildServer, type RollgymServer, type ServerOptions } from "./server/app.ts";

@@ -317,7 +317,7 @@ class Trainer {
     const done = this.client.rollout({
       ...this.spec(id),
       seed: this.settings.seed,
-      endless: { inFlight: B, maxStaleness: S, groupsPerStep: B },
+      endless: { in_flight: B, max_staleness: S, groups_per_step: B },
     });
     // A stream that fails (an error frame, a closed socket) ends the wait for its groups.
     const failed = done.then(() => new Promise<never>(() => {}));

@@ -18,8 +18,8 @@ export interface RolloutSpec {
   seed: number;
   maxTurn: number;
   maxTokens: number;
-  /** An endless stream paced against the trainer's versions (PROTOCOL.md "Staleness"). */
-  endless?: { inFlight: number; maxStaleness: number; groupsPerStep: number };
+  /** An endless stream paced against the trainer's versions (PROTOCOL.md "Staleness"), by wire name. */
+  endless?: { in_flight: number; max_staleness: number; groups_per_step: number };
 }
 
 /** The counts a group was admitted under (its frame's `admitted`, PROTOCOL.md "Staleness"). */
@@ -120,14 +120,7 @@ export class TrainerClient {
         max_turn: spec.maxTurn,
         sampling: { max_tokens: spec.maxTokens },
         delivery: "stream",
-        ...(spec.endless
-          ? {
-              endless: true,
-              in_flight: spec.endless.inFlight,
-              max_staleness: spec.endless.maxStaleness,
-              groups_per_step: spec.endless.groupsPerStep,
-            }
-          : {}),
+        ...(spec.endless ? { endless: true, ...spec.endless } : {}),
       });
     });
   }

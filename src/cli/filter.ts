@@ -1,9 +1,10 @@
 // `rollgym filter`: RAGEN's group filter on scores read from stdin.
 
-import { FILTER_METRICS, FILTER_STRATEGIES, FILTER_TYPES, TOP_P_MODES } from "../../protocol/settings.ts";
+import { type Setting, WIRE_FILTER } from "../../protocol/settings.ts";
 import { BUCKET_MODES, type BucketMode, bucketGroups } from "../rollout/buckets.ts";
 import {
   DEFAULT_FILTER,
+  type FilterConfig,
   FilterInputError,
   filterNote,
   groupStats,
@@ -22,13 +23,35 @@ import {
 import { say } from "./io.ts";
 import { LineWriter, PRETTY_FLAG, readStdin } from "./output.ts";
 
+/** A setting's flag: its wire name with dashes (top_p_mode: --top-p-mode). */
+const flagOf = (name: string): string => name.replaceAll("_", "-");
+
+type SettingSchema = Setting & { enum?: string[]; type?: string; minimum?: number; maximum?: number };
+const FILTER_SETTINGS = Object.entries(WIRE_FILTER) as [keyof typeof WIRE_FILTER, SettingSchema][];
+
+/** A flag for each filter setting a rollout request may carry, its help from the table. */
+const SETTING_FLAGS: Record<string, FlagSpec> = Object.fromEntries(
+  FILTER_SETTINGS.map(([name, setting]) => {
+    const arg = setting.enum?.join("|") ?? (setting.type === "boolean" ? "true|false" : "V");
+    const help = `${setting.description} (default ${String(setting.default)})`;
+    return [flagOf(name), { kind: "value", arg, help }];
+  }),
+);
+
+/** A flag's text as its setting's value, refused (naming the flag) when the setting does not allow it. */
+function parseSetting(flag: string, text: string, setting: SettingSchema): unknown {
+  if (setting.enum) return parseChoice(flag, text, setting.enum);
+  if (setting.type === "boolean") return parseBoolean(flag, text);
+  const value = parseNumber(flag, text);
+  if (setting.minimum !== undefined && value < setting.minimum)
+    throw new UsageError(`${flag}: ${value} must be >= ${setting.minimum}`);
+  if (setting.maximum !== undefined && value > setting.maximum)
+    throw new UsageError(`${flag}: ${value} must be <= ${setting.maximum}`);
+  return value;
+}
+
 export const FILTER_FLAGS: Record<string, FlagSpec> = {
-  strategy: { kind: "value", arg: "S", help: `${FILTER_STRATEGIES.join("|")} (default top_p)` },
-  value: { kind: "value", arg: "V", help: "threshold (default 1.0)" },
-  "top-p-mode": { kind: "value", arg: "M", help: `${TOP_P_MODES.join("|")} (default linear)` },
-  type: { kind: "value", arg: "T", help: `${FILTER_TYPES.join("|")} (default largest)` },
-  "include-zero": { kind: "value", arg: "B", help: "true|false (default true)" },
-  metric: { kind: "value", arg: "M", help: `${FILTER_METRICS.join("|")} (default reward_variance)` },
+  ...SETTING_FLAGS,
   buckets: { kind: "value", arg: "N", help: "gradient-analysis bucket count" },
   "bucket-mode": { kind: "value", arg: "M", help: BUCKET_MODES.join("|") },
   ...PRETTY_FLAG,
@@ -42,20 +65,12 @@ export async function filterCommand(argv: readonly string[]): Promise<void> {
     const text = args.values.get(flag);
     return text === undefined ? fallback : parse(text);
   };
-  const config = {
-    ...DEFAULT_FILTER,
-    strategy: get(
-      "strategy",
-      (t) => parseChoice("--strategy", t, FILTER_STRATEGIES),
-      DEFAULT_FILTER.strategy,
-    ),
-    value: get("value", (t) => parseNumber("--value", t), DEFAULT_FILTER.value),
-    topPMode: get("top-p-mode", (t) => parseChoice("--top-p-mode", t, TOP_P_MODES), DEFAULT_FILTER.topPMode),
-    type: get("type", (t) => parseChoice("--type", t, FILTER_TYPES), DEFAULT_FILTER.type),
-    includeZero: get("include-zero", (t) => parseBoolean("--include-zero", t), DEFAULT_FILTER.includeZero),
-    metric: get("metric", (t) => parseChoice("--metric", t, FILTER_METRICS), DEFAULT_FILTER.metric),
-  };
-  if (config.value < 0) throw new UsageError(`--value: ${config.value} must be >= 0`);
+  const config: FilterConfig = { ...DEFAULT_FILTER };
+  for (const [name, setting] of FILTER_SETTINGS) {
+    const text = args.values.get(flagOf(name));
+    if (text !== undefined)
+      Object.assign(config, { [name]: parseSetting(`--${flagOf(name)}`, text, setting) });
+  }
   const note = filterNote(config, "--value");
   if (note) say(note);
   const buckets = get("buckets", (t) => parseInteger("--buckets", t, 1, 1000), undefined);

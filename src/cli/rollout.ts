@@ -15,7 +15,7 @@ import type { BatchResult } from "../record/episode-record.ts";
 import { type BatchRequest, policyRefusal, runBatch, validateBatchRequest } from "../rollout/batch.ts";
 import { filterNote } from "../rollout/filter.ts";
 import { checkRolloutShape, isShapeRefusal } from "../rollout/limits.ts";
-import { batchRequest } from "../rollout/request.ts";
+import { resolveRequest } from "../rollout/request.ts";
 import { CommandFailure, type FlagSpec, keyFlag, type ParsedArgs, parseArgs, UsageError } from "./args.ts";
 import { CONFIG_FLAGS, isOverride, loadOrExplain, reportLoaded, setup } from "./context.ts";
 import { io, say } from "./io.ts";
@@ -408,7 +408,7 @@ export function checkedRequest(loaded: LoadedConfig, registry: EnvRegistry): Bat
   const { config, origins } = loaded;
   let request: BatchRequest;
   try {
-    request = batchRequest(config);
+    request = resolveRequest(config);
     for (const { tag } of request.tags) registry.tag(tag);
     validateBatchRequest(request);
     if (request.tokens && !config.rollgym.llm.base_url)

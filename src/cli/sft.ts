@@ -148,9 +148,9 @@ export async function sftCommand(argv: readonly string[]): Promise<number> {
       "sft: the examples come from the built-in solvers; remove rollgym.llm.base_url (set by --config or key=value)",
     );
   const request = checkedRequest(loaded, registry);
-  if (request.episode.contextWindowMode !== "full")
+  if (request.episode.context_window_mode !== "full")
     throw new UsageError(
-      `sft: agent_proxy.context_window_mode is ${request.episode.contextWindowMode}; allowed: full (one conversation per episode)`,
+      `sft: agent_proxy.context_window_mode is ${request.episode.context_window_mode}; allowed: full (one conversation per episode)`,
     );
   const bandit = request.tags.every(({ tag }) => registry.tag(tag).type.name === "bandit");
   if (mix !== null && !bandit) {

@@ -5,6 +5,7 @@
 import { readFileSync, writeFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import {
+  ASYNC,
   EPISODE,
   LIMITS,
   type LimitMeta,
@@ -38,6 +39,7 @@ function requestFields(): Map<string, string> {
   add(SAMPLING, "sampling.");
   add(WIRE_FILTER, "filter.");
   add(EPISODE, "");
+  add(ASYNC, "");
   return fields;
 }
 

@@ -134,6 +134,33 @@ function at<S extends Setting>(setting: S): { [K in S["x-config"]["key"]]: S } {
   return { [setting["x-config"].key]: setting } as { [K in S["x-config"]["key"]]: S };
 }
 
+type Replacing<Table extends Record<string, Setting>> = { [F in keyof Table]?: Record<string, Leaf> };
+/** The one type of a union of key tables. */
+type Joined<U> = [U] extends [never]
+  ? unknown
+  : (U extends unknown ? (u: U) => void : never) extends (joined: infer J) => void
+    ? J
+    : never;
+/** A table's settings at their keys, with `Instead`'s keys in the place of the settings it names. */
+type SettingsAt<Table extends Record<string, Setting>, Instead extends Replacing<Table>> = {
+  [F in Exclude<keyof Table, keyof Instead> as Table[F]["x-config"]["key"]]: Table[F];
+} & Joined<Instead[keyof Instead]>;
+
+/**
+ * Every setting of a table at its configuration key, in table order, so a new setting is a new
+ * key with nothing else to write; `instead` puts other keys in the place of some setting's.
+ */
+function settingsAt<
+  Table extends Record<string, Setting>,
+  const Instead extends Replacing<Table> = Record<never, never>,
+>(table: Table, instead: Instead = {} as Instead): SettingsAt<Table, Instead> {
+  const place: Replacing<Table> = instead;
+  const entries = Object.entries(table).flatMap(([name, setting]) =>
+    Object.entries(place[name] ?? at(setting)),
+  );
+  return Object.fromEntries(entries) as SettingsAt<Table, Instead>;
+}
+
 type SettingsUnder<Table extends Record<string, Setting>, Prefix extends string> = {
   [F in keyof Table as Table[F]["x-config"]["key"] extends `${Prefix}.${infer Rest}`
     ? Rest extends `${string}.${string}`
@@ -189,10 +216,12 @@ export const CONFIG_KEYS = {
   "seed.val": leaf<number>(
     seed(doc(123, "validation seed base; every validation reuses it (the same puzzles)")),
   ),
-  ...at(EPISODE.max_turn),
-  ...at(EPISODE.max_actions_per_turn),
-  "agent_proxy.action_sep": leaf<string>(nonEmpty(doc("||", "action separator"))),
-  ...at(EPISODE.think),
+  ...settingsAt(EPISODE, {
+    max_actions_per_turn: {
+      ...at(EPISODE.max_actions_per_turn),
+      "agent_proxy.action_sep": leaf<string>(nonEmpty(doc("||", "action separator"))),
+    },
+  }),
   "agent_proxy.context_window_mode": choice(CONTEXT_WINDOW_MODES, "full", "how much history a prompt shows"),
   // RAGEN slices history[-k:], so k = 0 would silently mean "everything".
   "agent_proxy.max_context_window": int(-1, -1, "history entries shown in windowed modes (-1: all)", {
@@ -223,23 +252,21 @@ export const CONFIG_KEYS = {
   ...valOf("temperature"),
   ...valOf("top_p"),
   ...valOf("top_k"),
-  ...at(FILTER.strategy),
-  "actor_rollout_ref.rollout.rollout_filter_value": orNull<number>(
-    bare(FILTER.value),
-    FILTER.value.default,
-    `${FILTER.value.description}; null: the legacy rollout_filter_ratio`,
-  ),
-  // RAGEN's code falls back to 0.25 when rollout_filter_value is absent.
-  "actor_rollout_ref.rollout.rollout_filter_ratio": num(
-    { minimum: 0 },
-    0.25,
-    "RAGEN's legacy filter value, used when rollout_filter_value is null",
-  ),
-  ...at(FILTER.top_p_mode),
-  ...at(FILTER.type),
-  ...at(FILTER.include_zero),
-  ...at(FILTER.metric),
-  ...at(FILTER.selection_eps),
+  ...settingsAt(FILTER, {
+    value: {
+      "actor_rollout_ref.rollout.rollout_filter_value": orNull<number>(
+        bare(FILTER.value),
+        FILTER.value.default,
+        `${FILTER.value.description}; null: the legacy rollout_filter_ratio`,
+      ),
+      // RAGEN's code falls back to 0.25 when rollout_filter_value is absent.
+      "actor_rollout_ref.rollout.rollout_filter_ratio": num(
+        { minimum: 0 },
+        0.25,
+        "RAGEN's legacy filter value, used when rollout_filter_value is null",
+      ),
+    },
+  }),
   "actor_rollout_ref.rollout.gradient_analysis_num_buckets": int(1, 6, "gradient-analysis buckets"),
   "actor_rollout_ref.rollout.gradient_analysis_bucket_mode": choice(
     BUCKET_MODES,
@@ -349,7 +376,7 @@ export const CONFIG_KEYS = {
     false,
     "token in, token out: episodes keep their exact token logs (remote engines only)",
   ),
-  ...under(ASYNC, "rollgym.async"),
+  ...settingsAt(ASYNC),
   "rollgym.binary_reward": bool(
     false,
     "episode reward = 1 if solved else 0 (old RAGEN's training.binary_reward)",
@@ -369,8 +396,7 @@ export const CONFIG_KEYS = {
       "x-coerce": "one",
     }),
   ),
-  ...at(LIMITS.max_groups_per_rollout),
-  ...at(LIMITS.max_episodes_in_flight),
+  ...under(LIMITS, "rollgym.limits"),
   "rollgym.limits.group_concurrency": int(
     1,
     64,

@@ -4,6 +4,7 @@
 // for its own model turns, so a slow episode never holds up the others.
 import type { EnvRegistry } from "../../envs/registry.ts";
 import type { ChargeBytes } from "../../envs/types.ts";
+import type { PaceValues } from "../../protocol/settings.ts";
 import type { ChatMessage, SamplingParams } from "../llm/chat.ts";
 import {
   ContextLimitChanged,
@@ -39,6 +40,8 @@ export interface BatchRequest {
   /** Score an episode 1 if solved, else 0, instead of its summed reward (old RAGEN's binary_reward). */
   binaryReward?: boolean;
   filter: FilterConfig;
+  /** How a stream rollout paces its groups against the trainer's weight versions (server/pacing.ts). */
+  pace: PaceValues;
   /** When the context window is managed, max_tokens is lowered to fit but never below this. Default 32. */
   minResponseTokens?: number;
   /** Token in, token out: every episode keeps its exact token log (see token-episode.ts). */
@@ -104,8 +107,8 @@ export function episodeView(episode: Episode, request: BatchRequest, turn: numbe
     envId: episode.envId,
     turn,
     actionNames: episode.actionNames,
-    actionsThisTurn: Math.min(request.episode.maxActionsPerTurn, episode.actionsLeft),
-    actionSep: request.episode.actionSep,
+    actionsThisTurn: Math.min(request.episode.max_actions_per_turn, episode.actionsLeft),
+    actionSep: request.episode.action_sep,
     think: request.episode.think,
     solve: () => episode.solve(),
   };
@@ -415,7 +418,7 @@ function tallyContext(tally: ReturnType<typeof emptyTally>, record: EpisodeRecor
 /** RAGEN's shortcut: top_p 1.0 with include_zero returns the batch unchanged (base.yaml's default). */
 function isNoOpFilter(request: BatchRequest): boolean {
   const f = request.filter;
-  return f.strategy === "top_p" && f.value >= 1 && f.includeZero;
+  return f.strategy === "top_p" && f.value >= 1 && f.include_zero;
 }
 
 /** Reject requests RAGEN would run into NaN or an assertion with. */
@@ -430,9 +433,9 @@ export function validateBatchRequest(request: BatchRequest): void {
       "rollout_filter_metric reward_variance ranks groups by their reward std, which needs group_size >= 2 (got 1); use group_size >= 2 or turn the filter off (top_p, value 1.0)",
     );
   }
-  if (request.tokens && request.episode.contextWindowMode !== "full") {
+  if (request.tokens && request.episode.context_window_mode !== "full") {
     throw new RangeError(
-      `token mode keeps one growing token sequence per episode, which needs agent_proxy.context_window_mode full (got ${request.episode.contextWindowMode})`,
+      `token mode keeps one growing token sequence per episode, which needs agent_proxy.context_window_mode full (got ${request.episode.context_window_mode})`,
     );
   }
 }

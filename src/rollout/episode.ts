@@ -5,7 +5,7 @@
 import { pyNumberRepr } from "../../envs/pyrepr.ts";
 import type { ResolvedTag } from "../../envs/registry.ts";
 import type { AsyncEnv, ChargeBytes, StepInfo, StepResult } from "../../envs/types.ts";
-import type { ContextWindowMode } from "../../protocol/settings.ts";
+import type { ContextWindowMode, EpisodeValues } from "../../protocol/settings.ts";
 import { messageOf } from "../errors/boundary.ts";
 import type { ChatMessage } from "../llm/chat.ts";
 import type { TurnVersions } from "../llm/versions.ts";
@@ -13,15 +13,17 @@ import type { EndReason, EpisodeRecord, TurnRecord } from "../record/episode-rec
 import { mapActions, parseResponse } from "./parse.ts";
 import { formatInstruction, INVALID_ACTION_WARNING, systemPrompt, turnBlock } from "./prompt.ts";
 
-export interface EpisodeSettings {
-  maxTurn: number;
-  maxActionsPerTurn: number;
-  actionSep: string;
-  think: boolean;
-  contextWindowMode: ContextWindowMode;
+/**
+ * How episodes are played: EPISODE's settings by wire name (protocol/settings.ts; a request may
+ * set them), and the rest by the name of their configuration key.
+ */
+export interface EpisodeSettings extends EpisodeValues {
+  action_sep: string;
+  context_window_mode: ContextWindowMode;
   /** Entries of history shown in windowed modes; -1 for all. */
-  maxContextWindow: number;
-  formatPenalty: number;
+  max_context_window: number;
+  format_penalty: number;
+  /** Prompts name the env type's default vocabulary (a prompt option, with no configuration key). */
   ragenDefaultVocabulary?: boolean;
   /**
    * How a prompt too long for the engine's context is shortened: "turns" drops the oldest
@@ -113,7 +115,7 @@ export class Episode {
     this.integerRewards = tag.type.integerRewards;
     this.system = systemPrompt(tag, {
       think: settings.think,
-      actionSep: settings.actionSep,
+      actionSep: settings.action_sep,
       ragenDefaultVocabulary: settings.ragenDefaultVocabulary,
     });
   }
@@ -124,7 +126,7 @@ export class Episode {
       !this.terminated &&
       this.failure === null &&
       !this.contextFull &&
-      this.turns.length < this.settings.maxTurn
+      this.turns.length < this.settings.max_turn
     );
   }
 
@@ -164,15 +166,15 @@ export class Episode {
    * at least the `drop` oldest finished turns (each with its state, response and reward).
    */
   promptMessages(drop = 0): ChatMessage[] {
-    const { contextWindowMode, maxContextWindow } = this.settings;
+    const { context_window_mode, max_context_window } = this.settings;
     // History entries: one per finished turn plus the current state (RAGEN's history list).
     const entries = this.turns.length + 1;
     const window =
-      contextWindowMode !== "full" && maxContextWindow > 0 && entries > maxContextWindow
-        ? maxContextWindow
+      context_window_mode !== "full" && max_context_window > 0 && entries > max_context_window
+        ? max_context_window
         : entries;
     const offset = Math.min(Math.max(entries - window, drop), this.turns.length);
-    if (contextWindowMode === "single_turn") return this.singleTurnMessages(offset);
+    if (context_window_mode === "single_turn") return this.singleTurnMessages(offset);
     const messages: ChatMessage[] = [
       { role: "system", content: this.system },
       { role: "user", content: "" },
@@ -194,8 +196,12 @@ export class Episode {
    */
   applyResponse(raw: string, finishReason: string, usage: TurnUsage = {}): TurnRecord | Promise<TurnRecord> {
     if (!this.active) throw new Error(`episode ${this.envId} is not active`);
-    const { maxActionsPerTurn, actionSep, think, formatPenalty } = this.settings;
-    const parsed = parseResponse(raw, { think, actionSep, maxActionsPerTurn });
+    const { max_actions_per_turn, action_sep, think, format_penalty } = this.settings;
+    const parsed = parseResponse(raw, {
+      think,
+      actionSep: action_sep,
+      maxActionsPerTurn: max_actions_per_turn,
+    });
     let actions: (number | string)[];
     let penalised: boolean;
     if (this.env.textActions) {
@@ -207,7 +213,7 @@ export class Episode {
       actions = mapped.ids;
       penalised = mapped.formatPenalty;
     }
-    if (penalised) this.penalty += formatPenalty;
+    if (penalised) this.penalty += format_penalty;
     const turn: PendingTurn = {
       raw,
       finishReason,

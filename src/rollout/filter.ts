@@ -10,44 +10,28 @@
 // among tied groups is arbitrary).
 
 import {
+  defaultsOf,
   FILTER,
   FILTER_METRICS,
   FILTER_STRATEGIES,
   FILTER_TYPES,
   type FilterMetric,
-  type FilterStrategy,
-  type FilterType,
+  type FilterValues,
   TOP_P_MODES,
-  type TopPMode,
 } from "../../protocol/settings.ts";
 
-export interface SelectOptions {
-  strategy: FilterStrategy;
-  /** Threshold; meaning depends on the strategy (mass for top_p, fraction for top_k, count for top_k_abs, ratio for min_p). */
-  value: number;
-  topPMode: TopPMode;
-  type: FilterType;
-  /** If false, groups with |score| <= 1e-10 are removed before selection. */
-  includeZero: boolean;
-  /** Linear top-p epsilon; default 0.01. */
-  selectionEps?: number;
-}
+/** The filter's settings by wire name (protocol/settings.ts FILTER, whose descriptions say what each does). */
+export type FilterConfig = FilterValues;
 
-export interface FilterConfig extends SelectOptions {
-  metric: FilterMetric;
-  selectionEps: number;
-}
+/** What selection reads: the settings but the metric, selection_eps defaulting to 0.01. */
+export type SelectOptions = Pick<
+  FilterConfig,
+  "strategy" | "value" | "top_p_mode" | "type" | "include_zero"
+> &
+  Partial<Pick<FilterConfig, "selection_eps">>;
 
 /** `actor_rollout_ref.rollout.rollout_filter_*` defaults of RAGEN's config/base.yaml (no filtering). */
-export const DEFAULT_FILTER: Readonly<FilterConfig> = Object.freeze({
-  metric: FILTER.metric.default,
-  strategy: FILTER.strategy.default,
-  value: FILTER.value.default,
-  topPMode: FILTER.top_p_mode.default,
-  type: FILTER.type.default,
-  includeZero: FILTER.include_zero.default,
-  selectionEps: FILTER.selection_eps.default,
-});
+export const DEFAULT_FILTER: Readonly<FilterConfig> = Object.freeze(defaultsOf(FILTER));
 
 /**
  * A setting RAGEN accepts but that keeps every group, likely not what was meant: top_k takes
@@ -349,13 +333,17 @@ function checkSelectOptions(opts: SelectOptions): Required<SelectOptions> {
     throw new FilterInputError("opts", "must be an options object");
   const strategy = checkOneOf("strategy", opts.strategy, FILTER_STRATEGIES);
   const value = checkFiniteNumber("value", opts.value, 0);
-  const topPMode = checkOneOf("topPMode", opts.topPMode, TOP_P_MODES);
+  const top_p_mode = checkOneOf("top_p_mode", opts.top_p_mode, TOP_P_MODES);
   const type = checkOneOf("type", opts.type, FILTER_TYPES);
-  if (typeof opts.includeZero !== "boolean") {
-    throw new FilterInputError("includeZero", `must be a boolean, got ${String(opts.includeZero)}`);
+  if (typeof opts.include_zero !== "boolean") {
+    throw new FilterInputError("include_zero", `must be a boolean, got ${String(opts.include_zero)}`);
   }
-  const selectionEps = checkFiniteNumber("selectionEps", opts.selectionEps ?? DEFAULT_FILTER.selectionEps, 0);
-  return { strategy, value, topPMode, type, includeZero: opts.includeZero, selectionEps };
+  const selection_eps = checkFiniteNumber(
+    "selection_eps",
+    opts.selection_eps ?? DEFAULT_FILTER.selection_eps,
+    0,
+  );
+  return { strategy, value, top_p_mode, type, include_zero: opts.include_zero, selection_eps };
 }
 
 // Positions 0..n-1 ordered by key (descending or ascending), ties by position.
@@ -379,7 +367,7 @@ export function selectGroupsRanked(scores: Float32Array, opts: SelectOptions): n
   const numGroups = scores.length;
 
   let idx = Array.from(scores, (_, i) => i);
-  if (!o.includeZero) idx = idx.filter((i) => Math.abs(scores[i]) > EPS_1E10);
+  if (!o.include_zero) idx = idx.filter((i) => Math.abs(scores[i]) > EPS_1E10);
   if (idx.length === 0) return [];
   const s = idx.map((i) => scores[i]);
   const largest = o.type === "largest";
@@ -387,7 +375,7 @@ export function selectGroupsRanked(scores: Float32Array, opts: SelectOptions): n
   switch (o.strategy) {
     case "top_p": {
       if (o.value >= 1) return idx;
-      if (o.topPMode === "softmax") {
+      if (o.top_p_mode === "softmax") {
         const probs = Array.from(softmaxF32(largest ? s : s.map((v) => -v)));
         const order = rank(probs, true);
         // cumsum accumulates in double and stores float32; searchsorted compares in float32.
@@ -404,7 +392,7 @@ export function selectGroupsRanked(scores: Float32Array, opts: SelectOptions): n
         return order.slice(0, Math.min(cut + 1, order.length)).map((j) => idx[j]);
       }
       const order = rank(s, largest);
-      const threshold = f32(f32(f32(o.value) * torchSum(s)) - f32(o.selectionEps));
+      const threshold = f32(f32(f32(o.value) * torchSum(s)) - f32(o.selection_eps));
       // The running sum is a Python float; each comparison rounds it to float32.
       let cum = 0;
       let count = 0;
@@ -524,7 +512,7 @@ export interface GroupFilterResult {
   scores: Float32Array;
   /** Kept group indices, ascending. */
   kept: number[];
-  /** RAGEN's shortcut: top_p with value >= 1 and includeZero returns the batch untouched. */
+  /** RAGEN's shortcut: top_p with value >= 1 and include_zero returns the batch untouched. */
   noFilter: boolean;
   metrics: FilterMetrics;
 }
@@ -539,7 +527,7 @@ export function runGroupFilter(
   return {
     scores,
     kept: [...ranked].sort((a, b) => a - b),
-    noFilter: config.strategy === "top_p" && config.value >= 1 && config.includeZero,
+    noFilter: config.strategy === "top_p" && config.value >= 1 && config.include_zero,
     metrics: filterMetrics(episodeScores, config.metric, ranked),
   };
 }

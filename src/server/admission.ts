@@ -3,6 +3,7 @@
 // refusal is a RollgymError whose code says which check (errors/catalogue.ts).
 import { unknownTagMessage } from "../../envs/registry.ts";
 import type { EnvOpen, RolloutRequest } from "../../protocol/messages.ts";
+import { ASYNC } from "../../protocol/settings.ts";
 import { messageOf } from "../errors/boundary.ts";
 import { RollgymError } from "../errors/catalogue.ts";
 import type { TokenEngine } from "../llm/token-engine.ts";
@@ -13,10 +14,10 @@ import {
   validateBatchRequest,
 } from "../rollout/batch.ts";
 import { checkRolloutShape, isShapeRefusal, type RolloutLimits } from "../rollout/limits.ts";
+import { resolveRequest } from "../rollout/request.ts";
 import { budgetRefusal } from "./budget.ts";
 import { episodesBytes } from "./memory-costs.ts";
 import type { PaceSettings } from "./pacing.ts";
-import { envOpenRequest, paceSettings, rolloutBatchRequest } from "./requests.ts";
 import type { Session } from "./session.ts";
 import type { ServerState } from "./state.ts";
 
@@ -27,8 +28,8 @@ export interface Admitted {
   pace: PaceSettings;
 }
 
-/** The request fields that pace a stream (PROTOCOL.md "Endless streams", "Staleness"). */
-const STREAM_ONLY = ["endless", "max_staleness", "groups_per_step", "drop_older_than", "in_flight"] as const;
+/** The request fields that pace a stream (PROTOCOL.md "Endless streams", "Staleness"): endless and ASYNC's. */
+const STREAM_ONLY = ["endless", ...(Object.keys(ASYNC) as (keyof typeof ASYNC)[])] as const;
 
 /** Admits `frame` for `session`, or throws the RollgymError of the first check it fails. */
 export function admitRollout(state: ServerState, session: Session, frame: RolloutRequest): Admitted {
@@ -51,7 +52,7 @@ export function admitRollout(state: ServerState, session: Session, frame: Rollou
   const pacing = STREAM_ONLY.find((f) => frame[f] !== undefined && frame[f] !== null && frame[f] !== false);
   if (!stream && pacing !== undefined) throw new RollgymError("needs_stream", { field: pacing }, pacing);
 
-  const request = rolloutBatchRequest(state.config, frame);
+  const request = resolveRequest(state.config, frame);
   // The same limits and seed range the CLI checks (src/rollout/limits.ts).
   checkRolloutShape(request, shapeOnly(options));
   // Batch delivery holds the whole batch from the start; a stream rollout holds each group
@@ -78,7 +79,7 @@ export function admitRollout(state: ServerState, session: Session, frame: Rollou
   if (request.tokens && !tokenEngine) throw new RollgymError("tokens_need_engine", { policy: policy.name });
   const why = playable(() => policyRefusal(registry, request, policy));
   if (why) throw new RollgymError("policy_cannot_play", { policy: policy.name, why });
-  return { request, tokenEngine, pace: paceSettings(state.config, frame) };
+  return { request, tokenEngine, pace: request.pace };
 }
 
 /** An env session that passed every check: its request, and the engine of a token session. */
@@ -100,7 +101,10 @@ export function admitEnvSession(
   if (hosted.size >= options.maxEnvSessionsPerConnection)
     throw new RollgymError("max_env_sessions_per_connection", { max: options.maxEnvSessionsPerConnection });
   checkTags(state, [frame], "tag");
-  const request = envOpenRequest(state.config, frame);
+  const request = resolveRequest(state.config, {
+    ...frame,
+    tags: [{ tag: frame.tag, groups: frame.groups }],
+  });
   try {
     // An env session is bounded like a rollout, and its seeds never wrap either.
     checkRolloutShape(request, shapeOnly(options));

@@ -5,17 +5,11 @@
 // the rollout began. accepted counts the groups delivered; running, the groups started and not
 // finished. A group dropped by drop_older_than is not accepted: another takes its place.
 import type { Admitted } from "../../protocol/messages.ts";
+import type { PaceValues } from "../../protocol/settings.ts";
 import type { UpdateCoordinator } from "./updates.ts";
 
-export interface PaceSettings {
-  /** Groups running at once. */
-  inFlight: number;
-  /** null: no bound. */
-  maxStaleness: number | null;
-  groupsPerStep: number;
-  /** null: finished groups are never dropped for their age. */
-  dropOlderThan: number | null;
-}
+/** ASYNC's settings by wire name (protocol/settings.ts), in_flight and groups_per_step resolved to numbers. */
+export type PaceSettings = PaceValues;
 
 export class StreamPacing {
   readonly settings: PaceSettings;
@@ -38,17 +32,17 @@ export class StreamPacing {
   }
 
   get capacity(): number {
-    const { maxStaleness, groupsPerStep } = this.settings;
-    return maxStaleness === null
+    const { max_staleness, groups_per_step } = this.settings;
+    return max_staleness === null
       ? Number.POSITIVE_INFINITY
-      : (maxStaleness + this.version + 1) * groupsPerStep;
+      : (max_staleness + this.version + 1) * groups_per_step;
   }
 
   /** Whether one more group may start now (the update gate, groups in flight, the staleness rule). */
   fits(): boolean {
     return (
       !this.updates.closed &&
-      this.running < this.settings.inFlight &&
+      this.running < this.settings.in_flight &&
       this.accepted + this.running + 1 <= this.capacity
     );
   }
@@ -75,7 +69,7 @@ export class StreamPacing {
 
   /** drop_older_than: whether a group whose oldest turn ran at ordinal `oldest` is too old to send. */
   tooOld(oldest: number | null): boolean {
-    const limit = this.settings.dropOlderThan;
+    const limit = this.settings.drop_older_than;
     return limit !== null && oldest !== null && this.updates.current.ordinal - oldest > limit;
   }
 }

@@ -311,7 +311,7 @@ export class Rollout implements SessionRollout {
               groupFrame(id, group, episodes, null, null, {
                 versions: updates.used,
                 window: endless ? w : undefined,
-                admitted: this.pace.maxStaleness !== null ? admitted : undefined,
+                admitted: this.pace.max_staleness !== null ? admitted : undefined,
               }),
               episodes.length,
             );

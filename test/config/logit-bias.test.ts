@@ -6,8 +6,7 @@ import { type RolloutRequest, validateClientMessage } from "../../protocol/messa
 import { ConfigError, defaultConfig, loadConfig } from "../../src/config/index.ts";
 import { extraBodyProblem } from "../../src/llm/extra-body.ts";
 import { samplingFields } from "../../src/llm/generation.ts";
-import { batchRequest } from "../../src/rollout/request.ts";
-import { rolloutBatchRequest } from "../../src/server/requests.ts";
+import { configuredFrame, resolveRequest } from "../../src/rollout/request.ts";
 import { yamlFiles } from "./yaml-files.ts";
 
 const { yamlFile } = yamlFiles("logit-bias");
@@ -36,12 +35,15 @@ const frame = (sampling: Record<string, unknown>): Record<string, unknown> => ({
 describe("logit_bias", () => {
   it("is a config key (default null: none) whose entries merge across sources", () => {
     expect(defaultConfig().rollgym.llm.logit_bias).toBeNull();
-    expect(batchRequest(defaultConfig(), "train").sampling).not.toHaveProperty("logit_bias");
+    expect(resolveRequest(defaultConfig()).sampling).not.toHaveProperty("logit_bias");
     const file = yamlFile("rollgym:\n  llm:\n    logit_bias: {15043: -100, 7: 2.5}\n");
     const { config } = loadConfig({ files: [file], overrides: [`${KEY}.9=1`, `~${KEY}.7`] });
     expect(config.rollgym.llm.logit_bias).toEqual({ "9": 1, "15043": -100 });
     for (const mode of ["train", "val"] as const) {
-      expect(batchRequest(config, mode).sampling.logit_bias).toEqual({ "9": 1, "15043": -100 });
+      expect(resolveRequest(config, configuredFrame(config, mode)).sampling.logit_bias).toEqual({
+        "9": 1,
+        "15043": -100,
+      });
     }
   });
 
@@ -61,7 +63,7 @@ describe("logit_bias", () => {
     const { config } = loadConfig({ overrides: [`${KEY}={5: -100}`] });
     const given = validateClientMessage(frame({ logit_bias: { "7": 3 } }));
     expect(given.ok).toBe(true);
-    const request = (f: unknown) => rolloutBatchRequest(config, f as RolloutRequest);
+    const request = (f: unknown) => resolveRequest(config, f as RolloutRequest);
     expect(request(frame({ logit_bias: { "7": 3 } })).sampling.logit_bias).toEqual({ "7": 3 });
     expect(request(frame({ temperature: 0.5 })).sampling.logit_bias).toEqual({ "5": -100 });
     expect(request(frame({ logit_bias: null })).sampling).not.toHaveProperty("logit_bias");
@@ -78,7 +80,7 @@ describe("logit_bias", () => {
 
   it("goes into both dialects' request bodies, and an extra_body copy is refused with the key to use", () => {
     const sampling = {
-      ...batchRequest(defaultConfig(), "train").sampling,
+      ...resolveRequest(defaultConfig()).sampling,
       logit_bias: { "3": -100 },
       seed: 1,
     };

@@ -10,7 +10,7 @@ import { ChatPolicy } from "../../src/llm/openai-chat.ts";
 import type { Policy, PolicyRequest, PolicyResponse } from "../../src/llm/policy.ts";
 import { startMockEngine } from "../../src/mock-engine/server.ts";
 import { type BatchRequest, runBatch } from "../../src/rollout/batch.ts";
-import { batchRequest } from "../../src/rollout/request.ts";
+import { resolveRequest } from "../../src/rollout/request.ts";
 import { promptShapeProblems, type RecordedRequest, recordingPolicy } from "../helpers/recording-policy.ts";
 
 const registry = createRegistry();
@@ -27,7 +27,7 @@ function tenTurns(extra: string[] = []): BatchRequest {
       ...extra,
     ],
   });
-  return batchRequest(config);
+  return resolveRequest(config);
 }
 
 function checkRequests(requests: readonly RecordedRequest[], limit: number, shape: boolean): void {

@@ -12,7 +12,7 @@ import { loadConfig } from "../../src/config/index.ts";
 import { ChatPolicy } from "../../src/llm/openai-chat.ts";
 import { type MockEngine, startMockEngine } from "../../src/mock-engine/server.ts";
 import { type BatchRequest, runBatch } from "../../src/rollout/batch.ts";
-import { batchRequest } from "../../src/rollout/request.ts";
+import { resolveRequest } from "../../src/rollout/request.ts";
 import { recordingPolicy, singleRequest } from "../helpers/recording-policy.ts";
 
 const registry = createRegistry();
@@ -183,7 +183,7 @@ function tenTurns(window: number, extra: string[] = []): BatchRequest {
       ...extra,
     ],
   });
-  return batchRequest(config);
+  return resolveRequest(config);
 }
 
 describe("behind a gateway that forwards only /v1/*", () => {
@@ -242,7 +242,7 @@ describe("behind a gateway that forwards only /v1/*", () => {
 describe("a context limit that shrinks while the policy lives (vLLM restarted with a smaller --max-model-len)", () => {
   /** 2 × 2 CoordSokoban episodes of up to 3 turns, asking 700 tokens per answer. */
   const longAnswers = (): BatchRequest =>
-    batchRequest(
+    resolveRequest(
       loadConfig({
         overrides: [
           "es_manager.train.env_configs.tags=[CoordSokoban]",

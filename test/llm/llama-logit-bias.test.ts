@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type LlamaServer, startLlamaServer } from "../../scripts/llama/server.ts";
 import { loadConfig } from "../../src/config/index.ts";
 import { samplingFields } from "../../src/llm/generation.ts";
-import { batchRequest } from "../../src/rollout/request.ts";
+import { resolveRequest } from "../../src/rollout/request.ts";
 
 let server: LlamaServer;
 
@@ -24,7 +24,7 @@ function sampling(overrides: string[]): Record<string, unknown> {
   const { config } = loadConfig({
     overrides: ["actor_rollout_ref.rollout.response_length=24", ...overrides],
   });
-  return samplingFields({ ...batchRequest(config, "train").sampling, seed: 11 }, "llamacpp");
+  return samplingFields({ ...resolveRequest(config).sampling, seed: 11 }, "llamacpp");
 }
 
 /** The ids llama.cpp samples on its token route (/completion) for this configuration. */

@@ -42,7 +42,7 @@ async function rawResponses(
     const base = defaultBatchRequest("train", { tags: [{ tag: "SimpleSokoban", groups: 2 }], groupSize: 2 });
     const request = {
       ...base,
-      episode: { ...base.episode, maxTurn: 3 },
+      episode: { ...base.episode, max_turn: 3 },
       sampling: { ...base.sampling, max_tokens: 48 },
     };
     const batch = await runBatch(createRegistry(), request, policy);

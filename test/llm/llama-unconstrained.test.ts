@@ -24,7 +24,7 @@ function batch(tokens: boolean): BatchRequest {
   return {
     ...base,
     tokens,
-    episode: { ...base.episode, maxTurn: 3 },
+    episode: { ...base.episode, max_turn: 3 },
     sampling: { ...base.sampling, temperature: 1, max_tokens: 120 },
   };
 }

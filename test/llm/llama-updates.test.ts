@@ -95,7 +95,7 @@ describe("llama.cpp (no /pause): a token-mode turn interrupted by an update and 
     const request = {
       ...base,
       tokens: true,
-      episode: { ...base.episode, maxTurn: 2 },
+      episode: { ...base.episode, max_turn: 2 },
       sampling: { ...base.sampling, temperature: 0, max_tokens: 96 },
     };
     const before = (tokens as TokenEngine).continued;

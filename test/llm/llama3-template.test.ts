@@ -28,7 +28,7 @@ function batch(): BatchRequest {
     ...base,
     seed: 11,
     tokens: true,
-    episode: { ...base.episode, maxTurn: 3 },
+    episode: { ...base.episode, max_turn: 3 },
     sampling: { ...base.sampling, temperature: 1, max_tokens: 64 },
   };
 }

@@ -7,7 +7,7 @@ import { defaultConfig } from "../../src/config/index.ts";
 import { ChatPolicy } from "../../src/llm/openai-chat.ts";
 import { type MockEngine, startMockEngine } from "../../src/mock-engine/server.ts";
 import { type BatchRequest, runBatch } from "../../src/rollout/batch.ts";
-import { batchRequest } from "../../src/rollout/request.ts";
+import { resolveRequest } from "../../src/rollout/request.ts";
 
 const registry = createRegistry();
 
@@ -18,7 +18,7 @@ function batch(groups: number, groupSize: number): BatchRequest {
     group_size: groupSize,
     env_configs: { tags: ["SimpleSokoban"], n_groups: [groups] },
   };
-  const request = batchRequest(config, "train");
+  const request = resolveRequest(config);
   return { ...request, sampling: { ...request.sampling, max_tokens: 64 } };
 }
 

@@ -22,7 +22,7 @@ function tokenBatch(groups: number, groupSize: number, maxTokens: number, maxTur
   return {
     ...base,
     tokens: true,
-    episode: { ...base.episode, maxTurn },
+    episode: { ...base.episode, max_turn: maxTurn },
     sampling: { ...base.sampling, max_tokens: maxTokens },
   };
 }

@@ -9,7 +9,7 @@ import { PolicyError } from "../../src/llm/policy.ts";
 import { type MockEngine, startMockEngine } from "../../src/mock-engine/server.ts";
 import type { BatchResult } from "../../src/record/episode-record.ts";
 import { type BatchRequest, runBatch } from "../../src/rollout/batch.ts";
-import { batchRequest } from "../../src/rollout/request.ts";
+import { resolveRequest } from "../../src/rollout/request.ts";
 import { singleRequest } from "../helpers/recording-policy.ts";
 
 const registry = createRegistry();
@@ -21,7 +21,7 @@ function smallBatch(groups = 4, maxTokens?: number): BatchRequest {
     group_size: 4,
     env_configs: { tags: ["SimpleSokoban"], n_groups: [groups] },
   };
-  const request = batchRequest(config, "train");
+  const request = resolveRequest(config);
   return maxTokens ? { ...request, sampling: { ...request.sampling, max_tokens: maxTokens } } : request;
 }
 

@@ -66,7 +66,7 @@ async function rollOut(base: string, envConfig: Record<string, unknown> = {}) {
     tags: [{ tag: "GuessNumber", groups: 4 }],
     groupSize: 3,
     seed: 900,
-    episode: { ...defaults.episode, maxTurn: 8, maxActionsPerTurn: 1 },
+    episode: { ...defaults.episode, max_turn: 8, max_actions_per_turn: 1 },
   });
   return runBatch(registry, request, bisectPolicy());
 }

@@ -163,7 +163,7 @@ describe("env_type openenv: a remote CoordSokoban", () => {
         groupSize: 2,
         seed: 77,
       });
-      request.episode = { ...request.episode, maxTurn: 4 };
+      request.episode = { ...request.episode, max_turn: 4 };
       const local = await runBatch(createRegistry(), request, scripted);
       const hosted = closed.episodes as EpisodeRecord[];
       expect(hosted.map((e) => e.failure)).toEqual([null, null, null, null]);

@@ -233,6 +233,15 @@ describe("typed-array helpers", () => {
     );
   });
 
+  it("reads a misaligned Node Buffer (a decode of a Buffer yields Buffers, whose slice is a view)", () => {
+    const pool = Buffer.alloc(64, 0xee);
+    const bin = pool.subarray(3, 11);
+    bin.writeInt32LE(-7, 0);
+    bin.writeFloatLE(0.5, 4);
+    expect([...readI32(bin)]).toEqual([-7, new DataView(bin.buffer, bin.byteOffset + 4).getInt32(0, true)]);
+    expect(readF32(bin)[1]).toBe(0.5);
+  });
+
   it("readI32 shares memory when aligned and copies when misaligned", () => {
     const aligned = i32Bin([5, 6]);
     expect(readI32(aligned).buffer).toBe(aligned.buffer);

@@ -104,7 +104,7 @@ describe("runBatch", () => {
       request({
         tags: [{ tag: "SimpleSokoban", groups: 1 }],
         seed: 10000,
-        episode: { ...request().episode, maxTurn: 3 },
+        episode: { ...request().episode, max_turn: 3 },
       }),
       malformedOnce,
     );
@@ -194,7 +194,7 @@ describe("context windows", () => {
         request({
           tags: [{ tag: "SimpleSokoban", groups: 1 }],
           seed: 10001,
-          episode: { ...request().episode, maxTurn: 3, contextWindowMode: mode, maxContextWindow: 2 },
+          episode: { ...request().episode, max_turn: 3, context_window_mode: mode, max_context_window: 2 },
         }),
         policy,
       );

@@ -20,10 +20,10 @@ const F32 = (xs: number[]): Float32Array => Float32Array.from(xs);
 const linear = (value: number, extra: Partial<SelectOptions> = {}): SelectOptions => ({
   strategy: "top_p",
   value,
-  topPMode: "linear",
+  top_p_mode: "linear",
   type: "largest",
-  includeZero: true,
-  selectionEps: 0.01,
+  include_zero: true,
+  selection_eps: 0.01,
   ...extra,
 });
 const opts = (
@@ -37,22 +37,22 @@ describe("selectGroups: linear top_p (facts §4.3 / RAGEN tests)", () => {
     expect(selectGroups(F32([4, 3, 2, 1]), linear(0.6))).toEqual([0, 1]);
   });
   it("[3,1,1,0] p 0.9 include_zero false keeps 0,1,2 (threshold 4.49)", () => {
-    expect(selectGroups(F32([3, 1, 1, 0]), linear(0.9, { includeZero: false }))).toEqual([0, 1, 2]);
+    expect(selectGroups(F32([3, 1, 1, 0]), linear(0.9, { include_zero: false }))).toEqual([0, 1, 2]);
   });
   it("[10,1,0,0] p 0.9 keeps [0]", () => {
     expect(selectGroups(F32([10, 1, 0, 0]), linear(0.9))).toEqual([0]);
-    expect(selectGroups(F32([10, 1, 0, 0]), linear(0.9, { includeZero: false }))).toEqual([0]);
-    expect(selectGroups(F32([4, 2, 0, 0]), linear(0.9, { includeZero: false }))).toEqual([0, 1]);
+    expect(selectGroups(F32([10, 1, 0, 0]), linear(0.9, { include_zero: false }))).toEqual([0]);
+    expect(selectGroups(F32([4, 2, 0, 0]), linear(0.9, { include_zero: false }))).toEqual([0, 1]);
   });
   it("all-zero scores keep nothing even with include_zero", () => {
     expect(selectGroups(F32([0, 0, 0]), linear(0.9))).toEqual([]);
-    expect(selectGroups(F32([0, 0, 0]), linear(0.9, { includeZero: false }))).toEqual([]);
+    expect(selectGroups(F32([0, 0, 0]), linear(0.9, { include_zero: false }))).toEqual([]);
   });
   it("value >= 1 keeps every (non-zero-filtered) group", () => {
     expect(selectGroups(F32([4, 2, 0, 0]), linear(1))).toEqual([0, 1, 2, 3]);
     expect(selectGroups(F32([0, 0, 0]), linear(1))).toEqual([0, 1, 2]);
     expect(selectGroups(F32([1, 3, 2]), linear(1.5))).toEqual([0, 1, 2]);
-    expect(selectGroups(F32([4, 0, 2]), linear(1, { includeZero: false }))).toEqual([0, 2]);
+    expect(selectGroups(F32([4, 0, 2]), linear(1, { include_zero: false }))).toEqual([0, 2]);
   });
   it("smallest walks up from the lowest score and stops at a score <= 0", () => {
     // ascending 1,2,3: threshold 0.5*10-0.01 = 4.99 is reached after 1+2+3
@@ -60,7 +60,7 @@ describe("selectGroups: linear top_p (facts §4.3 / RAGEN tests)", () => {
     // a zero comes first: nothing
     expect(selectGroups(F32([0, 2, 3]), linear(0.5, { type: "smallest" }))).toEqual([]);
     // without zeros: threshold 2.49, 2 < 2.49 so 3 is needed too
-    expect(selectGroups(F32([0, 2, 3]), linear(0.5, { type: "smallest", includeZero: false }))).toEqual([
+    expect(selectGroups(F32([0, 2, 3]), linear(0.5, { type: "smallest", include_zero: false }))).toEqual([
       1, 2,
     ]);
   });
@@ -73,11 +73,11 @@ describe("selectGroups: linear top_p (facts §4.3 / RAGEN tests)", () => {
   });
   it("uses float32 tensor arithmetic, not doubles (cases checked with torch)", () => {
     // A double computation would keep [0,1,2]: threshold 0.9f*4 = 3.6000001 and 3.0+0.6f rounds up to it.
-    expect(selectGroups(F32([3.0, 0.4, 0.6]), linear(0.9, { selectionEps: 0 }))).toEqual([0, 2]);
-    expect(selectGroups(F32([0.7, 0.6, 1.5, 0.2]), linear(0.5, { selectionEps: 0 }))).toEqual([2]);
-    expect(selectGroups(F32([1.2, 0.4, 0.6, 1.8]), linear(0.9, { selectionEps: 0 }))).toEqual([0, 2, 3]);
+    expect(selectGroups(F32([3.0, 0.4, 0.6]), linear(0.9, { selection_eps: 0 }))).toEqual([0, 2]);
+    expect(selectGroups(F32([0.7, 0.6, 1.5, 0.2]), linear(0.5, { selection_eps: 0 }))).toEqual([2]);
+    expect(selectGroups(F32([1.2, 0.4, 0.6, 1.8]), linear(0.9, { selection_eps: 0 }))).toEqual([0, 2, 3]);
     // The running sum is a double rounded to float32 at each comparison: 2.1f+1.4f reaches the threshold.
-    expect(selectGroups(F32([0.2, 2.1, 1.3, 1.4]), linear(0.7, { selectionEps: 0 }))).toEqual([1, 3]);
+    expect(selectGroups(F32([0.2, 2.1, 1.3, 1.4]), linear(0.7, { selection_eps: 0 }))).toEqual([1, 3]);
   });
   it("ties broken by group index", () => {
     expect(selectGroups(F32([2, 2, 2]), linear(0.5))).toEqual([0, 1]);
@@ -88,12 +88,12 @@ describe("selectGroups: linear top_p (facts §4.3 / RAGEN tests)", () => {
 
 describe("selectGroups: softmax top_p", () => {
   const sm = (value: number, extra: Partial<SelectOptions> = {}): SelectOptions =>
-    linear(value, { topPMode: "softmax", ...extra });
+    linear(value, { top_p_mode: "softmax", ...extra });
   it("RAGEN's own examples", () => {
     expect(selectGroups(F32([1, 1, 1]), sm(0.6))).toEqual([0, 1]);
-    expect(selectGroups(F32([10, 1, 0, 0]), sm(0.9, { includeZero: false }))).toEqual([0]);
-    expect(selectGroups(F32([4, 2, 0, 0]), sm(0.9, { includeZero: false }))).toEqual([0, 1]);
-    expect(selectGroups(F32([1, 1, 1, 0]), sm(0.6, { includeZero: false }))).toEqual([0, 1]);
+    expect(selectGroups(F32([10, 1, 0, 0]), sm(0.9, { include_zero: false }))).toEqual([0]);
+    expect(selectGroups(F32([4, 2, 0, 0]), sm(0.9, { include_zero: false }))).toEqual([0, 1]);
+    expect(selectGroups(F32([1, 1, 1, 0]), sm(0.6, { include_zero: false }))).toEqual([0, 1]);
   });
   it("hand-computed probabilities", () => {
     // softmax([2,0,0]) = [0.787, 0.107, 0.107]
@@ -122,9 +122,9 @@ describe("selectGroups: top_k, top_k_abs, min_p", () => {
     expect(selectGroups(F32([5, 1, 4, 2]), opts("top_k", 0.5))).toEqual([0, 2]);
     expect(selectGroups(F32([5, 1, 4, 2]), opts("top_k", 0.5, { type: "smallest" }))).toEqual([1, 3]);
     // num_groups counts zero groups too: int(0.25*4) = 1
-    expect(selectGroups(F32([0, 3, 0, 1]), opts("top_k", 0.25, { includeZero: false }))).toEqual([1]);
-    expect(selectGroups(F32([0, 3, 0, 1]), opts("top_k", 0.1, { includeZero: false }))).toEqual([1]);
-    expect(selectGroups(F32([0, 3, 0, 1]), opts("top_k", 1, { includeZero: false }))).toEqual([1, 3]);
+    expect(selectGroups(F32([0, 3, 0, 1]), opts("top_k", 0.25, { include_zero: false }))).toEqual([1]);
+    expect(selectGroups(F32([0, 3, 0, 1]), opts("top_k", 0.1, { include_zero: false }))).toEqual([1]);
+    expect(selectGroups(F32([0, 3, 0, 1]), opts("top_k", 1, { include_zero: false }))).toEqual([1, 3]);
     // 0.7*10 = 7.000000000000001 in doubles -> 7
     expect(selectGroups(F32([9, 8, 7, 6, 5, 4, 3, 2, 1, 0]), opts("top_k", 0.7)).length).toBe(7);
     // the RAGEN unit test: 4 groups, value 0.5
@@ -147,7 +147,7 @@ describe("selectGroups: top_k, top_k_abs, min_p", () => {
     // smallest: keep s <= min/value
     expect(selectGroups(F32([4, 2, 1, 3]), opts("min_p", 0.5, { type: "smallest" }))).toEqual([1, 2]);
     expect(
-      selectGroups(F32([4, 0, 1]), opts("min_p", 0.5, { type: "smallest", includeZero: false })),
+      selectGroups(F32([4, 0, 1]), opts("min_p", 0.5, { type: "smallest", include_zero: false })),
     ).toEqual([2]);
     expect(selectGroups(F32([4, 0, 1]), opts("min_p", 0.5, { type: "smallest" }))).toEqual([1]);
     // float32: 7 * 0.1f rounds to 0.7f, so 0.7 is kept (doubles would drop it); checked with torch
@@ -202,12 +202,14 @@ describe("groupScores and metrics", () => {
     expect(err(() => selectGroups(s, opts("top_q" as "top_p", 1))).field).toBe("strategy");
     expect(err(() => selectGroups(s, linear(-0.1))).field).toBe("value");
     expect(err(() => selectGroups(s, linear(Number.NaN))).field).toBe("value");
-    expect(err(() => selectGroups(s, linear(0.5, { topPMode: "cubic" as "linear" }))).field).toBe("topPMode");
-    expect(err(() => selectGroups(s, linear(0.5, { type: "biggest" as "largest" }))).field).toBe("type");
-    expect(err(() => selectGroups(s, linear(0.5, { includeZero: 1 as unknown as boolean }))).field).toBe(
-      "includeZero",
+    expect(err(() => selectGroups(s, linear(0.5, { top_p_mode: "cubic" as "linear" }))).field).toBe(
+      "top_p_mode",
     );
-    expect(err(() => selectGroups(s, linear(0.5, { selectionEps: -1 }))).field).toBe("selectionEps");
+    expect(err(() => selectGroups(s, linear(0.5, { type: "biggest" as "largest" }))).field).toBe("type");
+    expect(err(() => selectGroups(s, linear(0.5, { include_zero: 1 as unknown as boolean }))).field).toBe(
+      "include_zero",
+    );
+    expect(err(() => selectGroups(s, linear(0.5, { selection_eps: -1 }))).field).toBe("selection_eps");
     expect(err(() => selectGroups([1, 2] as unknown as Float32Array, linear(0.5))).field).toBe("scores");
     expect(err(() => selectGroups(F32([1, Number.NaN]), linear(0.5))).field).toBe("scores[1]");
     expect(err(() => filterMetrics(rows, "reward", [0, 0])).field).toBe("kept");
@@ -218,10 +220,10 @@ describe("groupScores and metrics", () => {
       metric: "reward_variance",
       strategy: "top_p",
       value: 1.0,
-      topPMode: "linear",
+      top_p_mode: "linear",
       type: "largest",
-      includeZero: true,
-      selectionEps: 0.01,
+      include_zero: true,
+      selection_eps: 0.01,
     });
     const r = runGroupFilter([
       [0, 0],
@@ -306,13 +308,13 @@ describe("properties", () => {
   const optsArb: fc.Arbitrary<SelectOptions> = fc.record({
     strategy: fc.constantFrom("top_p", "top_k", "top_k_abs", "min_p"),
     value: fc.oneof(fc.double({ min: 0, max: 1.2, noNaN: true }), fc.constantFrom(0, 0.5, 0.9, 1, 3)),
-    topPMode: fc.constantFrom("linear", "softmax"),
+    top_p_mode: fc.constantFrom("linear", "softmax"),
     type: fc.constantFrom("largest", "smallest"),
-    includeZero: fc.boolean(),
-    selectionEps: fc.constantFrom(0.01, 0, 0.1),
+    include_zero: fc.boolean(),
+    selection_eps: fc.constantFrom(0.01, 0, 0.1),
   });
   const candidates = (s: Float32Array, o: SelectOptions): number[] =>
-    Array.from(s.keys()).filter((i) => o.includeZero || Math.abs(s[i]) > 1e-10);
+    Array.from(s.keys()).filter((i) => o.include_zero || Math.abs(s[i]) > 1e-10);
 
   it("kept is a sorted, duplicate-free subset of the candidates; ranked is a permutation of it", () => {
     fc.assert(
@@ -362,7 +364,7 @@ describe("properties", () => {
         const s = F32(xs);
         const cand = candidates(s, o);
         expect(selectGroups(s, { ...o, strategy: "top_p", value: v })).toEqual(cand);
-        const soft = selectGroups(s, { ...o, strategy: "top_p", topPMode: "softmax", value: o.value % 1 });
+        const soft = selectGroups(s, { ...o, strategy: "top_p", top_p_mode: "softmax", value: o.value % 1 });
         expect(soft.length >= 1).toBe(cand.length > 0);
       }),
       { numRuns: 300 },
@@ -372,7 +374,7 @@ describe("properties", () => {
   it("linear top_p keeps a positive best-ranked prefix reaching value*sum - eps, or nothing", () => {
     fc.assert(
       fc.property(scoresArb, optsArb, (xs, o0) => {
-        const o = { ...o0, strategy: "top_p", topPMode: "linear", value: o0.value % 1 } as SelectOptions;
+        const o = { ...o0, strategy: "top_p", top_p_mode: "linear", value: o0.value % 1 } as SelectOptions;
         const s = F32(xs);
         const cand = candidates(s, o);
         const kept = selectGroups(s, o);
@@ -381,7 +383,7 @@ describe("properties", () => {
         for (const g of kept) expect(s[g]).toBeGreaterThan(0);
         if (kept.length > 0) {
           expect(mass).toBeGreaterThanOrEqual(
-            o.value * total - (o.selectionEps ?? 0.01) - 1e-4 * (1 + Math.abs(total)),
+            o.value * total - (o.selection_eps ?? 0.01) - 1e-4 * (1 + Math.abs(total)),
           );
           const dropped = cand.filter((g) => !kept.includes(g));
           for (const g of kept)
@@ -497,8 +499,8 @@ const fixture = readFileSync(new URL("../fixtures/filter/ragen-filter.jsonl", im
 
 // The key RAGEN ranks candidates by: the score, or its softmax probability in softmax top_p.
 function rankKeys(s: Float32Array, o: SelectOptions): Map<number, number> {
-  const cand = Array.from(s.keys()).filter((i) => o.includeZero || Math.abs(s[i]) > Math.fround(1e-10));
-  if (o.strategy !== "top_p" || o.topPMode !== "softmax") return new Map(cand.map((i) => [i, s[i]]));
+  const cand = Array.from(s.keys()).filter((i) => o.include_zero || Math.abs(s[i]) > Math.fround(1e-10));
+  if (o.strategy !== "top_p" || o.top_p_mode !== "softmax") return new Map(cand.map((i) => [i, s[i]]));
   const probs = softmaxF32(cand.map((i) => (o.type === "largest" ? s[i] : -s[i])));
   return new Map(cand.map((i, j) => [i, probs[j]]));
 }
@@ -512,9 +514,9 @@ describe("parity with RAGEN's rollout_filter.py under torch (CPU)", () => {
       fixture.map((c) =>
         [
           c.config.strategy,
-          c.config.strategy === "top_p" ? c.config.topPMode : "",
+          c.config.strategy === "top_p" ? c.config.top_p_mode : "",
           c.config.type,
-          c.config.includeZero,
+          c.config.include_zero,
         ].join("/"),
       ),
     );

@@ -27,7 +27,7 @@ function batch(groups: number, groupSize: number, tokens: boolean): BatchRequest
   return {
     ...base,
     tokens,
-    episode: { ...base.episode, maxTurn: 4 },
+    episode: { ...base.episode, max_turn: 4 },
     sampling: { ...base.sampling, max_tokens: 120 },
   };
 }

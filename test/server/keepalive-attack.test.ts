@@ -5,6 +5,7 @@
 // for longer than the idle bound; one address holds at most max_watchers_per_address watches.
 import { afterEach, describe, expect, it } from "vitest";
 import WebSocket from "ws";
+import { NodeClient } from "../../src/client/node.ts";
 import { buildServer, type RollgymServer } from "../../src/server/app.ts";
 import { DEFAULT_CONNECTION_LIMITS } from "../../src/server/connections.ts";
 import { DEFAULT_WATCH_LIMITS } from "../../src/server/watch.ts";
@@ -92,7 +93,7 @@ describe("keep-alive sockets at max_connections", () => {
     // Every credit arrives well within idle_drop_s, yet once that long has passed since their
     // hello a newcomer takes an attacker's place.
     const trainer = await knock(() => TestClient.connect(url), 4 * idleDropMs);
-    expect(trainer).toBeInstanceOf(TestClient);
+    expect(trainer).toBeInstanceOf(NodeClient);
     const verdict = await playToVerdict(trainer as TestClient, rolloutFrame("bystander", 2, 2));
     expect(verdict).toMatchObject({ type: "batch", failed: 0, episodes: 4 });
     const openenv = await knock(() => OpenEnvTestSession.open(url, "Bandit"), 4 * idleDropMs);
@@ -127,7 +128,7 @@ describe("keep-alive sockets at max_connections", () => {
     });
     await expect(TestClient.connect(url)).rejects.toThrow(/HTTP 503/);
     const newcomer = await knock(() => TestClient.connect(url), 6 * idleDropMs);
-    expect(newcomer).toBeInstanceOf(TestClient);
+    expect(newcomer).toBeInstanceOf(NodeClient);
     await until(() => poller.closeCode !== null);
     expect(poller.closeCode).toBe(4011);
     expect(page.closeCode).toBeNull();

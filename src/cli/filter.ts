@@ -1,14 +1,9 @@
 // `rollgym filter`: RAGEN's group filter on scores read from stdin.
 
 import { FILTER_METRICS, FILTER_STRATEGIES, FILTER_TYPES, TOP_P_MODES } from "../../protocol/settings.ts";
+import { inContext } from "../errors/boundary.ts";
 import { BUCKET_MODES, type BucketMode, bucketGroups } from "../rollout/buckets.ts";
-import {
-  DEFAULT_FILTER,
-  FilterInputError,
-  filterNote,
-  groupStats,
-  runGroupFilter,
-} from "../rollout/filter.ts";
+import { DEFAULT_FILTER, filterNote, groupStats, runGroupFilter } from "../rollout/filter.ts";
 import {
   expectPositionals,
   type FlagSpec,
@@ -83,8 +78,7 @@ export async function filterCommand(argv: readonly string[]): Promise<void> {
     await writer.line(out);
     await writer.flush();
   } catch (error) {
-    if (error instanceof FilterInputError) throw new UsageError(`stdin: ${error.message}`);
-    throw error;
+    throw inContext(error, "filter_input", "stdin");
   }
 }
 

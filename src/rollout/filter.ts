@@ -20,6 +20,7 @@ import {
   TOP_P_MODES,
   type TopPMode,
 } from "../../protocol/settings.ts";
+import { RollgymError } from "../errors/catalogue.ts";
 
 export interface SelectOptions {
   strategy: FilterStrategy;
@@ -66,12 +67,11 @@ export function filterNote(
 }
 
 /** Invalid filter input; `field` names the offending argument or option. */
-export class FilterInputError extends Error {
-  readonly field: string;
+export class FilterInputError extends RollgymError<"filter_input"> {
+  declare readonly field: string;
   constructor(field: string, message: string) {
-    super(`${field}: ${message}`);
+    super("filter_input", { field, message }, field);
     this.name = "FilterInputError";
-    this.field = field;
   }
 }
 

@@ -2,8 +2,8 @@
 // the env registry they describe. Problems become one-line usage errors; notices are held back
 // until every input has been checked, so a bad input still prints exactly one line.
 import type { EnvRegistry } from "../../envs/registry.ts";
-import { ConfigError, type LoadedConfig, loadConfig } from "../config/index.ts";
-import { type FlagSpec, type ParsedArgs, UsageError } from "./args.ts";
+import { type LoadedConfig, loadConfig } from "../config/index.ts";
+import type { FlagSpec, ParsedArgs } from "./args.ts";
 import { buildRegistry } from "./build-registry.ts";
 import { say } from "./io.ts";
 
@@ -25,15 +25,6 @@ export const CONFIG_FLAGS: Record<string, FlagSpec> = {
 /** A positional that is a config override: key=value, +key=value, ++key=value or ~key. */
 export function isOverride(text: string): boolean {
   return text.includes("=") || text.startsWith("~");
-}
-
-export function loadOrExplain(files: readonly string[], overrides: readonly string[]): LoadedConfig {
-  try {
-    return loadConfig({ files, overrides });
-  } catch (error) {
-    if (error instanceof ConfigError) throw new UsageError(error.message);
-    throw error;
-  }
 }
 
 /** Trainer-only keys and notices, printed once the command is sure to run. */
@@ -69,17 +60,12 @@ export interface Setup {
 
 /** The config (files, then `overrides`) and its registry (plugins, custom_envs). */
 export async function setup(args: ParsedArgs, overrides: readonly string[]): Promise<Setup> {
-  const loaded = loadOrExplain(args.lists.get("config") ?? [], overrides);
-  try {
-    const registry = await buildRegistry(loaded.config, {
-      origins: loaded.origins,
-      dirs: loaded.dirs,
-      plugins: (args.lists.get("plugin") ?? []).map((module) => ({ module, from: "--plugin" })),
-      notices: loaded.notices,
-    });
-    return { loaded, registry };
-  } catch (error) {
-    if (error instanceof ConfigError) throw new UsageError(error.message);
-    throw error;
-  }
+  const loaded = loadConfig({ files: args.lists.get("config") ?? [], overrides });
+  const registry = await buildRegistry(loaded.config, {
+    origins: loaded.origins,
+    dirs: loaded.dirs,
+    plugins: (args.lists.get("plugin") ?? []).map((module) => ({ module, from: "--plugin" })),
+    notices: loaded.notices,
+  });
+  return { loaded, registry };
 }

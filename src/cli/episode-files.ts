@@ -1,13 +1,15 @@
 // Reading an episode file (rollout --out) for a command: problems with the file, and ids the
 // file does not have, are one-line usage errors.
-import { type EpisodeFile, EpisodeFileError, readEpisodeFile } from "../record/episode-file.ts";
+import { codeOf, inContext } from "../errors/boundary.ts";
+import { type EpisodeFile, readEpisodeFile } from "../record/episode-file.ts";
 import { parseInteger, UsageError } from "./args.ts";
 
 export async function readEpisodeFileOrExplain(command: string, path: string): Promise<EpisodeFile> {
   try {
     return await readEpisodeFile(path);
   } catch (error) {
-    if (error instanceof EpisodeFileError) throw new UsageError(`${command}: ${error.message}`);
+    // The file's own problems go on to the boundary (exit 2), with the command's name.
+    if (codeOf(error) !== null) throw inContext(error, "episode_file", command);
     const code = (error as NodeJS.ErrnoException).code;
     if (code) {
       throw new UsageError(

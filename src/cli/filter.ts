@@ -1,11 +1,11 @@
 // `rollgym filter`: RAGEN's group filter on scores read from stdin.
 
 import { type Setting, WIRE_FILTER } from "../../protocol/settings.ts";
+import { inContext } from "../errors/boundary.ts";
 import { BUCKET_MODES, type BucketMode, bucketGroups } from "../rollout/buckets.ts";
 import {
   DEFAULT_FILTER,
   type FilterConfig,
-  FilterInputError,
   filterNote,
   groupStats,
   runGroupFilter,
@@ -98,8 +98,7 @@ export async function filterCommand(argv: readonly string[]): Promise<void> {
     await writer.line(out);
     await writer.flush();
   } catch (error) {
-    if (error instanceof FilterInputError) throw new UsageError(`stdin: ${error.message}`);
-    throw error;
+    throw inContext(error, "filter_input", "stdin");
   }
 }
 

@@ -1,8 +1,9 @@
 // `rollgym parse <TAG>`: how RAGEN reads one model turn — parsed actions, canonical names,
 // the rebuilt response and the format-penalty decision.
-import { ConfigError, checkField, FIELD_SPECS } from "../config/schema.ts";
+import { checkField, FIELD_SPECS } from "../config/schema.ts";
+import { inContext } from "../errors/boundary.ts";
 import { mapActions, parseResponse } from "../rollout/parse.ts";
-import { type FlagSpec, parseInteger, parseSeed, UsageError } from "./args.ts";
+import { type FlagSpec, parseInteger, parseSeed } from "./args.ts";
 import { CONFIG_FLAGS, reportLoaded } from "./context.ts";
 import { lookupLocalTag, parseWithSetup } from "./envs.ts";
 import { LineWriter, PRETTY_FLAG, readStdin } from "./output.ts";
@@ -29,8 +30,7 @@ function configFlag(flag: string, key: string, text: string): unknown {
   try {
     return checkField(key, FIELD_SPECS[key], text);
   } catch (error) {
-    if (error instanceof ConfigError) throw new UsageError(`${flag}: ${error.message}`);
-    throw error;
+    throw inContext(error, "config", flag);
   }
 }
 

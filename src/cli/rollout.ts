@@ -4,11 +4,11 @@ import { accessSync, constants, readFileSync, statSync } from "node:fs";
 import { constants as os } from "node:os";
 import { dirname, resolve } from "node:path";
 import type { EnvRegistry } from "../../envs/registry.ts";
-import { type LoadedConfig, originOf, type RollgymConfig } from "../config/index.ts";
+import { type LoadedConfig, loadConfig, originOf, type RollgymConfig } from "../config/index.ts";
 import { oraclePolicy, randomPolicy } from "../llm/builtin.ts";
 import { extraBodyProblem } from "../llm/extra-body.ts";
 import { ChatPolicy, TOKENS_NEED_ENGINE_ROUTES } from "../llm/openai-chat.ts";
-import { describeEngineStatus, type Policy, PolicyError } from "../llm/policy.ts";
+import { describeEngineStatus, type Policy } from "../llm/policy.ts";
 import { logprobsSource, logprobsWarning } from "../llm/token-engine.ts";
 import { EpisodeFileWriter } from "../record/episode-file.ts";
 import type { BatchResult } from "../record/episode-record.ts";
@@ -17,7 +17,7 @@ import { filterNote } from "../rollout/filter.ts";
 import { checkRolloutShape, isShapeRefusal } from "../rollout/limits.ts";
 import { resolveRequest } from "../rollout/request.ts";
 import { CommandFailure, type FlagSpec, keyFlag, type ParsedArgs, parseArgs, UsageError } from "./args.ts";
-import { CONFIG_FLAGS, isOverride, loadOrExplain, reportLoaded, setup } from "./context.ts";
+import { CONFIG_FLAGS, isOverride, reportLoaded, setup } from "./context.ts";
 import { io, say } from "./io.ts";
 import { LineWriter, ProgressBar } from "./output.ts";
 
@@ -118,7 +118,8 @@ export function overridesFrom(args: ParsedArgs, mode: string, configuredGroups: 
 
 /**
  * The configured policy, with remote endpoints checked first: a model they do not serve is a
- * usage error (exit 2), endpoints that do not answer a failure (exit 1), each one line.
+ * usage error (exit 2), endpoints that do not answer a failure (exit 1), each one line (their
+ * catalogue codes say which).
  */
 export async function readyPolicy(config: RollgymConfig): Promise<Policy> {
   const policy = buildPolicy(config);
@@ -133,10 +134,6 @@ export async function readyPolicy(config: RollgymConfig): Promise<Policy> {
       for (const warning of info.warnings) say(`warning: ${warning}`);
     } catch (error) {
       await policy.close();
-      if (error instanceof PolicyError) {
-        if (error.message.startsWith("cannot reach")) throw new CommandFailure(error.message);
-        throw new UsageError(error.message);
-      }
       throw error;
     }
   }
@@ -188,7 +185,7 @@ export async function rolloutCommand(argv: readonly string[]): Promise<number> {
       );
   }
   // The mode decides which es_manager section --tag and friends address.
-  const early = loadOrExplain(args.lists.get("config") ?? [], args.positionals);
+  const early = loadConfig({ files: args.lists.get("config") ?? [], overrides: args.positionals });
   const mode = args.values.get("mode") ?? early.config.rollgym.mode;
   const { loaded, registry } = await setup(
     args,

@@ -7,13 +7,14 @@ import { once } from "node:events";
 import { writeFile } from "node:fs/promises";
 import type { Readable, Writable } from "node:stream";
 import type { EnvRegistry } from "../../envs/registry.ts";
+import { loadConfig } from "../config/index.ts";
 import { armMixPolicy, oraclePolicy } from "../llm/builtin.ts";
 import type { ChatMessage } from "../llm/chat.ts";
 import type { Policy, PolicyRequest, PolicyResponse } from "../llm/policy.ts";
 import type { EpisodeRecord } from "../record/episode-record.ts";
 import { type BatchRequest, runBatch } from "../rollout/batch.ts";
 import { CommandFailure, type FlagSpec, parseArgs, parseChoice, parseNumber, UsageError } from "./args.ts";
-import { isOverride, loadOrExplain, reportLoaded, setup } from "./context.ts";
+import { isOverride, reportLoaded, setup } from "./context.ts";
 import { io, say } from "./io.ts";
 import { ProgressBar } from "./output.ts";
 import { checkedRequest, overridesFrom, ROLLOUT_FLAGS } from "./rollout.ts";
@@ -134,7 +135,7 @@ export async function sftCommand(argv: readonly string[]): Promise<number> {
   if (mix !== null && !(mix >= 0 && mix <= 1))
     throw new UsageError(`--arm-mix: ${mixText} is not allowed; give a share in [0, 1], e.g. 0.5`);
 
-  const early = loadOrExplain(args.lists.get("config") ?? [], args.positionals);
+  const early = loadConfig({ files: args.lists.get("config") ?? [], overrides: args.positionals });
   const mode = args.values.get("mode") ?? early.config.rollgym.mode;
   const section = mode === "val" ? "val" : "train";
   // One episode per seed unless asked otherwise: demonstrations of the same seed are identical.

@@ -13,6 +13,7 @@ import type {
   FilterStrategy as RolloutFilterStrategy,
   FilterType as RolloutFilterType,
 } from "../../protocol/settings.ts";
+import { RollgymError } from "../errors/catalogue.ts";
 import { CONFIG_KEYS, CUSTOM_ENV_KEYS, type Leaf } from "./keys.ts";
 
 export { CONTEXT_WINDOW_MODES } from "../../protocol/settings.ts";
@@ -68,12 +69,12 @@ export function effectiveFilterValue(config: RollgymConfig): number {
 }
 
 /** A config problem; `key` is the full dotted key at fault (null for file-level errors). */
-export class ConfigError extends Error {
+export class ConfigError extends RollgymError<"config"> {
   readonly key: string | null;
   readonly file: string | undefined;
   readonly line: number | undefined;
   constructor(key: string | null, message: string, where: { file?: string; line?: number } = {}) {
-    super(message);
+    super("config", { message });
     this.name = "ConfigError";
     this.key = key;
     this.file = where.file;

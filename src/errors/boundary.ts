@@ -4,12 +4,30 @@ import type { ErrorFrame } from "../../protocol/messages.ts";
 import { CATALOGUE, type CatalogueEntry, type Code, isCode, type RollgymError } from "./catalogue.ts";
 
 /**
- * The catalogue code an error carries, or null for one that is not the input's fault (a bug).
+ * The catalogue code an error carries, or null for one the catalogue does not know (a bug).
  * Read from `code`, so errors of layers that import nothing of ours (envs/) can carry one too.
  */
 export function codeOf(error: unknown): Code | null {
   const code = (error as { code?: unknown } | null)?.code;
   return error instanceof Error && isCode(code) ? code : null;
+}
+
+/**
+ * Whether `error` refuses the input: it carries a code, and not one of work that failed below
+ * (an engine, a remote env: the entries with exit status 1).
+ */
+export function isRefusal(error: unknown): boolean {
+  const code = codeOf(error);
+  return code !== null && entryOf(code).exit !== 1;
+}
+
+/**
+ * `error` with what it is about (a flag, a command, stdin) before its message, when it carries
+ * `code`; its code, and so what each boundary makes of it, stays. Anything else as it is.
+ */
+export function inContext(error: unknown, code: Code, context: string): unknown {
+  if (codeOf(error) === code) (error as Error).message = `${context}: ${(error as Error).message}`;
+  return error;
 }
 
 /** An error's message; anything else thrown, as a string. */

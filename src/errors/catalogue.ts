@@ -37,6 +37,35 @@ export const CATALOGUE = {
   /** envs' EnvConfigError (envs import nothing of ours, so it carries the code as a string). */
   env_config: entry<Said>({ exit: 2, message: said }),
   command_failed: entry<Said>({ exit: 1, message: said }),
+  /** A config file, key or value (config/schema.ts ConfigError names the key and where it was set). */
+  config: entry<Said>({ exit: 2, message: said }),
+  /** An episode file that is not one rollout --out writes (record/episode-reader.ts). */
+  episode_file: entry<Said>({ exit: 2, message: said }),
+  /** Scores given to the group filter that it cannot rank (rollout/filter.ts). */
+  filter_input: entry<{ field: string; message: string }>({
+    exit: 2,
+    message: ({ field, message }) => `${field}: ${message}`,
+  }),
+  /** The mock engine's qwen3 tokenizer without its optional package. */
+  tokenizer_missing: entry<Said>({ exit: 2, message: said }),
+
+  // Work that failed below the command: not the input's fault, and not a bug either.
+  /** No engine endpoint answered the policy's preflight. */
+  engine_unreachable: entry<Said>({ exit: 1, message: said }),
+  /** An engine that answers but does not serve the configured model. */
+  model_not_served: entry<Said>({ exit: 2, message: said }),
+  /** A generation that failed for good, after retries (llm/policy.ts PolicyError). */
+  policy_failed: entry<Said>({ exit: 1, message: said }),
+  /** One engine request that failed (llm/http.ts EngineError); the policy may retry it. */
+  engine_failed: entry<Said>({ exit: 1, message: said }),
+  replica_pool_closed: entry({ exit: 1, message: () => "replica pool closed" }),
+  /** begin() while an update is open, or end() without one (llm/updates.ts; the server checks first). */
+  update_state: entry<Said>({ exit: 1, message: said }),
+  /** A remote OpenEnv episode that cannot go on (remote-envs imports nothing of ours: a string code). */
+  openenv_failed: entry<{ reason: string; detail: string }>({
+    exit: 1,
+    message: ({ reason, detail }) => `${reason}: ${detail}`,
+  }),
 
   // A connection's frames that cannot be read: the connection closes.
   text_frame: entry({

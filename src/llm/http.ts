@@ -5,10 +5,11 @@
 // of its own rather than with fetch, which costs about four times the CPU per request and, with
 // thousands of requests in flight, scans every open connection to dispatch one (README).
 import { Client } from "undici";
+import { RollgymError } from "../errors/catalogue.ts";
 import { deadline, type PauseClock } from "./deadline.ts";
 
 /** An engine request that did not produce a usable answer. */
-export class EngineError extends Error {
+export class EngineError extends RollgymError<"engine_failed"> {
   /** HTTP status, or null when no response arrived (connection refused/reset, timeout). */
   readonly status: number | null;
   /** Seconds the server asked us to wait (Retry-After), when it said. */
@@ -20,7 +21,7 @@ export class EngineError extends Error {
     retryAfterS: number | null = null,
     replicaFault?: boolean,
   ) {
-    super(message);
+    super("engine_failed", { message });
     this.name = "EngineError";
     this.status = status;
     this.retryAfterS = retryAfterS;

@@ -244,12 +244,14 @@ export class ChatPolicy implements Policy {
           ? `${this.urls[i]}: ${r.reason instanceof Error ? r.reason.message : r.reason}`
           : "",
       );
-      throw new PolicyError(`cannot reach ${reasons.join("; ")}`);
+      throw new PolicyError(`cannot reach ${reasons.join("; ")}`, false, "engine_unreachable");
     }
     for (const { url, info } of answered) {
       if (!info.models.includes(this.options.model)) {
         throw new PolicyError(
           `model ${JSON.stringify(this.options.model)} is not served by ${url} (it serves: ${info.models.join(", ") || "nothing"})`,
+          false,
+          "model_not_served",
         );
       }
     }

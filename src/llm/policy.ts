@@ -2,6 +2,7 @@
 // next assistant turn. Built-in policies also receive the episode's solver; remote ones
 // ignore it.
 import type { ResolvedTag } from "../../envs/registry.ts";
+import { RollgymError } from "../errors/catalogue.ts";
 import type { ChatMessage, SamplingParams } from "./chat.ts";
 import type { ReplicaSnapshot } from "./replicas.ts";
 import type { TokenEngine } from "./token-engine.ts";
@@ -162,11 +163,14 @@ export function describeEngineStatus(status: EngineStatus | undefined): string |
   return `waiting on the engine: ${parts.join(", ")}${status.last_error ? ` (last error: ${status.last_error})` : ""}`;
 }
 
+/** PolicyError's codes: preflight's refusals (no endpoint answers, none serves the model) have their own. */
+export type PolicyErrorCode = "policy_failed" | "engine_unreachable" | "model_not_served";
+
 /** A generation that failed for good (after retries); the episode is reported failed with it. */
-export class PolicyError extends Error {
+export class PolicyError extends RollgymError<PolicyErrorCode> {
   readonly retryable: boolean;
-  constructor(message: string, retryable = false) {
-    super(message);
+  constructor(message: string, retryable = false, code: PolicyErrorCode = "policy_failed") {
+    super(code, { message });
     this.name = "PolicyError";
     this.retryable = retryable;
   }

@@ -2,6 +2,7 @@
 // episode keeps hitting the replica that holds its prefix cache), otherwise least-loaded. The
 // pool does no HTTP itself: callers report each request's outcome through its lease, and a probe
 // function is injected, so the routing can be tested without a network.
+import { RollgymError } from "../errors/catalogue.ts";
 
 export interface ReplicaSnapshot {
   url: string;
@@ -49,9 +50,9 @@ export interface Lease {
 }
 
 /** The rejection of acquires pending at close(), and of acquires after it. */
-export class PoolClosedError extends Error {
+export class PoolClosedError extends RollgymError<"replica_pool_closed"> {
   constructor() {
-    super("replica pool closed");
+    super("replica_pool_closed", {});
     this.name = "PoolClosedError";
   }
 }

@@ -4,6 +4,7 @@
 // the engines (engine-updates.ts); the built-in policies use it as it is.
 import type { Version } from "../../protocol/messages.ts";
 import { MAX_VERSION_ORDINAL, PAUSE_MODES } from "../../protocol/settings.ts";
+import { RollgymError } from "../errors/catalogue.ts";
 import { onParentAbort, type PauseClock } from "./deadline.ts";
 import {
   type EnginesPaused,
@@ -14,9 +15,9 @@ import {
 } from "./versions.ts";
 
 /** begin() while an update is open, or end() without one. */
-export class UpdateStateError extends Error {
+export class UpdateStateError extends RollgymError<"update_state"> {
   constructor(message: string) {
-    super(message);
+    super("update_state", { message });
     this.name = "UpdateStateError";
   }
 }

@@ -1,5 +1,6 @@
 // `rollgym mock-engine`: run the mock vLLM server until SIGINT/SIGTERM.
 // Also runnable on its own: node src/mock-engine/cli.ts --port 8000 --ttft-ms 50
+import { exitStatus, inContext } from "../errors/boundary.ts";
 import { RollgymError } from "../errors/catalogue.ts";
 import { CHAT_TEMPLATES, type ChatTemplateName } from "./chat-template.ts";
 import { checkGenerationConfig } from "./generation-config.ts";
@@ -10,7 +11,6 @@ import {
   type LatencyPresetName,
   parseResponseTokens,
 } from "./latency.ts";
-import { MissingTokenizerPackageError } from "./qwen3-tokenizer.ts";
 import { REASONING_PARSERS, type ReasoningParserName } from "./reasoning.ts";
 import { DEFAULT_MODEL, type MockEngineOptions, startMockEngine } from "./server.ts";
 import { TOKENIZER_NAMES, type TokenizerName } from "./tokenizer.ts";
@@ -265,9 +265,7 @@ export async function mockEngineCommand(argv: readonly string[]): Promise<void> 
         `mock-engine: --port ${options.port}: ${code === "EADDRINUSE" ? "already in use" : "not allowed"}`,
       );
     // An install without optional packages: the flag asks for what this install lacks.
-    if (error instanceof MissingTokenizerPackageError)
-      throw new MockEngineUsageError(`mock-engine: --tokenizer qwen3: ${error.message}`);
-    throw error;
+    throw inContext(error, "tokenizer_missing", "mock-engine: --tokenizer qwen3");
   }
   const models = Array.isArray(options.model) ? options.model.join(", ") : DEFAULT_MODEL;
   process.stdout.write(
@@ -293,7 +291,7 @@ export async function mockEngineCommand(argv: readonly string[]): Promise<void> 
 
 if (import.meta.main) {
   mockEngineCommand(process.argv.slice(2)).catch((error: unknown) => {
-    const usage = error instanceof MockEngineUsageError;
+    const usage = exitStatus(error) === 2;
     process.stderr.write(
       `${usage ? "" : "mock-engine: "}${error instanceof Error ? error.message : String(error)}\n`,
     );

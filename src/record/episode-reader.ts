@@ -4,6 +4,7 @@
 // Pure (no Node or DOM imports): the page loads this module as it is.
 
 import { isPlainObject } from "../../protocol/plain-object.ts";
+import type { Code } from "../errors/catalogue.ts";
 import type { EpisodeRecord, GroupResult } from "./episode-record.ts";
 
 export const EPISODE_FILE_FORMAT = "rollgym.episodes";
@@ -44,8 +45,12 @@ export interface EpisodeFile {
   summary: EpisodeFileSummary;
 }
 
-/** A file that is not a usable episode file: the line (1-based) and, when one is at fault, the field. */
+/**
+ * A file that is not a usable episode file: the line (1-based) and, when one is at fault, the
+ * field. The page loads this module, which cannot import the catalogue: the code is a string.
+ */
 export class EpisodeFileError extends Error {
+  readonly code = "episode_file" satisfies Code;
   readonly line: number;
   readonly field: string | undefined;
   readonly reason: string;
@@ -59,8 +64,9 @@ export class EpisodeFileError extends Error {
   }
 }
 
-/** A field with a value it may not have; `at` is filled in on the way out. */
+/** A field with a value it may not have; `at` is filled in on the way out, where it becomes an EpisodeFileError. */
 class FieldProblem extends Error {
+  readonly code = "episode_file" satisfies Code;
   at: string[] = [];
 }
 

@@ -18,6 +18,8 @@ export type OpenEnvReason =
   | "openenv_seed_ignored";
 
 export class OpenEnvFailure extends Error {
+  /** rollgym's error catalogue code (src/errors/catalogue.ts); remote-envs imports nothing of ours. */
+  readonly code = "openenv_failed";
   readonly reason: OpenEnvReason;
   /** The message without its reason. */
   readonly detail: string;

@@ -19,6 +19,7 @@ import {
   type FilterValues,
   TOP_P_MODES,
 } from "../../protocol/settings.ts";
+import { RollgymError } from "../errors/catalogue.ts";
 
 /** The filter's settings by wire name (protocol/settings.ts FILTER, whose descriptions say what each does). */
 export type FilterConfig = FilterValues;
@@ -50,12 +51,11 @@ export function filterNote(
 }
 
 /** Invalid filter input; `field` names the offending argument or option. */
-export class FilterInputError extends Error {
-  readonly field: string;
+export class FilterInputError extends RollgymError<"filter_input"> {
+  declare readonly field: string;
   constructor(field: string, message: string) {
-    super(`${field}: ${message}`);
+    super("filter_input", { field, message }, field);
     this.name = "FilterInputError";
-    this.field = field;
   }
 }
 

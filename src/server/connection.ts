@@ -6,7 +6,7 @@ import type { RawData, WebSocket } from "ws";
 import { CLOSE_CODES, decodeFrame } from "../../protocol/codec.ts";
 import { type ClientMessage, hasFrameEnvelope, validateClientMessage } from "../../protocol/messages.ts";
 import { PROTOCOL_VERSION } from "../../protocol/version.ts";
-import { type About, codeOf, messageOf, wsAnswer } from "../errors/boundary.ts";
+import { type About, isRefusal, messageOf, wsAnswer } from "../errors/boundary.ts";
 import { RollgymError } from "../errors/catalogue.ts";
 import { sameSecret } from "./auth.ts";
 import { openSession } from "./budget.ts";
@@ -92,7 +92,7 @@ export function handleConnection(state: ServerState, socket: WebSocket, ticket?:
     const frame = checked.message;
     // A handler's throw, now or later, is answered on this connection and goes no further.
     const failed = (error: unknown): void => {
-      if (codeOf(error) !== null) {
+      if (isRefusal(error)) {
         refuse(error, connection ? aboutOf(frame) : {});
         return;
       }

@@ -6,9 +6,26 @@ import { EnvConfigError } from "../../envs/types.ts";
 import { CLOSE_CODES, ERROR_CODES } from "../../protocol/codec.ts";
 import { validateServerMessage } from "../../protocol/messages.ts";
 import { UsageError } from "../../src/cli/args.ts";
-import { codeOf, errorFrame, exitStatus, httpRefusal, wsAnswer } from "../../src/errors/boundary.ts";
+import { ConfigError } from "../../src/config/schema.ts";
+import {
+  codeOf,
+  errorFrame,
+  exitStatus,
+  httpRefusal,
+  inContext,
+  isRefusal,
+  wsAnswer,
+} from "../../src/errors/boundary.ts";
 import { CATALOGUE, type Code, RollgymError } from "../../src/errors/catalogue.ts";
+import { EngineError } from "../../src/llm/http.ts";
+import { PolicyError } from "../../src/llm/policy.ts";
+import { PoolClosedError } from "../../src/llm/replicas.ts";
+import { UpdateStateError } from "../../src/llm/updates.ts";
 import { MockEngineUsageError } from "../../src/mock-engine/cli.ts";
+import { MissingTokenizerPackageError } from "../../src/mock-engine/qwen3-tokenizer.ts";
+import { EpisodeFileError } from "../../src/record/episode-reader.ts";
+import { OpenEnvFailure } from "../../src/remote-envs/openenv-session.ts";
+import { FilterInputError } from "../../src/rollout/filter.ts";
 
 describe("error catalogue", () => {
   it("gives every code a boundary, with a frame code, close code and HTTP status that exist", () => {
@@ -33,6 +50,49 @@ describe("error catalogue", () => {
     // A bug is not the input's fault: no status, the CLI throws it with its stack.
     expect(exitStatus(new TypeError("x"))).toBeNull();
     expect(exitStatus(Object.assign(new Error("pipe"), { code: "EPIPE" }))).toBeNull();
+  });
+
+  it("gives the errors of the layers below a code: a mistake in the input exits 2, failed work 1", () => {
+    const statuses: [unknown, Code, number][] = [
+      [new ConfigError("rollgym.seed", "bad"), "config", 2],
+      [new EpisodeFileError("f.jsonl", 3, "bad"), "episode_file", 2],
+      [new FilterInputError("scores", "bad"), "filter_input", 2],
+      [new MissingTokenizerPackageError(), "tokenizer_missing", 2],
+      [new PolicyError("model m is not served", false, "model_not_served"), "model_not_served", 2],
+      [new PolicyError("cannot reach u", false, "engine_unreachable"), "engine_unreachable", 1],
+      [new PolicyError("gave up"), "policy_failed", 1],
+      [new EngineError("503", 503), "engine_failed", 1],
+      [new PoolClosedError(), "replica_pool_closed", 1],
+      [new UpdateStateError("no update is open"), "update_state", 1],
+      // remote-envs imports nothing of ours either: a string code.
+      [new OpenEnvFailure("openenv_timeout", "no answer"), "openenv_failed", 1],
+    ];
+    for (const [error, code, status] of statuses) {
+      expect(codeOf(error), code).toBe(code);
+      expect(exitStatus(error), code).toBe(status);
+    }
+    // Their messages are the ones they always had.
+    expect(new FilterInputError("scores", "bad").message).toBe("scores: bad");
+    expect(new OpenEnvFailure("openenv_timeout", "no answer").message).toBe(
+      CATALOGUE.openenv_failed.message({ reason: "openenv_timeout", detail: "no answer" }),
+    );
+  });
+
+  it("tells refusals of the input from work that failed below, and bugs", () => {
+    expect(isRefusal(new RollgymError("bad_responses", { message: "m" }))).toBe(true);
+    expect(isRefusal(new EnvConfigError("seed", "bad"))).toBe(true);
+    expect(isRefusal(new EngineError("503", 503))).toBe(false);
+    expect(isRefusal(new OpenEnvFailure("openenv_closed", "gone"))).toBe(false);
+    expect(isRefusal(new TypeError("x"))).toBe(false);
+  });
+
+  it("puts what an error is about before its message, keeping its code", () => {
+    const config = inContext(new ConfigError("rollgym.seed", "bad"), "config", "--seed") as Error;
+    expect(config.message).toBe("--seed: bad");
+    expect(exitStatus(config)).toBe(2);
+    // Another code, or no code, passes as it is.
+    expect((inContext(new UsageError("u"), "config", "--seed") as Error).message).toBe("u");
+    expect((inContext(new TypeError("t"), "config", "--seed") as Error).message).toBe("t");
   });
 
   it("answers a WebSocket with a valid error frame, a close, or both", () => {

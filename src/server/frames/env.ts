@@ -4,7 +4,7 @@
 // env_close and each step the env answers are work (c.worked): a connection keeps its place
 // while its env sessions step, and only as long as that (a refused step is no work).
 import type { EnvClose, EnvOpen, EnvStep } from "../../../protocol/messages.ts";
-import { codeOf, messageOf } from "../../errors/boundary.ts";
+import { codeOf, isRefusal, messageOf } from "../../errors/boundary.ts";
 import { RollgymError } from "../../errors/catalogue.ts";
 import { admitEnvSession } from "../admission.ts";
 import { HostedEnvs } from "../env-host.ts";
@@ -81,7 +81,7 @@ export function onEnvStep(c: Connection, frame: EnvStep): void {
   envs.idleTimer?.refresh();
   const refuse = (error: unknown): void => {
     const message = messageOf(error);
-    if (codeOf(error) !== null) {
+    if (isRefusal(error)) {
       envs.charge(-adds); // refused (env-host.ts) before anything was applied
       c.refuse(error, about);
     } else if (envs.tokenSession) {

@@ -138,13 +138,10 @@ export class ConnectionGuard {
   }
 
   private readonly nextTurn = (): void => {
-    this.upgradesThisTurn = 0;
-    const now: (() => void)[] = [];
-    while (now.length < UPGRADES_PER_TURN && this.upgrades.size > 0) now.push(this.upgrades.wakeNext()!);
-    if (now.length === 0) return;
-    this.upgradesThisTurn = now.length;
+    this.upgradesThisTurn = Math.min(this.upgrades.size, UPGRADES_PER_TURN);
+    if (this.upgradesThisTurn === 0) return;
     setImmediate(this.nextTurn);
-    for (const handshake of now) handshake();
+    for (let left = this.upgradesThisTurn; left > 0; left--) this.upgrades.wakeNext()!();
   };
 
   /** Counts an upgraded WebSocket until it closes, and holds it as pending until its hello. */

@@ -48,15 +48,15 @@ const BELOW_CLI = [
  *   status and close code) imports only `protocol`, and every layer of src/ may use it.
  * - `src/concurrency` (the one wait queue behind every limit that parks callers) imports nothing,
  *   and every layer of src/ may use it.
- * - `src/client` (the TypeScript protocol client) imports only `protocol`: the bench's trainer
- *   and the page's watch view (under `src/server`) speak the protocol through it.
+ * - `src/client` (the TypeScript protocol client) imports only `protocol` and the wait queue: the
+ *   bench's trainer and the page's watch view (under `src/server`) speak the protocol through it.
  */
 const ALLOWED: Readonly<Record<string, readonly string[]>> = {
   envs: [],
   protocol: [],
   "src/concurrency": [],
   "src/errors": ["protocol"],
-  "src/client": ["protocol"],
+  "src/client": ["protocol", "src/concurrency"],
   "src/remote-envs": ["envs", "protocol", "src/concurrency"],
   "src/config": ["envs", "protocol", "src/errors", "src/concurrency"],
   "src/record": ["protocol", "src/errors", "src/concurrency"],

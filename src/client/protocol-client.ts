@@ -5,6 +5,7 @@
 // opens the socket with `ws` (headers, a local address, reading paused).
 import { decodeFrame, encodeMessage } from "../../protocol/codec.ts";
 import { PROTOCOL_VERSION } from "../../protocol/version.ts";
+import { WaitQueue } from "../concurrency/wait-queue.ts";
 
 export type Frame = Record<string, unknown> & { type: string };
 
@@ -44,10 +45,10 @@ export function closedError(code: number, reason: string): Error {
   return new Error(`the server closed the WebSocket (${code}${reason.length ? ` ${reason}` : ""})`);
 }
 
-interface Waiter {
-  match: (frame: Frame) => boolean;
-  resolve: (frame: Frame) => void;
-  reject: (error: Error) => void;
+/** A wait for the first frame `match` accepts; `frame` is that frame once it came. */
+interface FrameWait {
+  readonly match: (frame: Frame) => boolean;
+  frame: Frame | null;
 }
 
 export class ProtocolClient<Socket extends FrameSocket = FrameSocket> {
@@ -60,9 +61,9 @@ export class ProtocolClient<Socket extends FrameSocket = FrameSocket> {
   closeReason = "";
   private readonly record: boolean;
   private readonly closeFailsWaits: boolean;
-  private waiters: Waiter[] = [];
-  private readonly frameListeners: ((frame: Frame) => void)[] = [];
-  private readonly closeListeners: ((code: number, reason: string) => void)[] = [];
+  private readonly waits = new WaitQueue<FrameWait>();
+  private readonly frameListeners = new Set<(frame: Frame) => void>();
+  private readonly closeListeners = new Set<(code: number, reason: string) => void>();
 
   constructor(socket: Socket, options: ClientOptions = {}) {
     this.socket = socket;
@@ -74,12 +75,12 @@ export class ProtocolClient<Socket extends FrameSocket = FrameSocket> {
 
   /** Calls `listener` with every frame, after the waits it ends. */
   onFrame(listener: (frame: Frame) => void): void {
-    this.frameListeners.push(listener);
+    this.frameListeners.add(listener);
   }
 
   /** Calls `listener` once the socket closes, after the waits the close ends. */
   onClose(listener: (code: number, reason: string) => void): void {
-    this.closeListeners.push(listener);
+    this.closeListeners.add(listener);
   }
 
   /** Encodes and sends `frame`; nothing once the socket is no longer open. */
@@ -99,32 +100,16 @@ export class ProtocolClient<Socket extends FrameSocket = FrameSocket> {
    * The first frame matching `match`: one already received (when recording) or the next to
    * come. Rejects after `timeoutMs` (null: never).
    */
-  next(match: (frame: Frame) => boolean, timeoutMs: number | null = DEFAULT_WAIT_MS): Promise<Frame> {
+  async next(match: (frame: Frame) => boolean, timeoutMs: number | null = DEFAULT_WAIT_MS): Promise<Frame> {
     const seen = this.received.find(match);
-    if (seen) return Promise.resolve(seen);
-    if (this.closeFailsWaits && this.closeCode !== null)
-      return Promise.reject(closedError(this.closeCode, this.closeReason));
-    return new Promise((resolve, reject) => {
-      const timer =
-        timeoutMs === null
-          ? undefined
-          : setTimeout(() => {
-              this.waiters = this.waiters.filter((w) => w !== waiter);
-              reject(new Error("timed out waiting for a frame"));
-            }, timeoutMs);
-      const waiter: Waiter = {
-        match,
-        resolve: (frame) => {
-          clearTimeout(timer);
-          resolve(frame);
-        },
-        reject: (error) => {
-          clearTimeout(timer);
-          reject(error);
-        },
-      };
-      this.waiters.push(waiter);
-    });
+    if (seen) return seen;
+    if (this.closeFailsWaits && this.closeCode !== null) throw closedError(this.closeCode, this.closeReason);
+    const wait: FrameWait = { match, frame: null };
+    const signal = timeoutMs === null ? undefined : AbortSignal.timeout(timeoutMs);
+    const departure = await this.waits.park(wait, signal);
+    if (wait.frame) return wait.frame;
+    if (departure === "aborted") throw new Error("timed out waiting for a frame");
+    throw closedError(this.closeCode ?? 1006, this.closeReason);
   }
 
   /** Resolves once the socket has closed. */
@@ -150,10 +135,10 @@ export class ProtocolClient<Socket extends FrameSocket = FrameSocket> {
       this.raw.push(bytes);
       this.received.push(frame);
     }
-    this.waiters = this.waiters.filter((w) => {
-      if (!w.match(frame)) return true;
-      w.resolve(frame);
-      return false;
+    this.waits.wakeWhere((wait) => {
+      if (!wait.match(frame)) return false;
+      wait.frame = frame;
+      return true;
     });
     for (const listener of this.frameListeners) listener(frame);
   }
@@ -161,10 +146,9 @@ export class ProtocolClient<Socket extends FrameSocket = FrameSocket> {
   private ended(code: number, reason: string): void {
     this.closeCode = code;
     this.closeReason = reason;
-    if (this.closeFailsWaits) {
-      const error = closedError(code, reason);
-      for (const w of this.waiters.splice(0)) w.reject(error);
-    }
-    for (const listener of this.closeListeners.splice(0)) listener(code, reason);
+    if (this.closeFailsWaits) this.waits.close();
+    const listeners = [...this.closeListeners];
+    this.closeListeners.clear();
+    for (const listener of listeners) listener(code, reason);
   }
 }

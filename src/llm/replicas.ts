@@ -2,6 +2,7 @@
 // episode keeps hitting the replica that holds its prefix cache), otherwise least-loaded. The
 // pool does no HTTP itself: callers report each request's outcome through its lease, and a probe
 // function is injected, so the routing can be tested without a network.
+import { type Parked, WaitQueue } from "../concurrency/wait-queue.ts";
 import { RollgymError } from "../errors/catalogue.ts";
 
 export interface ReplicaSnapshot {
@@ -57,55 +58,12 @@ export class PoolClosedError extends RollgymError<"replica_pool_closed"> {
   }
 }
 
+/** An acquire waiting for a slot, in the free queue or in the sticky queue of its key's replica. */
 interface Waiter {
-  /** Arrival order: the oldest waiter that can use a free slot gets it. */
-  readonly seq: number;
   /** Null when the acquire had no key, or when its key was forgotten while it waited. */
   key: string | null;
-  queue: WaitQueue | null;
-  readonly resolve: (lease: Lease) => void;
-  readonly reject: (reason: unknown) => void;
-  signal?: AbortSignal;
-  onAbort?: () => void;
-}
-
-// Waiters in arrival order, with O(1) removal (abort) through the Set's insertion order.
-class WaitQueue {
-  private items = new Set<Waiter>();
-  private lastSeq = -1;
-
-  get size(): number {
-    return this.items.size;
-  }
-
-  peek(): Waiter | undefined {
-    for (const waiter of this.items) return waiter;
-    return undefined;
-  }
-
-  push(waiter: Waiter): void {
-    waiter.queue = this;
-    if (waiter.seq > this.lastSeq) {
-      this.items.add(waiter);
-      this.lastSeq = waiter.seq;
-      return;
-    }
-    // An older waiter moved in from another queue: keep arrival order.
-    const all = [...this.items, waiter].sort((a, b) => a.seq - b.seq);
-    this.items = new Set(all);
-  }
-
-  delete(waiter: Waiter): void {
-    this.items.delete(waiter);
-    waiter.queue = null;
-  }
-
-  drain(): Waiter[] {
-    const all = [...this.items];
-    this.items.clear();
-    for (const waiter of all) waiter.queue = null;
-    return all;
-  }
+  /** Set by grant() just before it wakes the acquire. */
+  lease: Lease | null;
 }
 
 interface Replica {
@@ -122,7 +80,7 @@ interface Replica {
   probing: boolean;
   readonly keys: Set<string>;
   /** Waiters whose key sticks here. */
-  readonly sticky: WaitQueue;
+  readonly sticky: WaitQueue<Waiter>;
 }
 
 function positiveInteger(value: number, name: string): number {
@@ -163,11 +121,10 @@ export class ReplicaPool {
   private readonly probeTimeoutMs: number;
   private readonly affinity = new Map<string, Replica>();
   /** Waiters whose key is not stuck to a replica (or who have no key): any replica will do. */
-  private readonly free = new WaitQueue();
+  private readonly free = new WaitQueue<Waiter>();
   /** Queued waiters by key, to move them together when their key gets a replica or is forgotten. */
-  private readonly waitersByKey = new Map<string, Set<Waiter>>();
+  private readonly waitersByKey = new Map<string, Set<Parked<Waiter>>>();
   private readonly closing = new AbortController();
-  private seq = 0;
   /** Round-robin start for ties, so equal replicas take turns. */
   private cursor = 0;
 
@@ -197,7 +154,7 @@ export class ReplicaPool {
       epoch: 0,
       probing: false,
       keys: new Set(),
-      sticky: new WaitQueue(),
+      sticky: new WaitQueue<Waiter>(),
     }));
   }
 
@@ -208,22 +165,18 @@ export class ReplicaPool {
    * until a probe brings one back. Rejects with the signal's reason when `signal` aborts, and with
    * PoolClosedError on close().
    */
-  acquire(affinity: string | null, signal?: AbortSignal): Promise<Lease> {
-    if (this.closing.signal.aborted) return Promise.reject(new PoolClosedError());
-    if (signal?.aborted) return Promise.reject(signal.reason);
-    return new Promise<Lease>((resolve, reject) => {
-      const waiter: Waiter = { seq: this.seq++, key: affinity, queue: null, resolve, reject };
-      // One path for all: queue, then serve whoever can be served; FIFO holds by construction.
-      this.enqueue(waiter);
-      this.pump();
-      if (waiter.queue === null || !signal) return;
-      waiter.signal = signal;
-      waiter.onAbort = () => {
-        this.dequeue(waiter);
-        reject(signal.reason);
-      };
-      signal.addEventListener("abort", waiter.onAbort, { once: true });
-    });
+  async acquire(affinity: string | null, signal?: AbortSignal): Promise<Lease> {
+    if (this.closing.signal.aborted) throw new PoolClosedError();
+    signal?.throwIfAborted();
+    const waiter: Waiter = { key: affinity, lease: null };
+    // One path for all: queue, then serve whoever can be served; FIFO holds by construction.
+    const parked = this.enqueue(waiter, signal);
+    this.pump();
+    const left = await parked.departure;
+    if (left === "woken") return waiter.lease!;
+    this.unindex(parked);
+    if (left === "aborted") throw signal!.reason;
+    throw new PoolClosedError();
   }
 
   /** Forgets an affinity key (episode finished). Its queued acquires, if any, lose their stickiness. */
@@ -236,12 +189,9 @@ export class ReplicaPool {
     const waiters = this.waitersByKey.get(affinity);
     if (!waiters) return;
     this.waitersByKey.delete(affinity);
-    for (const waiter of waiters) {
-      waiter.key = null;
-      if (waiter.queue !== this.free) {
-        waiter.queue?.delete(waiter);
-        this.free.push(waiter);
-      }
+    for (const parked of waiters) {
+      parked.item.key = null;
+      this.free.take(parked);
     }
     this.pump();
   }
@@ -281,13 +231,9 @@ export class ReplicaPool {
   close(): void {
     if (this.closing.signal.aborted) return;
     this.closing.abort(new PoolClosedError());
-    const pending = this.free.drain();
-    for (const replica of this.replicas) pending.push(...replica.sticky.drain());
     this.waitersByKey.clear();
-    for (const waiter of pending) {
-      this.settle(waiter);
-      waiter.reject(new PoolClosedError());
-    }
+    this.free.close();
+    for (const replica of this.replicas) replica.sticky.close();
   }
 
   private snapshotOf(replica: Replica): ReplicaSnapshot {
@@ -304,32 +250,25 @@ export class ReplicaPool {
     };
   }
 
-  private enqueue(waiter: Waiter): void {
+  private enqueue(waiter: Waiter, signal: AbortSignal | undefined): Parked<Waiter> {
     const key = waiter.key;
     // Keys of a replica that went out were unbound then, so a bound key's replica is healthy.
     const replica = key === null ? undefined : this.affinity.get(key);
-    (replica ? replica.sticky : this.free).push(waiter);
+    const parked = (replica ? replica.sticky : this.free).enter(waiter, signal);
+    if (key === null) return parked;
+    const waiters = this.waitersByKey.get(key);
+    if (waiters) waiters.add(parked);
+    else this.waitersByKey.set(key, new Set([parked]));
+    return parked;
+  }
+
+  /** Drops a waiter that left from its key's set. */
+  private unindex(parked: Parked<Waiter>): void {
+    const key = parked.item.key;
     if (key === null) return;
     const waiters = this.waitersByKey.get(key);
-    if (waiters) waiters.add(waiter);
-    else this.waitersByKey.set(key, new Set([waiter]));
-  }
-
-  private dequeue(waiter: Waiter): void {
-    waiter.queue?.delete(waiter);
-    if (waiter.key !== null) {
-      const waiters = this.waitersByKey.get(waiter.key);
-      waiters?.delete(waiter);
-      if (waiters?.size === 0) this.waitersByKey.delete(waiter.key);
-    }
-    this.settle(waiter);
-  }
-
-  /** Removes the abort listener: no listener outlives its acquire. */
-  private settle(waiter: Waiter): void {
-    if (waiter.signal && waiter.onAbort) waiter.signal.removeEventListener("abort", waiter.onAbort);
-    waiter.signal = undefined;
-    waiter.onAbort = undefined;
+    waiters?.delete(parked);
+    if (waiters?.size === 0) this.waitersByKey.delete(key);
   }
 
   /**
@@ -339,21 +278,21 @@ export class ReplicaPool {
   private pump(): void {
     if (this.closing.signal.aborted) return;
     for (;;) {
-      let best: Waiter | undefined;
+      let best: Parked<Waiter> | undefined;
       let target: Replica | undefined;
       let anySlot = false;
       for (const replica of this.replicas) {
         if (!replica.healthy || replica.inFlight >= replica.limit) continue;
         anySlot = true;
-        const head = replica.sticky.peek();
-        if (head && (!best || head.seq < best.seq)) {
+        const head = replica.sticky.first();
+        if (head && (!best || head.arrival < best.arrival)) {
           best = head;
           target = replica;
         }
       }
       if (!anySlot) return;
-      const head = this.free.peek();
-      if (head && (!best || head.seq < best.seq)) {
+      const head = this.free.first();
+      if (head && (!best || head.arrival < best.arrival)) {
         best = head;
         target = this.leastLoaded();
       }
@@ -381,22 +320,20 @@ export class ReplicaPool {
     return best;
   }
 
-  private grant(waiter: Waiter, replica: Replica): void {
-    this.dequeue(waiter);
-    const key = waiter.key;
+  private grant(parked: Parked<Waiter>, replica: Replica): void {
+    this.unindex(parked);
+    const key = parked.item.key;
     if (key !== null && !this.affinity.has(key)) {
       this.affinity.set(key, replica);
       replica.keys.add(key);
       // Its siblings waiting for any replica now stick here too.
-      for (const sibling of this.waitersByKey.get(key) ?? []) {
-        if (sibling.queue !== this.free) continue;
-        this.free.delete(sibling);
-        replica.sticky.push(sibling);
-      }
+      for (const sibling of this.waitersByKey.get(key) ?? [])
+        if (sibling.queue === this.free) replica.sticky.take(sibling);
     }
     replica.inFlight++;
     replica.requests++;
-    waiter.resolve(this.lease(replica));
+    parked.item.lease = this.lease(replica);
+    parked.queue?.wakeParked(parked);
   }
 
   private lease(replica: Replica): Lease {
@@ -427,7 +364,7 @@ export class ReplicaPool {
     for (const key of replica.keys) this.affinity.delete(key);
     replica.keys.clear();
     // Its sticky waiters may go anywhere now, keeping their place in line.
-    for (const waiter of replica.sticky.drain()) this.free.push(waiter);
+    this.free.takeAll(replica.sticky);
     this.pump();
     if (!this.closing.signal.aborted && !replica.probing) {
       replica.probing = true;

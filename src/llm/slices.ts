@@ -6,19 +6,20 @@
 // env resets) takes a slot before its episode goes on; slots are handed out first come first
 // served, at most SLICE.turns or SLICE.ms of work between two turns of the event loop.
 
+import { type Departure, WaitQueue } from "../concurrency/wait-queue.ts";
+
 export const SLICE = { turns: 64, ms: 5 };
 
 /** Turns granted in the current window, which closes at the event loop's next check phase. */
 let granted = 0;
 let windowStart = 0;
-/** Turns waiting for a later window, in arrival order (from `head` on). */
-let waiting: (() => void)[] = [];
-let head = 0;
+/** Turns waiting for a later window, in arrival order. */
+const waiting = new WaitQueue();
 let scheduled = false;
 
 /** Undefined: go on now. Otherwise a promise that resolves when this turn's window opens. */
-export function turnSlot(): Promise<void> | undefined {
-  if (head === waiting.length) {
+export function turnSlot(): Promise<Departure> | undefined {
+  if (waiting.size === 0) {
     if (granted === 0) {
       windowStart = performance.now();
       nextWindow();
@@ -28,7 +29,8 @@ export function turnSlot(): Promise<void> | undefined {
       return undefined;
     }
   }
-  const slot = new Promise<void>((resolve) => waiting.push(resolve));
+  // The caller awaits the queue's own promise: its turn runs as soon as it is woken (below).
+  const slot = waiting.park();
   nextWindow();
   return slot;
 }
@@ -52,14 +54,10 @@ async function releaseWindow(): Promise<void> {
   scheduled = false;
   granted = 0;
   windowStart = performance.now();
-  while (head < waiting.length && withinWindow()) {
+  while (waiting.size > 0 && withinWindow()) {
     granted++;
-    waiting[head++]();
+    waiting.wakeNext();
     await null;
-  }
-  if (head === waiting.length) {
-    waiting = [];
-    head = 0;
   }
   if (granted > 0) nextWindow();
 }

@@ -1,9 +1,10 @@
 // The engine's slots (`maxConcurrency`): requests beyond them wait in a FIFO queue.
+import { WaitQueue } from "../concurrency/wait-queue.ts";
 
 /** Engine slots: a counting semaphore with a FIFO queue whose waiters can give up. */
 export class Slots {
   #free: number;
-  readonly #queue: (() => void)[] = [];
+  readonly #queue = new WaitQueue();
 
   constructor(size: number) {
     this.#free = size;
@@ -11,28 +12,16 @@ export class Slots {
 
   async acquire(signal: AbortSignal): Promise<void> {
     signal.throwIfAborted();
-    if (this.#free > 0 && this.#queue.length === 0) {
+    if (this.#free > 0 && this.#queue.size === 0) {
       this.#free--;
       return;
     }
-    await new Promise<void>((resolve, reject) => {
-      const grant = (): void => {
-        signal.removeEventListener("abort", onAbort);
-        resolve();
-      };
-      const onAbort = (): void => {
-        const at = this.#queue.indexOf(grant);
-        if (at >= 0) this.#queue.splice(at, 1);
-        reject(signal.reason);
-      };
-      this.#queue.push(grant);
-      signal.addEventListener("abort", onAbort, { once: true });
-    });
+    // A release hands its slot straight to the oldest waiter.
+    if ((await this.#queue.park(undefined, signal)) === "aborted") throw signal.reason;
   }
 
   release(): void {
-    const next = this.#queue.shift();
-    if (next) next();
+    if (this.#queue.size > 0) this.#queue.wakeNext();
     else this.#free++;
   }
 }

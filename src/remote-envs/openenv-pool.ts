@@ -7,6 +7,7 @@
 // Each session that ends there raises the limit by one again, up to the declared one, so room
 // the server gains later (its other clients left) is used, at the cost of at most one refused
 // connect per ended session while it stays full.
+import { WaitQueue } from "../concurrency/wait-queue.ts";
 
 export interface PoolSettings {
   /** ws:// or wss:// URLs of each server's /ws. */
@@ -30,7 +31,8 @@ export interface Server {
 export class SessionPool {
   readonly servers: Server[];
   private readonly settings: PoolSettings;
-  private readonly waiting: ((server: Server) => void)[] = [];
+  /** Episodes waiting for a slot; admit() sets the server before it wakes one. */
+  private readonly waiting = new WaitQueue<{ server: Server | null }>();
   /**
    * Whether the env honours reset's seed, once the first episode has checked (null: not yet).
    * A string is why it does not.
@@ -49,20 +51,16 @@ export class SessionPool {
    */
   acquire(waitMs: number): Promise<Server | null> {
     const server = this.roomy();
-    if (server && this.waiting.length === 0) {
+    if (server && this.waiting.size === 0) {
       server.open++;
       return Promise.resolve(server);
     }
-    return new Promise((resolve) => {
-      const waiter = (server: Server) => {
-        clearTimeout(timer);
-        resolve(server);
-      };
-      const timer = setTimeout(() => {
-        this.waiting.splice(this.waiting.indexOf(waiter), 1);
-        resolve(null);
-      }, waitMs);
-      this.waiting.push(waiter);
+    const waiter: { server: Server | null } = { server: null };
+    const timeout = new AbortController();
+    const timer = setTimeout(() => timeout.abort(), waitMs);
+    return this.waiting.park(waiter, timeout.signal).then(() => {
+      clearTimeout(timer);
+      return waiter.server;
     });
   }
 
@@ -103,15 +101,16 @@ export class SessionPool {
       open += s.open;
       limit += s.limit;
     }
-    return { open, limit, waiting: this.waiting.length };
+    return { open, limit, waiting: this.waiting.size };
   }
 
   private admit(): void {
-    while (this.waiting.length > 0) {
+    while (this.waiting.size > 0) {
       const server = this.roomy();
       if (!server) return;
       server.open++;
-      this.waiting.shift()!(server);
+      this.waiting.peek()!.server = server;
+      this.waiting.wakeNext();
     }
   }
 

@@ -5,6 +5,7 @@
 // turns take the bytes past a bound is cancelled (shed) before V8's heap limit is reached.
 // Sessions report every change of what they hold; state.episodesInFlight and state.memory.held
 // are the sums.
+import { WaitQueue } from "../concurrency/wait-queue.ts";
 import { errorFrame } from "../errors/boundary.ts";
 import { RollgymError } from "../errors/catalogue.ts";
 import { MemoryReturn } from "./memory-return.ts";
@@ -146,7 +147,7 @@ export function openSession(state: ServerState): Session {
   return session;
 }
 
-/** A stream group waiting for room: held and resolved (true) as soon as its episodes fit. */
+/** A stream group waiting for room: woken once its episodes are held. */
 interface Waiter {
   session: Session;
   episodes: number;
@@ -154,12 +155,10 @@ interface Waiter {
   bytes: number;
   /** Charges what the group holds, in the same step as its episodes are held. */
   held: () => void;
-  /** Called once its episodes are held. */
-  admitted: () => void;
 }
 
 /** Stream groups waiting for budget, per server, oldest first. */
-const waiting = new WeakMap<ServerState, Set<Waiter>>();
+const waiting = new WeakMap<ServerState, WaitQueue<Waiter>>();
 /** Servers whose waiting groups are to be admitted once the current step is done. */
 const admitting = new WeakSet<ServerState>();
 
@@ -177,20 +176,19 @@ function budgetReporter(state: ServerState): (delta: number) => void {
  * waiting groups are looked at once for all of it.
  */
 export function admitWaiting(state: ServerState): void {
-  const set = waiting.get(state);
-  if (!set || set.size === 0 || admitting.has(state)) return;
+  const queue = waiting.get(state);
+  if (!queue || queue.size === 0 || admitting.has(state)) return;
   admitting.add(state);
   queueMicrotask(() => {
     admitting.delete(state);
-    for (const waiter of set) {
-      if (!fitsBudget(state, waiter.session, waiter.episodes, waiter.bytes)) continue;
-      set.delete(waiter);
+    queue.wakeWhere((waiter) => {
+      if (!fitsBudget(state, waiter.session, waiter.episodes, waiter.bytes)) return false;
       // Held and charged before the next waiter is looked at, so each fits against what the
       // ones before it took, not against the same free room.
       waiter.session.hold(waiter.episodes);
       waiter.held();
-      waiter.admitted();
-    }
+      return true;
+    });
   });
 }
 
@@ -243,24 +241,10 @@ export function holdWhenRoom(
     held();
     return Promise.resolve(true);
   }
-  const set = waiting.get(state) ?? new Set<Waiter>();
-  waiting.set(state, set);
-  return new Promise<boolean>((resolve) => {
-    const abort = () => {
-      set.delete(waiter);
-      resolve(false);
-    };
-    const waiter: Waiter = {
-      session,
-      episodes,
-      bytes,
-      held,
-      admitted: () => {
-        signal.removeEventListener("abort", abort);
-        resolve(true);
-      },
-    };
-    set.add(waiter);
-    signal.addEventListener("abort", abort, { once: true });
-  });
+  let queue = waiting.get(state);
+  if (!queue) {
+    queue = new WaitQueue<Waiter>();
+    waiting.set(state, queue);
+  }
+  return queue.park({ session, episodes, bytes, held }, signal).then((left) => left === "woken");
 }

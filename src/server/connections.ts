@@ -8,6 +8,7 @@ import type { Socket } from "node:net";
 import type { WebSocket } from "ws";
 import { CLOSE_CODES } from "../../protocol/codec.ts";
 import type { LimitValues } from "../../protocol/settings.ts";
+import { WaitQueue } from "../concurrency/wait-queue.ts";
 import { RollgymError } from "../errors/catalogue.ts";
 import { limitDefaults } from "./limits.ts";
 
@@ -56,7 +57,7 @@ export const UPGRADES_PER_TURN = 16;
 export class ConnectionGuard {
   readonly limits: ConnectionLimits;
   /** Handshakes waiting for a later turn of the event loop, and how many this turn has done. */
-  private readonly upgrades: (() => void)[] = [];
+  private readonly upgrades = new WaitQueue<() => void>();
   private upgradesThisTurn = 0;
   /** Connections not past their handshake, oldest first, with how to drop each. */
   private readonly pending = new Map<Socket, () => void>();
@@ -127,21 +128,20 @@ export class ConnectionGuard {
    * it, else in a later one, in arrival order.
    */
   upgrade(handshake: () => void): void {
-    if (this.upgrades.length === 0 && this.upgradesThisTurn < UPGRADES_PER_TURN) {
+    if (this.upgrades.size === 0 && this.upgradesThisTurn < UPGRADES_PER_TURN) {
       if (this.upgradesThisTurn++ === 0) setImmediate(this.nextTurn);
       handshake();
       return;
     }
-    this.upgrades.push(handshake);
+    // Run by nextTurn as it wakes them, so a turn's handshakes complete within it.
+    void this.upgrades.park(handshake);
   }
 
   private readonly nextTurn = (): void => {
-    this.upgradesThisTurn = 0;
-    const now = this.upgrades.splice(0, UPGRADES_PER_TURN);
-    if (now.length === 0) return;
-    this.upgradesThisTurn = now.length;
+    this.upgradesThisTurn = Math.min(this.upgrades.size, UPGRADES_PER_TURN);
+    if (this.upgradesThisTurn === 0) return;
     setImmediate(this.nextTurn);
-    for (const handshake of now) handshake();
+    for (let left = this.upgradesThisTurn; left > 0; left--) this.upgrades.wakeNext()!();
   };
 
   /** Counts an upgraded WebSocket until it closes, and holds it as pending until its hello. */

@@ -11,6 +11,7 @@
 import type { Socket } from "node:net";
 import type { WebSocket } from "ws";
 import { CLOSE_CODES, encodeMessage } from "../../protocol/codec.ts";
+import { WaitQueue } from "../concurrency/wait-queue.ts";
 
 export interface SendLimits {
   /** Buffered bytes above which reading stops and deferrable frames wait. */
@@ -44,7 +45,7 @@ export class Outbound {
   pacedMs = 0;
   private stallTimer: NodeJS.Timeout | null = null;
   /** Handlers of client frames that ws had already read when reading paused: run in order later. */
-  private readonly deferred: (() => void)[] = [];
+  private readonly deferred = new WaitQueue<() => void>();
   /** The most bytes the socket has held after a send, and the most deferred frames (for tests and benches). */
   peakBufferedBytes = 0;
   peakDeferred = 0;
@@ -57,7 +58,7 @@ export class Outbound {
     socket.once("close", () => {
       this.clearStall();
       if (this.paceTimer) clearTimeout(this.paceTimer);
-      this.deferred.length = 0;
+      this.deferred.close();
     });
   }
 
@@ -78,12 +79,13 @@ export class Outbound {
   /** Runs `task` (handling one client frame) now, or after the earlier deferred ones once reading resumes. */
   whenFlowing(task: () => void): void {
     if (!this.open) return;
-    if (!this.readingPaused && this.deferred.length === 0) {
+    if (!this.readingPaused && this.deferred.size === 0) {
       this.run(task);
       return;
     }
-    this.deferred.push(task);
-    this.peakDeferred = Math.max(this.peakDeferred, this.deferred.length);
+    // Run by updateReading as it wakes them, one at a time, while reading stays on.
+    void this.deferred.park(task);
+    this.peakDeferred = Math.max(this.peakDeferred, this.deferred.size);
   }
 
   /** Handles one client frame, and paces the client when that was costly. */
@@ -183,7 +185,7 @@ export class Outbound {
     } else if (!stop && this.readingPaused) {
       this.readingPaused = false;
       this.socket.resume();
-      while (this.deferred.length > 0 && !this.readingPaused && this.open) this.run(this.deferred.shift()!);
+      while (this.deferred.size > 0 && !this.readingPaused && this.open) this.run(this.deferred.wakeNext()!);
     }
   }
 
@@ -195,7 +197,7 @@ export class Outbound {
   /** The client does not read: close it (ws destroys the socket if the close handshake never completes). */
   private closeSlow(why: string): void {
     this.clearStall();
-    this.deferred.length = 0;
+    this.deferred.close();
     if (this.socket.readyState !== this.socket.OPEN) return;
     this.socket.close(CLOSE_CODES.slowReader, `client not reading: ${why}`.slice(0, 120));
     // Read again so the client's answer to the close can arrive (its other frames are ignored).

@@ -130,4 +130,59 @@ describe("WaitQueue", () => {
     }
     expect(listeners).toBe(0);
   });
+
+  it("wakes a caller by its handle, which says where it waits until it leaves", async () => {
+    const queue = new WaitQueue<string>();
+    const a = queue.enter("a");
+    const b = queue.enter("b");
+    expect(queue.first()).toBe(a);
+    expect(b.queue).toBe(queue);
+    expect(queue.wakeParked(b)).toBe(true);
+    expect(b.queue).toBeNull();
+    expect(queue.wakeParked(b)).toBe(false);
+    expect(await b.departure).toBe("woken");
+    expect([...queue]).toEqual(["a"]);
+    expect(a.arrival).toBeLessThan(b.arrival);
+  });
+
+  it("moves a caller to another queue in its place by arrival, its signal with it", async () => {
+    const one = new WaitQueue<string>();
+    const two = new WaitQueue<string>();
+    const gone = new AbortController();
+    const a = one.enter("a", gone.signal);
+    two.enter("b");
+    const c = one.enter("c");
+    two.enter("d");
+    expect(two.take(c)).toBe(true);
+    expect(two.take(a)).toBe(true);
+    expect(two.take(a)).toBe(false);
+    expect([...two]).toEqual(["a", "b", "c", "d"]);
+    expect(one.size).toBe(0);
+    expect(two.size).toBe(4);
+    expect(a.queue).toBe(two);
+    gone.abort();
+    expect(await a.departure).toBe("aborted");
+    expect([...two]).toEqual(["b", "c", "d"]);
+    expect(two.size).toBe(3);
+    expect(one.wakeNext()).toBeUndefined();
+  });
+
+  it("merges every caller of a queue into another by arrival, and dismisses them into a closed one", async () => {
+    const one = new WaitQueue<number>();
+    const two = new WaitQueue<number>();
+    const handles = [1, 2, 3, 4, 5, 6].map((n) => (n % 2 === 0 ? two : one).enter(n));
+    expect(two.takeAll(one)).toBe(3);
+    expect([...two]).toEqual([1, 2, 3, 4, 5, 6]);
+    expect(one.size).toBe(0);
+    expect(two.size).toBe(6);
+    expect(two.wakeNext()).toBe(1);
+    const closed = new WaitQueue<number>();
+    closed.close();
+    expect(closed.take(handles[1])).toBe(true);
+    expect(await handles[1].departure).toBe("closed");
+    expect(closed.takeAll(two)).toBe(4);
+    expect(await Promise.all(handles.slice(2).map((h) => h.departure))).toEqual(Array(4).fill("closed"));
+    expect(two.size).toBe(0);
+    expect(closed.size).toBe(0);
+  });
 });

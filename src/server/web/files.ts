@@ -9,6 +9,7 @@ import { join } from "node:path";
 import { isMainThread, parentPort, Worker, workerData } from "node:worker_threads";
 import { deeperThan, MAX_JSON_DEPTH } from "../../../protocol/bounded-json.ts";
 import type { LimitValues } from "../../../protocol/settings.ts";
+import { WaitQueue } from "../../concurrency/wait-queue.ts";
 import { codeOf } from "../../errors/boundary.ts";
 import { RollgymError } from "../../errors/catalogue.ts";
 import { checkEpisodeText, EpisodeFileError } from "../../record/episode-reader.ts";
@@ -109,7 +110,7 @@ export const CHECKS_AT_ONCE = 2;
 const CHECK_TIMEOUT_MS = 30_000;
 
 let checking = 0;
-const waitingChecks: (() => void)[] = [];
+const waitingChecks = new WaitQueue();
 
 /**
  * checkEpisodeText in a worker thread with its own bounded heap, so parsing a large upload
@@ -117,8 +118,9 @@ const waitingChecks: (() => void)[] = [];
  * blow up the parser costs at most CHECK_HEAP_MIB and is refused.
  */
 async function checkOffLoop(body: Buffer): Promise<{ episodes: number; bytes: Buffer }> {
-  if (checking >= CHECKS_AT_ONCE) await new Promise<void>((resolve) => waitingChecks.push(resolve));
-  checking++;
+  // A check that ends hands its place to the oldest waiting one, so none starts in between.
+  if (checking < CHECKS_AT_ONCE) checking++;
+  else await waitingChecks.park();
   try {
     // The bytes move to the worker and back (transferred, not copied: nothing on this thread
     // scales with the upload's size).
@@ -157,8 +159,8 @@ async function checkOffLoop(body: Buffer): Promise<{ episodes: number; bytes: Bu
       );
     });
   } finally {
-    checking--;
-    waitingChecks.shift()?.();
+    if (waitingChecks.size > 0) waitingChecks.wakeNext();
+    else checking--;
   }
 }
 

@@ -16,10 +16,11 @@ const CLIENT_DIR = fileURLToPath(new URL("./client/", import.meta.url));
 // Modules outside client/ the page imports, by the URL its relative imports resolve to (a
 // browser stops `../` at the root) → their path from the package root: the episode-file reader
 // is the one the CLI and the upload route use, and the protocol client the one the bench and
-// the tests use, with the codec under it; the seed bound and the plain-object test, the server's own.
+// the tests use, with the codec and the wait queue under it; the seed bound and the plain-object test, the server's own.
 const SHARED_MODULES: Readonly<Record<string, string>> = {
   "/record/episode-reader": "src/record/episode-reader",
   "/client/protocol-client": "src/client/protocol-client",
+  "/concurrency/wait-queue": "src/concurrency/wait-queue",
   "/protocol/codec": "protocol/codec",
   "/protocol/decoded-size": "protocol/decoded-size",
   "/protocol/version": "protocol/version",

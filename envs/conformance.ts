@@ -1,10 +1,12 @@
 // A conformance check any env can run (the built-in ones, users' own, and remote ones over the
 // wire): reset is a pure function of the seed, episodes replay exactly, a JSON snapshot
 // continues the same episode (where the env has snapshots), and stepping after the episode
-// ended is refused rather than silently continuing.
+// ended is refused rather than silently continuing. The env checked is the one the registry
+// gives every caller, in its OrderEnforcing.
 import type { ResolvedTag } from "./registry.ts";
 import { PythonRandom } from "./rng/python-random.ts";
 import { type AsyncEnv, EnvUsageError, type StepResult } from "./types.ts";
+import { unwrap } from "./wrappers/wrapper.ts";
 
 export interface ConformanceCheck {
   name: string;
@@ -39,9 +41,13 @@ async function play(env: AsyncEnv, seed: number, picks: readonly number[]): Prom
   return { observation, steps };
 }
 
-/** Runs `use` on a fresh env of `tag`, closing it after (a remote env's session). */
-async function withEnv<T>(tag: ResolvedTag, use: (env: AsyncEnv) => Promise<T>): Promise<T> {
-  const env = tag.open();
+/**
+ * Runs `use` on a fresh env of `tag`, closing it after (a remote env's session); `bare` leaves
+ * out the registry's wrappers.
+ */
+async function withEnv<T>(tag: ResolvedTag, use: (env: AsyncEnv) => Promise<T>, bare = false): Promise<T> {
+  const wrapped = tag.open();
+  const env = bare ? unwrap(wrapped) : wrapped;
   try {
     return await use(env);
   } finally {
@@ -142,30 +148,37 @@ export async function checkConformance(
       return null;
     });
 
-  // Stepping after the end is an error, and leaves the episode as it was.
+  // Stepping after the end is an error, and leaves the episode as it was. A remote server is
+  // stepped by other OpenEnv clients too, so its own refusal is checked, past the wrapper that
+  // keeps rollgym from asking.
+  const remote = tag.type.open !== undefined;
   let ended = 0;
   await run("steps after done are refused", "finished episodes refuse another step", async () => {
     let failure: string | null = null;
     for (const [i, seed] of seeds.entries()) {
       failure =
-        (await withEnv(tag, async (env) => {
-          const trace = await play(env, seed, [...scripts[i], ...scripts[i], ...scripts[i]]);
-          if (!env.done) return null;
-          ended++;
-          const before = env.render();
-          let problem: string | null = null;
-          try {
-            await env.step(action(env, 0));
-            problem = `seed ${seed}: step after done was accepted`;
-          } catch (error) {
-            if (!(error instanceof EnvUsageError))
-              problem = `seed ${seed}: step after done threw ${String(error)}`;
-          }
-          if (env.render() !== before) problem = `seed ${seed}: step after done changed the state`;
-          if (!trace.steps.at(-1)?.terminated && !trace.steps.at(-1)?.truncated)
-            problem = `seed ${seed}: done without a final step`;
-          return problem;
-        })) ?? failure;
+        (await withEnv(
+          tag,
+          async (env) => {
+            const trace = await play(env, seed, [...scripts[i], ...scripts[i], ...scripts[i]]);
+            if (!env.done) return null;
+            ended++;
+            const before = env.render();
+            let problem: string | null = null;
+            try {
+              await env.step(action(env, 0));
+              problem = `seed ${seed}: step after done was accepted`;
+            } catch (error) {
+              if (!(error instanceof EnvUsageError))
+                problem = `seed ${seed}: step after done threw ${String(error)}`;
+            }
+            if (env.render() !== before) problem = `seed ${seed}: step after done changed the state`;
+            if (!trace.steps.at(-1)?.terminated && !trace.steps.at(-1)?.truncated)
+              problem = `seed ${seed}: done without a final step`;
+            return problem;
+          },
+          remote,
+        )) ?? failure;
     }
     return failure;
   });

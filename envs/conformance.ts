@@ -41,13 +41,9 @@ async function play(env: AsyncEnv, seed: number, picks: readonly number[]): Prom
   return { observation, steps };
 }
 
-/**
- * Runs `use` on a fresh env of `tag`, closing it after (a remote env's session); `bare` leaves
- * out the registry's wrappers.
- */
-async function withEnv<T>(tag: ResolvedTag, use: (env: AsyncEnv) => Promise<T>, bare = false): Promise<T> {
-  const wrapped = tag.open();
-  const env = bare ? unwrap(wrapped) : wrapped;
+/** Runs `use` on a fresh env of `tag`, closing it after (a remote env's session). */
+async function withEnv<T>(tag: ResolvedTag, use: (env: AsyncEnv) => Promise<T>): Promise<T> {
+  const env = tag.open();
   try {
     return await use(env);
   } finally {
@@ -157,28 +153,25 @@ export async function checkConformance(
     let failure: string | null = null;
     for (const [i, seed] of seeds.entries()) {
       failure =
-        (await withEnv(
-          tag,
-          async (env) => {
-            const trace = await play(env, seed, [...scripts[i], ...scripts[i], ...scripts[i]]);
-            if (!env.done) return null;
-            ended++;
-            const before = env.render();
-            let problem: string | null = null;
-            try {
-              await env.step(action(env, 0));
-              problem = `seed ${seed}: step after done was accepted`;
-            } catch (error) {
-              if (!(error instanceof EnvUsageError))
-                problem = `seed ${seed}: step after done threw ${String(error)}`;
-            }
-            if (env.render() !== before) problem = `seed ${seed}: step after done changed the state`;
-            if (!trace.steps.at(-1)?.terminated && !trace.steps.at(-1)?.truncated)
-              problem = `seed ${seed}: done without a final step`;
-            return problem;
-          },
-          remote,
-        )) ?? failure;
+        (await withEnv(tag, async (wrapped) => {
+          const env = remote ? unwrap(wrapped) : wrapped;
+          const trace = await play(env, seed, [...scripts[i], ...scripts[i], ...scripts[i]]);
+          if (!env.done) return null;
+          ended++;
+          const before = env.render();
+          let problem: string | null = null;
+          try {
+            await env.step(action(env, 0));
+            problem = `seed ${seed}: step after done was accepted`;
+          } catch (error) {
+            if (!(error instanceof EnvUsageError))
+              problem = `seed ${seed}: step after done threw ${String(error)}`;
+          }
+          if (env.render() !== before) problem = `seed ${seed}: step after done changed the state`;
+          if (!trace.steps.at(-1)?.terminated && !trace.steps.at(-1)?.truncated)
+            problem = `seed ${seed}: done without a final step`;
+          return problem;
+        })) ?? failure;
     }
     return failure;
   });

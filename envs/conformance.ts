@@ -1,11 +1,13 @@
 // A conformance check any env can run (the built-in ones, users' own, and remote ones over the
 // wire): reset is a pure function of the seed, episodes replay exactly, a JSON snapshot
 // continues the same episode (where the env has snapshots), and stepping after the episode
-// ended is refused rather than silently continuing.
+// ended is refused rather than silently continuing. The env checked is the one the registry
+// gives every caller, in its OrderEnforcing.
 import type { ResolvedTag } from "./registry.ts";
 import { MAX_RANDOM_STATE_SEED } from "./rng/numpy-random-state.ts";
 import { PythonRandom } from "./rng/python-random.ts";
 import { type AsyncEnv, EnvUsageError, type StepResult } from "./types.ts";
+import { unwrap } from "./wrappers/wrapper.ts";
 
 export interface ConformanceCheck {
   name: string;
@@ -143,13 +145,17 @@ export async function checkConformance(
       return null;
     });
 
-  // Stepping after the end is an error, and leaves the episode as it was.
+  // Stepping after the end is an error, and leaves the episode as it was. A remote server is
+  // stepped by other OpenEnv clients too, so its own refusal is checked, past the wrapper that
+  // keeps rollgym from asking.
+  const remote = tag.type.open !== undefined;
   let ended = 0;
   await run("steps after done are refused", "finished episodes refuse another step", async () => {
     let failure: string | null = null;
     for (const [i, seed] of seeds.entries()) {
       failure =
-        (await withEnv(tag, async (env) => {
+        (await withEnv(tag, async (wrapped) => {
+          const env = remote ? unwrap(wrapped) : wrapped;
           const trace = await play(env, seed, [...scripts[i], ...scripts[i], ...scripts[i]]);
           if (!env.done) return null;
           ended++;

@@ -8,3 +8,4 @@ export { EnvRegistry, type ResolvedTag, type TagSpec, UnknownTagError } from "./
 export * from "./rng/index.ts";
 export { reseedAfterFailure, SokobanEnv, sokoban } from "./sokoban/index.ts";
 export * from "./types.ts";
+export * from "./wrappers/index.ts";

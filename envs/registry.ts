@@ -2,6 +2,8 @@
 // the action budget and the instruction text. Users add their own types and tags here.
 import type { AsyncEnv, ChargeBytes, Env, EnvType, Solution } from "./types.ts";
 import { EnvConfigError } from "./types.ts";
+import { OrderEnforcing } from "./wrappers/order-enforcing.ts";
+import { unwrap } from "./wrappers/wrapper.ts";
 
 /** One entry of RAGEN's config/envs.yaml `custom_envs`. */
 export interface TagSpec {
@@ -23,11 +25,14 @@ export interface ResolvedTag {
   readonly spec: TagSpec;
   readonly type: EnvType<object>;
   readonly config: object;
-  /** The env stepped in process (envs play, the web page); throws EnvUsageError for a remote type. */
+  /**
+   * The env stepped in process (envs play, the web page), in an OrderEnforcing as Gymnasium's
+   * `make` puts it; throws EnvUsageError for a remote type.
+   */
   make(): Env;
   /**
-   * The env a rollout plays: in process, or in another process answering through promises
-   * (whose answers' bytes go to `charge` as they arrive).
+   * The env a rollout plays, in an OrderEnforcing: in process, or in another process answering
+   * through promises (whose answers' bytes go to `charge` as they arrive).
    */
   open(charge?: ChargeBytes): AsyncEnv;
   /** The episode solved by the type's solver, or null when the type has none. */
@@ -106,10 +111,10 @@ export class EnvRegistry {
       spec,
       type,
       config,
-      make: () => type.create(config),
-      open: type.open ? (charge) => type.open!(config, charge) : () => type.create(config),
+      make: () => new OrderEnforcing(type.create(config)),
+      open: (charge) => new OrderEnforcing(type.open ? type.open(config, charge) : type.create(config)),
       // Only in-process types have solvers, and their envs are the ones `open` made.
-      solve: (env) => (type.solve ? type.solve(env as Env, spec.max_actions_per_traj) : null),
+      solve: (env) => (type.solve ? type.solve(unwrap(env) as Env, spec.max_actions_per_traj) : null),
     };
     this.tags.set(spec.tag, resolved);
     return resolved;

@@ -3,7 +3,7 @@
 // an Env with reset/step/render/snapshot, and a tag with an instruction and a budget.
 import { integerIn, overlayConfig } from "../envs/config.ts";
 import { type EnvRegistry, PythonRandom } from "../envs/index.ts";
-import { type Env, type EnvType, EnvUsageError, type JsonValue, type StepResult } from "../envs/types.ts";
+import type { Env, EnvType, JsonValue, StepResult } from "../envs/types.ts";
 
 interface NumberLineConfig {
   length: number;
@@ -33,10 +33,9 @@ class NumberLineEnv implements Env {
     return this.render();
   }
 
+  // The registry's OrderEnforcing refuses a step before reset, after the end and with an
+  // action other than 1 or 2, so step can assume none of them.
   step(action: number): StepResult {
-    if (this.finished) throw new EnvUsageError("the episode is done; call reset first");
-    if (action !== 1 && action !== 2)
-      throw new EnvUsageError(`action ${action} is not 1 (Left) or 2 (Right)`);
     const before = this.position;
     this.position = Math.min(Math.max(this.position + (action === 1 ? -1 : 1), 0), this.length - 1);
     this.finished = this.position === this.target;

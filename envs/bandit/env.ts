@@ -11,7 +11,7 @@
 
 import { pyFloatRepr } from "../pyrepr.ts";
 import { NumpyGenerator } from "../rng/numpy-generator.ts";
-import { type Env, EnvUsageError, type JsonValue, type StepResult } from "../types.ts";
+import type { Env, JsonValue, StepResult } from "../types.ts";
 
 export interface BanditConfig {
   split: "train" | "test";
@@ -97,18 +97,14 @@ export class BanditEnv implements Env {
     return this.text;
   }
 
+  /** Steps a reset, unfinished episode with action 1 or 2 (the registry's OrderEnforcing checks). */
   step(action: number): StepResult {
-    if (!this.rng) throw new EnvUsageError("step before reset");
-    if (this.finished) throw new EnvUsageError("the episode is done; call reset first");
-    if (action !== 1 && action !== 2) {
-      throw new EnvUsageError(`action ${action} is not 1 or 2 (${this.names.join(", ")})`);
-    }
     const arm = this.names[action - 1];
     const high = arm === this.highArm;
     let reward = this.config.lo_arm_score;
     if (high) {
       reward =
-        this.rng.random() < this.config.hi_arm_hiscore_prob
+        this.rng!.random() < this.config.hi_arm_hiscore_prob
           ? this.config.hi_arm_hiscore
           : this.config.hi_arm_loscore;
     }

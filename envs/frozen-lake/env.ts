@@ -10,7 +10,7 @@
  * which draws once at reset and once per step, as gymnasium does.
  */
 import { NumpyGenerator } from "../rng/numpy-generator.ts";
-import { type Env, EnvUsageError, type JsonValue, type StepResult } from "../types.ts";
+import type { Env, JsonValue, StepResult } from "../types.ts";
 import { generateMap } from "./map.ts";
 
 export type ObservationFormat = "grid" | "coord" | "grid_coord";
@@ -112,17 +112,13 @@ export class FrozenLakeEnv implements Env {
     return this.render();
   }
 
+  /** Steps a reset, unfinished episode with an action of 1..4 (the registry's OrderEnforcing checks). */
   step(action: number): StepResult {
-    if (!this.rng) throw new EnvUsageError("step before reset");
-    if (this.finished) throw new EnvUsageError("the episode is done; call reset first");
-    if (!Number.isInteger(action) || action < 1 || action > 4) {
-      throw new EnvUsageError(`action ${action} is not one of 1..4 (${this.actionNames.join(", ")})`);
-    }
     const before = this.cell;
     const branches = slipBranches(action - 1, this.config);
     const i = categorical(
       branches.map(([p]) => p),
-      this.rng,
+      this.rng!,
     );
     this.cell = neighbour(this.cell, branches[i][1], this.config.size);
     const tile = this.tiles[this.cell];

@@ -1,8 +1,11 @@
 // `rollgym envs play TAG --seed N` on a terminal: the episode as a game. Arrow keys or WASD move
 // (for envs with Up/Down/Left/Right actions), digits pick the n-th action, u undoes, r resets,
-// q or Ctrl-C quits. Undo restores an env snapshot, so it is exact for every env.
+// q or Ctrl-C quits. Undo restores an env snapshot, so it is exact for every env; the action
+// budget and the totals are the env wrappers' (envs/wrappers), kept in that snapshot too.
 import type { ResolvedTag } from "../../envs/registry.ts";
 import type { JsonValue } from "../../envs/types.ts";
+import { ActionBudget } from "../../envs/wrappers/action-budget.ts";
+import { EpisodeStatistics } from "../../envs/wrappers/episode-statistics.ts";
 import { io } from "./io.ts";
 
 const KEYS: Readonly<Record<string, string>> = {
@@ -19,12 +22,6 @@ const KEYS: Readonly<Record<string, string>> = {
   d: "Right",
   a: "Left",
 };
-
-interface Step {
-  snapshot: JsonValue;
-  total: number;
-  turn: number;
-}
 
 const ESC = "\u001b";
 
@@ -48,13 +45,11 @@ function keysOf(chunk: string): string[] {
 
 export async function playInteractive(tag: ResolvedTag, seed: number): Promise<void> {
   const { stdin, stdout } = io();
-  const env = tag.make();
+  const budget = new ActionBudget(tag.make(), tag.spec.max_actions_per_traj);
+  const env = new EpisodeStatistics(budget);
   let observation = env.reset(seed);
-  let history: Step[] = [];
-  let total = 0;
-  let actions = 0;
+  let history: JsonValue[] = [];
   let message = "";
-  let over = false;
   let solved = false;
 
   const action = (key: string): number | null => {
@@ -72,7 +67,7 @@ export async function playInteractive(tag: ResolvedTag, seed: number): Promise<v
       ? "arrows/WASD move, "
       : "";
     const lines = [
-      `${tag.spec.tag} seed ${seed}: ${actions} actions of ${tag.spec.max_actions_per_traj}, reward ${round(total)}`,
+      `${tag.spec.tag} seed ${seed}: ${env.episodeLength} actions of ${budget.maxActions}, reward ${round(env.episodeReturn)}`,
       "",
       ...observation.split("\n"),
       "",
@@ -97,12 +92,9 @@ export async function playInteractive(tag: ResolvedTag, seed: number): Promise<v
         }
         if (key === "u" || key === "U") {
           const last = history.pop();
-          if (last) {
-            env.restore(last.snapshot);
+          if (last !== undefined) {
+            env.restore(last);
             observation = env.render();
-            total = last.total;
-            actions = last.turn;
-            over = false;
             solved = false;
             message = "undone";
           } else message = "nothing to undo";
@@ -111,9 +103,6 @@ export async function playInteractive(tag: ResolvedTag, seed: number): Promise<v
         if (key === "r" || key === "R") {
           observation = env.reset(seed);
           history = [];
-          total = 0;
-          actions = 0;
-          over = false;
           solved = false;
           message = "reset";
           continue;
@@ -123,24 +112,20 @@ export async function playInteractive(tag: ResolvedTag, seed: number): Promise<v
           message = `key ${JSON.stringify(key)} does nothing here`;
           continue;
         }
-        if (over) {
+        if (env.done) {
           message = "the episode is over: u undo, r reset, q quit";
           continue;
         }
-        history.push({ snapshot: env.snapshot(), total, turn: actions });
+        history.push(env.snapshot());
         const result = env.step(id);
         observation = result.observation;
-        total += result.reward;
-        actions++;
         const name = env.actionNames[id - 1];
         message = `${name}: reward ${round(result.reward)}${result.info.action_is_effective ? "" : " (no effect)"}`;
         if (result.terminated || result.truncated) {
-          over = true;
           solved = result.info.success;
           message += solved ? " - solved!" : " - episode over";
-        } else if (actions >= tag.spec.max_actions_per_traj) {
-          over = true;
-          message += ` - action budget (${tag.spec.max_actions_per_traj}) spent`;
+        } else if (budget.endedByBudget) {
+          message += ` - action budget (${budget.maxActions}) spent`;
         }
       }
       draw();
@@ -150,7 +135,9 @@ export async function playInteractive(tag: ResolvedTag, seed: number): Promise<v
     stdin.setRawMode?.(false);
     stdin.pause();
   }
-  stdout.write(`${solved ? "solved" : "quit"} after ${actions} actions, reward ${round(total)}\r\n`);
+  stdout.write(
+    `${solved ? "solved" : "quit"} after ${env.episodeLength} actions, reward ${round(env.episodeReturn)}\r\n`,
+  );
 }
 
 function round(value: number): string {

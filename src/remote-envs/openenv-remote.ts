@@ -177,16 +177,12 @@ export class RemoteEnv implements AsyncEnv {
     return this.text;
   }
 
+  /** The registry's OrderEnforcing has checked the order and the action (envs/wrappers). */
   async step(action: number | string): Promise<StepResult> {
-    const session = this.session;
-    if (session === null) throw new EnvUsageError("step before reset: the remote env has no session");
-    let text: string;
-    if (typeof action === "string") text = action;
-    else {
-      text = this.actionNames[action - 1];
-      if (text === undefined)
-        throw new EnvUsageError(`action ${action} is not one of 1..${this.actionNames.length}`);
-    }
+    // Before a reset, after a failed request or close() there is no session to step.
+    if (this.session === null)
+      throw new EnvUsageError("the remote env has no session: not reset yet, failed or closed");
+    const text = typeof action === "string" ? action : this.actionNames[action - 1];
     const answer = await this.ask({ type: "step", data: { [this.config.action_field]: text } }, "step");
     const { observation } = answer;
     this.take(answer);

@@ -5,6 +5,7 @@
 import { pyNumberRepr } from "../../envs/pyrepr.ts";
 import type { ResolvedTag } from "../../envs/registry.ts";
 import type { AsyncEnv, ChargeBytes, StepInfo, StepResult } from "../../envs/types.ts";
+import { ActionBudget } from "../../envs/wrappers/action-budget.ts";
 import type { ContextWindowMode, EpisodeValues } from "../../protocol/settings.ts";
 import { messageOf } from "../errors/boundary.ts";
 import type { ChatMessage } from "../llm/chat.ts";
@@ -51,6 +52,8 @@ interface PendingTurn {
   parsed: ReturnType<typeof parseResponse>;
   penalised: boolean;
   noValidAction: boolean;
+  /** Actions left of the budget when the turn began (its record shows them). */
+  actionsLeft: number;
   /** Action ids (or texts, for free-text envs) within the action budget. */
   allowed: (number | string)[];
   executed: string[];
@@ -66,14 +69,14 @@ export class Episode {
   readonly groupId: number;
   readonly seed: number;
   private readonly settings: EpisodeSettings;
-  private readonly env: AsyncEnv;
+  /** The tag's env within the tag's action budget (max_actions_per_traj). */
+  private readonly env: ActionBudget<AsyncEnv>;
   private readonly system: string;
   private readonly integerRewards: boolean;
   private readonly turns: TurnRecord[] = [];
   /** Each turn's weight versions, when the policy stamps them (see record()). */
   private readonly turnVersions: (TurnVersions | undefined)[] = [];
   private state: string;
-  private numActions = 0;
   private terminated = false;
   private truncated = false;
   private penalty = 0;
@@ -100,7 +103,7 @@ export class Episode {
     this.groupId = groupId;
     this.seed = seed;
     this.settings = settings;
-    this.env = tag.open(charge);
+    this.env = new ActionBudget(tag.open(charge), tag.spec.max_actions_per_traj);
     const first = this.env.reset(seed);
     if (typeof first === "string") this.state = first;
     else {
@@ -149,7 +152,12 @@ export class Episode {
   }
 
   get actionsLeft(): number {
-    return this.tag.spec.max_actions_per_traj - this.numActions;
+    return this.env.actionsLeft;
+  }
+
+  /** Actions of the recorded turns (a turn a remote failure cut short has no record). */
+  private get numActions(): number {
+    return this.turns.reduce((n, t) => n + t.actions.length, 0);
   }
 
   /** The prefill the generation prompt ends with. */
@@ -221,6 +229,7 @@ export class Episode {
       parsed,
       penalised,
       noValidAction: actions.length === 0,
+      actionsLeft: this.actionsLeft,
       allowed: actions.slice(0, this.actionsLeft),
       executed: [],
       reward: 0,
@@ -263,7 +272,7 @@ export class Episode {
     const turn: TurnRecord = {
       turn: this.turns.length + 1,
       state: this.state,
-      actions_left: this.actionsLeft,
+      actions_left: pending.actionsLeft,
       warned: this.warnNext,
       raw_response: pending.raw,
       response: pending.parsed.llmResponse,
@@ -284,13 +293,12 @@ export class Episode {
     this.turns.push(turn);
     this.turnVersions.push(usage.versions);
 
-    this.numActions += executed.length;
     this.state = this.env.render();
     this.warnNext = pending.noValidAction;
     if (pending.envDone) {
       this.terminated = true;
       this.truncated = info.success !== true;
-    } else if (this.numActions >= this.tag.spec.max_actions_per_traj) {
+    } else if (this.env.endedByBudget) {
       this.terminated = true;
       this.truncated = true;
       this.budgetSpent = true;

@@ -12,6 +12,8 @@ import { type RawData, type WebSocket, WebSocketServer } from "ws";
 import type { ResolvedTag } from "../../envs/registry.ts";
 import { unknownTagMessage } from "../../envs/registry.ts";
 import type { Env, StepResult } from "../../envs/types.ts";
+import { EpisodeStatistics } from "../../envs/wrappers/episode-statistics.ts";
+import type { EnvRuleError } from "../../envs/wrappers/wrapper.ts";
 import { parseJson, preview } from "../../protocol/bounded-json.ts";
 import { CLOSE_CODES } from "../../protocol/codec.ts";
 import { isPlainObject } from "../../protocol/plain-object.ts";
@@ -50,24 +52,28 @@ interface ObservationData {
   done: boolean;
 }
 
-/** One episode of one tag: the env, its seed and counters. */
+/** How the OpenEnv protocol words the env rules a step can break (envs/wrappers). */
+const REFUSALS: Partial<Record<EnvRuleError["rule"], string>> = {
+  reset_needed: "no episode yet: send reset first",
+  episode_done: "the episode is over (done); send reset for a new one",
+};
+
+/** A session's env (the registry's, counting its steps) and the seed and id of its episode. */
 class Episode {
   readonly tag: ResolvedTag;
-  readonly env: Env;
-  readonly seed: number;
-  readonly id: string;
-  steps = 0;
-  done = false;
+  readonly env: EpisodeStatistics<Env>;
+  private seed: number | null = null;
+  private id: string | null = null;
 
-  constructor(tag: ResolvedTag, seed: number | null, id: string | null) {
+  constructor(tag: ResolvedTag) {
     this.tag = tag;
-    this.env = tag.make();
+    this.env = new EpisodeStatistics(tag.make());
+  }
+
+  reset(seed: number | null, id: string | null): ObservationData {
     // OpenEnv envs draw a seed when given none; rollgym reports the one it drew in `state`.
     this.seed = seed ?? randomInt(0, MAX_SEED + 1);
     this.id = id ?? randomUUID();
-  }
-
-  reset(): ObservationData {
     const text = this.env.reset(this.seed);
     return {
       observation: { text, actions: [...this.env.actionNames], truncated: false, info: {} },
@@ -90,10 +96,14 @@ class Episode {
     ];
   }
 
+  /** Why the env refuses any step now (no reset yet, the episode over), in OpenEnv's words. */
+  refusal(): string | null {
+    const refused = this.env.refusal();
+    return refused && (REFUSALS[refused.rule] ?? refused.message);
+  }
+
   step(id: number): ObservationData {
     const result: StepResult = this.env.step(id);
-    this.steps++;
-    this.done = result.terminated || result.truncated;
     return {
       observation: {
         text: result.observation,
@@ -102,17 +112,18 @@ class Episode {
         info: { ...result.info },
       },
       reward: result.reward,
-      done: this.done,
+      done: this.env.done,
     };
   }
 
   state(): Record<string, unknown> {
+    if (this.seed === null) return freshState(this.tag);
     return {
       ...freshState(this.tag),
       episode_id: this.id,
-      step_count: this.steps,
+      step_count: this.env.episodeLength,
       seed: this.seed,
-      done: this.done,
+      done: this.env.done,
     };
   }
 }
@@ -207,7 +218,7 @@ export class OpenEnvServer {
     }
     memory.charge("env", OPENENV_SESSION_BYTES);
     this.active++;
-    let episode: Episode | null = null;
+    const episode = new Episode(tag);
     // Only reset and step are work: they keep the session from env_idle_s and, at
     // max_connections, from being dropped as idle (4011). An open episode holds nothing beyond
     // its steps (ticket.holding stays false), and `state` or a refused message asks for nothing,
@@ -232,20 +243,18 @@ export class OpenEnvServer {
     const answer = (message: ClientMessage): string | null => {
       switch (message.type) {
         case "reset":
-          episode = new Episode(tag, message.seed, message.episodeId);
           worked();
-          return observationFrame(episode.reset());
+          return observationFrame(episode.reset(message.seed, message.episodeId));
         case "step": {
-          if (episode === null) return errorFrame("EXECUTION_ERROR", "no episode yet: send reset first");
-          if (episode.done)
-            return errorFrame("EXECUTION_ERROR", "the episode is over (done); send reset for a new one");
+          const refused = episode.refusal();
+          if (refused !== null) return errorFrame("EXECUTION_ERROR", refused);
           const id = episode.actionId(message.action);
           if (typeof id !== "number") return validationFrame(id);
           worked();
           return observationFrame(episode.step(id));
         }
         case "state":
-          return JSON.stringify({ type: "state", data: episode?.state() ?? freshState(tag) });
+          return JSON.stringify({ type: "state", data: episode.state() });
         case "close":
           ws.close(CLOSE_CODES.normal, "closed by the client");
           return null;
@@ -343,7 +352,7 @@ export class OpenEnvServer {
         ? checkResetRequest(body, ["body"])
         : refuse("dict_type", ["body"], "must be an object", body);
       if (!checked.ok) return reply.code(422).send({ detail: checked.errors });
-      return new Episode(tag, checked.value.seed, checked.value.episodeId).reset();
+      return new Episode(tag).reset(checked.value.seed, checked.value.episodeId);
     });
     // OpenEnv's HTTP step steps a fresh env; a rollgym env has no episode before a seeded reset.
     app.post<TagRequest & { Body: unknown }>(`${PREFIX}/:tag/step`, async (request, reply) => {

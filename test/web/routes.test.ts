@@ -90,6 +90,18 @@ describe("Play route", () => {
     expect(played).toMatchObject({ done: true, success: true, end_reason: "done" });
   });
 
+  it("refuses an action after the episode ended, naming it", async () => {
+    const solved = (await get("/v1/envs/SimpleSokoban/play?seed=10&solve=1")).json();
+    expect(solved.solution.length).toBeLessThan(10);
+    const res = await get(
+      `/v1/envs/SimpleSokoban/play?seed=10&actions=${[...solved.solution, "Up"].join(",")}`,
+    );
+    expect(res.statusCode).toBe(400);
+    expect(res.json().error.message).toBe(
+      `the episode ended after action ${solved.solution.length}; Up cannot follow`,
+    );
+  });
+
   it("ends at the action budget", async () => {
     const tenDowns = Array.from({ length: 10 }, () => "Down").join(",");
     const body = (await get(`/v1/envs/SimpleSokoban/play?seed=10&actions=${tenDowns}`)).json();

@@ -1,7 +1,12 @@
 // Play for the web page: a seed and the actions so far in, the whole trajectory out. Stateless
 // (undo, reset and shared URLs are just shorter or other action lists), so the server keeps
-// nothing per player and the only limit needed is the tag's own action budget.
+// nothing per player and the only limit needed is the tag's own action budget. The env's rules
+// are its wrappers' (envs/wrappers); this file words their refusals for the page.
 import { type EnvRegistry, type ResolvedTag, unknownTagMessage } from "../../../envs/registry.ts";
+import type { Env, StepResult } from "../../../envs/types.ts";
+import { ActionBudget } from "../../../envs/wrappers/action-budget.ts";
+import { EpisodeStatistics } from "../../../envs/wrappers/episode-statistics.ts";
+import { EnvRuleError } from "../../../envs/wrappers/wrapper.ts";
 import { RollgymError } from "../../errors/catalogue.ts";
 import type { ChatMessage } from "../../llm/chat.ts";
 import { systemPrompt, turnBlock } from "../../rollout/prompt.ts";
@@ -62,57 +67,40 @@ export function play(
       },
       "tag",
     );
-  const budget = tag.spec.max_actions_per_traj;
-  if (request.actions.length > budget)
+  const budget = new ActionBudget(tag.make(), tag.spec.max_actions_per_traj);
+  // The whole list is refused up front, before any of its names is looked at.
+  if (request.actions.length > budget.actionsLeft)
     throw new RollgymError(
       "bad_request",
-      { message: `${request.actions.length} actions exceed ${request.tag}'s budget of ${budget}` },
+      { message: `${request.actions.length} actions exceed ${request.tag}'s budget of ${budget.maxActions}` },
       "actions",
     );
-  const env = tag.make();
+  const env = new EpisodeStatistics(budget);
   const states = [env.reset(request.seed)];
   const steps: PlayStep[] = [];
-  let reward = 0;
-  let envDone = false;
   for (const [i, name] of request.actions.entries()) {
-    if (envDone)
-      throw new RollgymError(
-        "bad_request",
-        { message: `the episode ended after action ${i}; ${name} cannot follow` },
-        "actions",
-      );
-    const id = env.actionNames.indexOf(name) + 1;
-    if (id === 0)
-      throw new RollgymError(
-        "bad_request",
-        { message: `unknown action ${JSON.stringify(name)}; allowed: ${env.actionNames.join(", ")}` },
-        "actions",
-      );
-    const result = env.step(id);
-    envDone = result.terminated || result.truncated;
-    reward += result.reward;
+    const result = stepOrRefuse(env, i, name);
     states.push(result.observation);
     steps.push({
       action: name,
       reward: result.reward,
-      done: envDone,
+      done: result.terminated || result.truncated,
       success: result.info.success,
       effective: result.info.action_is_effective,
     });
   }
-  const budgetSpent = !envDone && steps.length >= budget;
   const out: PlayResult = {
     tag: request.tag,
     env_type: tag.spec.env_type,
     seed: request.seed,
     action_names: env.actionNames,
-    budget,
+    budget: budget.maxActions,
     states,
     steps,
-    reward,
-    done: envDone || budgetSpent,
+    reward: env.episodeReturn,
+    done: env.done,
     success: steps.at(-1)?.success ?? false,
-    end_reason: envDone ? "done" : budgetSpent ? "action_budget" : null,
+    end_reason: budget.endedByBudget ? "action_budget" : env.done ? "done" : null,
     messages: [
       { role: "system", content: systemPrompt(tag, prompt) },
       {
@@ -120,7 +108,7 @@ export function play(
         content: turnBlock({
           turn: 1,
           state: states.at(-1)!,
-          actionsLeft: budget - steps.length,
+          actionsLeft: budget.actionsLeft,
           maxTokens: tag.spec.max_tokens,
           think: prompt.think,
         }),
@@ -133,4 +121,20 @@ export function play(
     if (solution?.successProbability !== undefined) out.success_probability = solution.successProbability;
   }
   return out;
+}
+
+/** Steps the `i`-th action, `name`; an action the env's rules refuse is a bad request naming it. */
+function stepOrRefuse(env: EpisodeStatistics<ActionBudget<Env>>, i: number, name: string): StepResult {
+  try {
+    return env.step(env.actionNames.indexOf(name) + 1);
+  } catch (error) {
+    if (!(error instanceof EnvRuleError)) throw error;
+    const message =
+      error.rule === "episode_done"
+        ? `the episode ended after action ${i}; ${name} cannot follow`
+        : error.rule === "not_an_action"
+          ? `unknown action ${JSON.stringify(name)}; allowed: ${env.actionNames.join(", ")}`
+          : error.message;
+    throw new RollgymError("bad_request", { message }, "actions");
+  }
 }

@@ -3,10 +3,12 @@
 // the Python provider (python/rollgym_envs). Both check messages against the one declaration in
 // protocol/openenv.ts (the Python side through its generated JSON Schema), so each bad frame must
 // get the same code, message and entries from both; where they legitimately differ (the env
-// played, its state fields, free-text actions) the transcript says so with $per.
+// played, its state fields, free-text actions) the transcript says so with $per. Both serve the
+// declaration's models at GET /schema.
 import { readFileSync } from "node:fs";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import WebSocket from "ws";
+import { OPENENV_MODELS } from "../../protocol/openenv.ts";
 import { buildServer, type RollgymServer } from "../../src/server/app.ts";
 import { ROOT } from "../helpers/cli.ts";
 import { startPythonProvider } from "../helpers/openenv-remote.ts";
@@ -110,9 +112,11 @@ async function play(base: string, target: Target): Promise<void> {
 
 describe("the golden OpenEnv transcript", () => {
   let server: RollgymServer;
+  let url: string;
   let python: Awaited<ReturnType<typeof startPythonProvider>>;
   beforeAll(async () => {
     server = await buildServer({});
+    url = await server.listen();
     python = await startPythonProvider(ROOT, [
       "python/examples/guess_number_env.py",
       "--port",
@@ -127,11 +131,17 @@ describe("the golden OpenEnv transcript", () => {
   });
 
   it("rollgym serve answers it", async () => {
-    await play(`${await server.listen()}/openenv/CoordSokoban`, "rollgym serve");
+    await play(`${url}/openenv/CoordSokoban`, "rollgym serve");
   });
 
   it("the Python provider answers it", { timeout: 30_000 }, async () => {
     await play(python.base, "python provider");
+  });
+
+  it("GET /schema answers the declaration's models on both", async () => {
+    const models = JSON.parse(JSON.stringify(OPENENV_MODELS));
+    expect(await (await fetch(`${url}/openenv/CoordSokoban/schema`)).json()).toEqual(models);
+    expect(await (await fetch(`${python.base}/schema`)).json()).toEqual(models);
   });
 
   it("covers reset, step, state and close, and each error code a frame alone can cause", () => {

@@ -42,10 +42,9 @@ with warnings.catch_warnings():
     from websockets.legacy.server import serve as ws_serve
 
 from .env import TextEnv
+from .messages import MAX_SEED, MODELS, check_message, error_frame, parse_frame
 from .origin import OriginPolicy, normal_origin
 
-MAX_SEED = 2**32 - 1
-MESSAGE_TYPES = ("reset", "step", "state", "close")
 # Frames websockets reads ahead of the handler per socket: with max_frame_bytes, what one
 # socket may make the provider hold (OpenEnv clients send one request and wait for its answer).
 MAX_QUEUE = 4
@@ -155,150 +154,6 @@ class _Worker:
         self.thread.shutdown(wait=False)
 
 
-# --------------------------------------------------------------------------- messages
-
-
-PREVIEW_CHARS = 60
-
-
-def _error(code: str, message: str, **extra: Any) -> str:
-    return json.dumps({"type": "error", "data": {"message": message, "code": code, **extra}})
-
-
-def _cut(text: str) -> str:
-    return text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 3] + "..."
-
-
-def _clip(value: Any) -> Any:
-    """A value echoed in an error: itself when short, else the start of its JSON."""
-    text = json.dumps(value)
-    return value if len(text) <= PREVIEW_CHARS else _cut(text)
-
-
-def _invalid(loc: List[Any], msg: str, value: Any, kind: str) -> str:
-    where = ".".join(_cut(str(p)) for p in loc)
-    errors = [{"type": kind, "loc": [_clip(p) for p in loc], "msg": msg, "input": _clip(value)}]
-    return _error("VALIDATION_ERROR", f"Invalid message: {where + ': ' if where else ''}{msg}", errors=errors)
-
-
-def _deeper_than(value: Any, limit: int) -> bool:
-    """Whether arrays and objects nest more than `limit` levels (the message itself is level 1)."""
-    stack = [(value, 1)]
-    while stack:
-        node, depth = stack.pop()
-        children = node.values() if isinstance(node, dict) else node
-        nested = [c for c in children if isinstance(c, (dict, list))]
-        if nested and depth == limit:
-            return True
-        stack.extend((c, depth + 1) for c in nested)
-    return False
-
-
-def _not_json(name: str) -> Any:
-    # Python's json reads NaN and Infinity, which no JSON client can read back in an echo.
-    raise ValueError(f"{name} is not JSON")
-
-
-def _finite(text: str) -> float:
-    number = float(text)
-    if math.isinf(number):
-        raise ValueError(f"{_cut(text)} is out of a double's range")
-    return number
-
-
-def parse_frame(frame: Any, max_depth: int) -> Tuple[Any, Optional[str]]:
-    """(value, None) for a JSON text frame nested at most `max_depth` levels, (None, error frame) otherwise."""
-    if isinstance(frame, bytes):
-        return None, _error("INVALID_JSON", "Invalid JSON: binary frame; OpenEnv messages are JSON text frames")
-    too_deep = _error("INVALID_JSON", f"Invalid JSON: nested deeper than {max_depth} levels (max_depth); OpenEnv messages nest 3")
-    try:
-        value = json.loads(frame, parse_constant=_not_json, parse_float=_finite)
-    except RecursionError:  # deeper than the parser's own recursion limit
-        return None, too_deep
-    except ValueError as error:  # not JSON, or an integer of more digits than Python converts
-        return None, _error("INVALID_JSON", f"Invalid JSON: {_cut(str(error))}")
-    if isinstance(value, (dict, list)) and _deeper_than(value, max_depth):
-        return None, too_deep
-    return value, None
-
-
-def _extra(value: Dict[str, Any], allowed: Tuple[str, ...], loc: List[Any]) -> Optional[str]:
-    for key in value:
-        if key not in allowed:
-            return _invalid([*loc, key], f"is not a field here; allowed: {', '.join(allowed)}", value[key], "extra_forbidden")
-    return None
-
-
-def check_message(value: Any) -> Tuple[Optional[Dict[str, Any]], Optional[str]]:
-    """(message, None) for a valid message, (None, error frame) otherwise."""
-    if not isinstance(value, dict) or not isinstance(value.get("type"), str):
-        return None, _invalid([], f'a message must be a JSON object with a string "type" ({", ".join(MESSAGE_TYPES)})', value, "model_type")
-    kind = value["type"]
-    if kind not in MESSAGE_TYPES:
-        return None, _error("UNKNOWN_TYPE", f"Unknown message type: {_cut(kind)}; allowed: {', '.join(MESSAGE_TYPES)}")
-    problem = _extra(value, ("type", "data") if kind in ("reset", "step") else ("type",), [])
-    if problem:
-        return None, problem
-    if kind == "reset":
-        data = value.get("data") or {}
-        if not isinstance(data, dict):
-            return None, _invalid(["data"], "must be an object of reset parameters", data, "dict_type")
-        problem = _extra(data, ("seed", "episode_id"), ["data"])
-        if problem:
-            return None, problem
-        seed = data.get("seed")
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED):
-            return None, _invalid(["data", "seed"], f"{_cut(json.dumps(seed))} is not an integer in [0, {MAX_SEED}]", seed, "int_type")
-        episode = data.get("episode_id")
-        if episode is not None and (not isinstance(episode, str) or len(episode) > 255):
-            return None, _invalid(["data", "episode_id"], "must be a string of at most 255 characters", episode, "string_type")
-        return {"type": "reset", "seed": seed, "episode_id": episode}, None
-    if kind == "step":
-        if "data" not in value:
-            return None, _invalid(["data"], 'is required: the action, e.g. {"action": "..."}', value, "missing")
-        data = value["data"]
-        if not isinstance(data, dict):
-            return None, _invalid(["data"], 'must be an action object like {"action": "..."}', data, "dict_type")
-        problem = _extra(data, ("action", "metadata"), ["data"])
-        if problem:
-            return None, problem
-        if not isinstance(data.get("action"), str):
-            return None, _invalid(["data", "action"], "is required: the action as text", data.get("action"), "string_type")
-        if "metadata" in data and not isinstance(data["metadata"], dict):
-            return None, _invalid(["data", "metadata"], "must be an object", data["metadata"], "dict_type")
-        return {"type": "step", "action": data["action"]}, None
-    return {"type": kind}, None
-
-
-SCHEMAS = {
-    "action": {
-        "type": "object",
-        "properties": {"action": {"type": "string"}, "metadata": {"type": "object"}},
-        "required": ["action"],
-        "additionalProperties": False,
-    },
-    "observation": {
-        "type": "object",
-        "properties": {
-            "text": {"type": "string"},
-            "actions": {"type": ["array", "null"], "items": {"type": "string"}},
-            "info": {"type": "object"},
-        },
-        "required": ["text", "info"],
-    },
-    "state": {
-        "type": "object",
-        "properties": {
-            "episode_id": {"type": ["string", "null"]},
-            "step_count": {"type": "integer", "minimum": 0},
-            "env": {"type": "string"},
-            "seed": {"type": ["integer", "null"]},
-            "done": {"type": "boolean"},
-        },
-    },
-}
-
-
 # --------------------------------------------------------------------------- the server
 
 DEFAULTS: Dict[str, Any] = {
@@ -352,7 +207,7 @@ class _Protocol(WebSocketServerProtocol):
         why = {1009: f"frame over max_frame_bytes ({self.provider.max_frame_bytes} bytes)", 1007: "text frame that is not UTF-8"}.get(code)
         if why is not None and self.state.name == "OPEN":
             message = f"a {why}; the session is closed ({code})"
-            self.write_frame_sync(True, 0x1, _error("SESSION_ERROR", message).encode())
+            self.write_frame_sync(True, 0x1, error_frame("SESSION_ERROR", message).encode())
             reason = reason or why.split(" (")[0]
         super().fail_connection(code, reason)
 
@@ -434,7 +289,7 @@ class OpenEnvProvider:
             known = ", ".join(self.envs)
             return self._json(http.HTTPStatus.NOT_FOUND, {"detail": f"no route {path[:100]}; envs: {known} (each at /NAME/ws, /NAME/schema, /NAME/metadata, /NAME/state)"})
         if route == "schema":
-            return self._json(http.HTTPStatus.OK, SCHEMAS)
+            return self._json(http.HTTPStatus.OK, MODELS)
         if route == "metadata":
             factory = self.envs[name]
             return self._json(http.HTTPStatus.OK, {"name": name, "description": getattr(factory, "description", "") or name})
@@ -574,35 +429,35 @@ class OpenEnvProvider:
         if kind == "state":
             return json.dumps({"type": "state", "data": state})
         if kind == "step" and state["episode_id"] is None:
-            return _error("EXECUTION_ERROR", "no episode yet: send reset first")
+            return error_frame("EXECUTION_ERROR", "no episode yet: send reset first")
         worker = session.worker
         assert worker is not None  # a reset opened the session; a step before one is answered above
         if kind == "reset":
             seed = message["seed"] if message["seed"] is not None else random.randint(0, MAX_SEED)
             ok, value = await worker.call(session.id, "reset", seed)
             if not ok:
-                return _error("EXECUTION_ERROR", value)
+                return error_frame("EXECUTION_ERROR", value)
             text, names = value
             state.update(episode_id=message["episode_id"] or uuid.uuid4().hex, step_count=0, seed=seed, done=False)
             return json.dumps({"type": "observation", "data": {"observation": {"text": text, "actions": names, "info": {}}, "reward": None, "done": False}})
         if state["done"]:
-            return _error("EXECUTION_ERROR", "the episode is over (done); send reset for a new one")
+            return error_frame("EXECUTION_ERROR", "the episode is over (done); send reset for a new one")
         ok, value = await worker.call(session.id, "step", message["action"])
         if not ok:
-            return _error("EXECUTION_ERROR", value)
+            return error_frame("EXECUTION_ERROR", value)
         text, reward, done, info, names = value
         state.update(step_count=state["step_count"] + 1, done=done)
         try:
             observation = json.dumps({"text": text, "actions": names, "info": info}, allow_nan=False)
         except (TypeError, ValueError) as error:
-            return _error("EXECUTION_ERROR", f"step() returned info that is not JSON: {error}")
+            return error_frame("EXECUTION_ERROR", f"step() returned info that is not JSON: {error}")
         return '{"type": "observation", "data": {"observation": %s, "reward": %s, "done": %s}}' % (observation, json.dumps(reward), json.dumps(done))
 
 
 async def _end(ws: Any, code: str, message: str, reason: str, **extra: Any) -> None:
     """An OpenEnv error frame, then the close (as OpenEnv ends a session it cannot go on with)."""
     try:
-        await ws.send(_error(code, message, **extra))
+        await ws.send(error_frame(code, message, **extra))
         await ws.close(1000, reason)
     except wsx.ConnectionClosed:
         pass

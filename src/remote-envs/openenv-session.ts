@@ -5,7 +5,7 @@
 import WebSocket from "ws";
 import { type ChargeBytes, EnvUsageError } from "../../envs/types.ts";
 import { clip, JsonTooDeepError, parseJson, preview } from "../../protocol/bounded-json.ts";
-import { isPlainObject as isObject } from "../../protocol/plain-object.ts";
+import { checkAnswer } from "../../protocol/openenv.ts";
 
 /** Why a remote episode could not go on; each starts the failure's message. */
 export type OpenEnvReason =
@@ -217,30 +217,21 @@ export class OpenEnvSession {
           : `text that is not JSON: ${clip(frame, 80)}`,
       );
     }
-    if (!isObject(value) || !isObject(value.data))
-      return garbage(`${preview(value, 80)}, not {"type": …, "data": {…}}`);
-    const data = value.data;
-    if (value.type === "error") {
+    const checked = checkAnswer(value);
+    if (!checked.ok) return garbage(checked.problem);
+    const { type, data } = checked.answer;
+    if (type === "error") {
       // Both end up in an episode's failure reason: kept to a line.
-      const code = line(data.code, 40);
-      const message = line(data.message, 500);
+      const code = clip(data.code, 40);
+      const message = clip(data.message, 500);
       if (code === "CAPACITY_REACHED") return new OpenEnvCapacity(this.url, message);
       if (REQUEST_ERRORS.has(code)) return new OpenEnvRefused(this.url, code, message);
       return new OpenEnvFailure("openenv_session_error", `${code || "error"} from ${this.url}: ${message}`);
     }
-    if (value.type !== "observation") return garbage(`a ${preview(value.type)} message, not an observation`);
-    if (!isObject(data.observation))
-      return garbage(`data.observation ${preview(data.observation, 80)}, not an object`);
-    if (
-      data.reward !== null &&
-      data.reward !== undefined &&
-      !(typeof data.reward === "number" && Number.isFinite(data.reward))
-    )
-      return garbage(`data.reward ${preview(data.reward, 80)}, not a number or null`);
-    if (typeof data.done !== "boolean") return garbage(`data.done ${preview(data.done, 80)}, not a boolean`);
+    if (type !== "observation") return garbage(`a ${preview(type)} message, not an observation`);
     return {
-      observation: data.observation,
-      reward: (data.reward as number | null | undefined) ?? null,
+      observation: data.observation as Record<string, unknown>,
+      reward: data.reward ?? null,
       done: data.done,
     };
   }
@@ -258,12 +249,6 @@ export class OpenEnvSession {
     }
     if (this.ws.readyState !== WebSocket.CLOSED) this.ws.terminate();
   }
-}
-
-/** A field of an error answer as text of at most `chars` characters ("" when absent). */
-function line(value: unknown, chars: number): string {
-  if (value === undefined || value === null) return "";
-  return typeof value === "string" ? clip(value, chars) : preview(value, chars);
 }
 
 /** The bytes of a frame as ws hands it over. */

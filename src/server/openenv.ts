@@ -16,7 +16,18 @@ import { EpisodeStatistics } from "../../envs/wrappers/episode-statistics.ts";
 import type { EnvRuleError } from "../../envs/wrappers/wrapper.ts";
 import { parseJson, preview } from "../../protocol/bounded-json.ts";
 import { CLOSE_CODES } from "../../protocol/codec.ts";
-import { isPlainObject } from "../../protocol/plain-object.ts";
+import {
+  checkMessage,
+  checkWith,
+  errorFrame,
+  type FieldError,
+  OPENENV_MESSAGE_TYPES,
+  OPENENV_MODELS,
+  type OpenEnvClientMessage,
+  ResetRequestSchema,
+  StepRequestSchema,
+  validationFrame,
+} from "../../protocol/openenv.ts";
 import { type LimitValues, MAX_SEED } from "../../protocol/settings.ts";
 import { messageOf } from "../errors/boundary.ts";
 import { RollgymError } from "../errors/catalogue.ts";
@@ -24,17 +35,6 @@ import { mapActions } from "../rollout/parse.ts";
 import { type ConnectionGuard, type ConnectionTicket, closeWithin, heartbeat } from "./connections.ts";
 import { limitDefaults } from "./limits.ts";
 import { OPENENV_SESSION_BYTES } from "./memory-costs.ts";
-import {
-  type ClientMessage,
-  checkAction,
-  checkMessage,
-  checkResetRequest,
-  describe,
-  errorFrame,
-  type FieldError,
-  MESSAGE_TYPES,
-  refuse,
-} from "./openenv-messages.ts";
 import { Outbound } from "./outbound.ts";
 import type { ServerState } from "./state.ts";
 
@@ -240,15 +240,17 @@ export class OpenEnvServer {
       clearTimeout(idle);
     });
 
-    const answer = (message: ClientMessage): string | null => {
+    const answer = (message: OpenEnvClientMessage): string | null => {
       switch (message.type) {
         case "reset":
           worked();
-          return observationFrame(episode.reset(message.seed, message.episodeId));
+          return observationFrame(
+            episode.reset(message.data?.seed ?? null, message.data?.episode_id ?? null),
+          );
         case "step": {
           const refused = episode.refusal();
           if (refused !== null) return errorFrame("EXECUTION_ERROR", refused);
-          const id = episode.actionId(message.action);
+          const id = episode.actionId(message.data.action);
           if (typeof id !== "number") return validationFrame(id);
           worked();
           return observationFrame(episode.step(id));
@@ -280,7 +282,7 @@ export class OpenEnvServer {
     data: RawData,
     isBinary: boolean,
     ticket: ConnectionTicket,
-    answer: (message: ClientMessage) => string | null,
+    answer: (message: OpenEnvClientMessage) => string | null,
   ): string | null {
     if (isBinary)
       return errorFrame("INVALID_JSON", "Invalid JSON: binary frame; OpenEnv messages are JSON text frames");
@@ -295,7 +297,7 @@ export class OpenEnvServer {
       return "unknownType" in checked
         ? errorFrame(
             "UNKNOWN_TYPE",
-            `Unknown message type: ${preview(checked.unknownType)}; allowed: ${MESSAGE_TYPES.join(", ")}`,
+            `Unknown message type: ${preview(checked.unknownType)}; allowed: ${OPENENV_MESSAGE_TYPES.join(", ")}`,
           )
         : validationFrame(checked.errors);
     // A well-formed message is this protocol's hello: the socket is no longer a silent one.
@@ -337,7 +339,7 @@ export class OpenEnvServer {
     });
     app.get<TagRequest>(`${PREFIX}/:tag/schema`, async (request, reply) => {
       if (!tagOf(request.params.tag, reply)) return reply;
-      return SCHEMAS;
+      return OPENENV_MODELS;
     });
     app.get<TagRequest>(`${PREFIX}/:tag/state`, async (request, reply) => {
       const tag = tagOf(request.params.tag, reply);
@@ -347,22 +349,15 @@ export class OpenEnvServer {
     app.post<TagRequest & { Body: unknown }>(`${PREFIX}/:tag/reset`, async (request, reply) => {
       const tag = tagOf(request.params.tag, reply);
       if (!tag) return reply;
-      const body = request.body ?? {};
-      const checked = isPlainObject(body)
-        ? checkResetRequest(body, ["body"])
-        : refuse("dict_type", ["body"], "must be an object", body);
+      const checked = checkWith(ResetRequestSchema, request.body ?? {}, ["body"]);
       if (!checked.ok) return reply.code(422).send({ detail: checked.errors });
-      return new Episode(tag).reset(checked.value.seed, checked.value.episodeId);
+      return new Episode(tag).reset(checked.value.seed ?? null, checked.value.episode_id ?? null);
     });
     // OpenEnv's HTTP step steps a fresh env; a rollgym env has no episode before a seeded reset.
     app.post<TagRequest & { Body: unknown }>(`${PREFIX}/:tag/step`, async (request, reply) => {
       if (!tagOf(request.params.tag, reply)) return reply;
-      const body = request.body;
-      const action =
-        typeof body === "object" && body !== null && "action" in body
-          ? checkAction((body as { action: unknown }).action, ["body", "action"])
-          : refuse("missing", ["body", "action"], "Field required", body ?? null);
-      if (!action.ok) return reply.code(422).send({ detail: action.errors });
+      const checked = checkWith(StepRequestSchema, request.body ?? {}, ["body"]);
+      if (!checked.ok) return reply.code(422).send({ detail: checked.errors });
       return reply.code(409).send({
         detail: `POST ${PREFIX}/${request.params.tag}/step would step a fresh, never reset env: rollgym episodes need a seeded reset, so they live on ${PREFIX}/${request.params.tag}/ws (send reset, then step)`,
       });
@@ -385,61 +380,7 @@ function observationFrame(data: ObservationData): string {
   return JSON.stringify({ type: "observation", data });
 }
 
-function validationFrame(errors: FieldError[]): string {
-  return errorFrame("VALIDATION_ERROR", `Invalid message: ${describe(errors)}`, { errors });
-}
-
 function rawText(data: RawData): string {
   if (Array.isArray(data)) return Buffer.concat(data).toString("utf8");
   return Buffer.from(data as ArrayBuffer).toString("utf8");
 }
-
-/** GET /schema: JSON schemas of rollgym's action, observation and state (the same for every tag). */
-const SCHEMAS = {
-  action: {
-    title: "RollgymAction",
-    type: "object",
-    properties: {
-      action: {
-        type: "string",
-        description: "An action name, case-insensitive; the current ones are each observation's `actions`.",
-      },
-      metadata: { type: "object", description: "Ignored (OpenEnv's Action base field)." },
-    },
-    required: ["action"],
-    additionalProperties: false,
-  },
-  observation: {
-    title: "RollgymObservation",
-    type: "object",
-    properties: {
-      text: { type: "string", description: "The env's text observation (what `rollgym envs play` prints)." },
-      actions: { type: "array", items: { type: "string" }, description: "Action names of this episode." },
-      truncated: { type: "boolean", description: "The env's own step limit ran out (done is true too)." },
-      info: {
-        type: "object",
-        description:
-          "success, action_is_effective, action_is_valid and the env's other facts; {} after reset.",
-      },
-      reward: { type: ["number", "null"] },
-      done: { type: "boolean" },
-    },
-    required: ["text", "actions", "truncated", "info"],
-  },
-  state: {
-    title: "RollgymState",
-    type: "object",
-    properties: {
-      episode_id: { type: ["string", "null"] },
-      step_count: { type: "integer", minimum: 0 },
-      tag: { type: "string" },
-      seed: { type: ["integer", "null"], minimum: 0, maximum: MAX_SEED },
-      done: { type: "boolean" },
-      max_actions_per_traj: {
-        type: "integer",
-        description: "The tag's action budget; rollgym's rollouts enforce it, this session does not.",
-      },
-    },
-    additionalProperties: true,
-  },
-};

@@ -118,12 +118,43 @@ export async function buildServer(options: ServerOptions = {}): Promise<RollgymS
   securityHeaders(app, origins);
   boundJsonBodies(app);
   const limits: ServerLimits = { ...DEFAULT_LIMITS, ...pickLimits(options) };
-  const sessions = new Map<string, Session>();
   const wss = new WebSocketServer({
     noServer: true,
     maxPayload: limits.maxFrameBytes,
     perMessageDeflate: false,
   });
+  const state = serverState(app, options, limits, guard, wss);
+  registerRoutes(app, state);
+  registerWeb(app, state, webOptions(options.share, options.files));
+  const openenv = new OpenEnvServer(app, state, guard, options.openenv);
+  const stopHeartbeat = heartbeat(() => wss.clients, guard.limits.heartbeatMs);
+  attachSockets({ app, state, guard, origins, wss, openenv });
+  const shutdown = gracefulShutdown(
+    { app, state, guard, origins, wss, openenv },
+    stopHeartbeat,
+    options.closeGraceMs ?? 2_000,
+  );
+  return {
+    app,
+    state,
+    async listen(port = 0, host = "127.0.0.1") {
+      origins.addHost(host);
+      const address = await app.listen({ port, host });
+      return address;
+    },
+    shutdown,
+  };
+}
+
+/** The server's state: its limits and tokens, the engine, the budgets, the rollouts' context. */
+function serverState(
+  app: FastifyInstance,
+  options: ServerOptions,
+  limits: ServerLimits,
+  guard: ConnectionGuard,
+  wss: WebSocketServer,
+): ServerState {
+  const sessions = new Map<string, Session>();
   const metrics = createMetrics({
     queuedGroups: () => [...sessions.values()].reduce((n, s) => n + s.unacknowledgedGroups, 0),
     connectedClients: () => wss.clients.size,
@@ -168,7 +199,12 @@ export async function buildServer(options: ServerOptions = {}): Promise<RollgymS
     updates,
     limits: (trainer) => (trainer ? welcome.trainer : welcome.client),
   };
+  return state;
+}
 
+/** /healthz, /metrics and /v1/envs. */
+function registerRoutes(app: FastifyInstance, state: ServerState): void {
+  const { policy, metrics, registry } = state;
   app.get("/healthz", async () => ({
     status: state.closing ? "closing" : "ok",
     version: VERSION,
@@ -191,10 +227,20 @@ export async function buildServer(options: ServerOptions = {}): Promise<RollgymS
       };
     }),
   }));
-  registerWeb(app, state, webOptions(options.share, options.files));
-  const openenv = new OpenEnvServer(app, state, guard, options.openenv);
+}
 
-  const stopHeartbeat = heartbeat(() => wss.clients, guard.limits.heartbeatMs);
+/** What the socket and shutdown steps share. */
+interface ServerParts {
+  app: FastifyInstance;
+  state: ServerState;
+  guard: ConnectionGuard;
+  origins: OriginPolicy;
+  wss: WebSocketServer;
+  openenv: OpenEnvServer;
+}
+
+/** The WebSocket routes: /v1/rollouts and OpenEnv's, each upgrade checked before it is taken. */
+function attachSockets({ app, state, guard, origins, wss, openenv }: ServerParts): void {
   wss.on("connection", (socket: WebSocket, request: IncomingMessage) =>
     handleConnection(state, socket, guard.opened(socket, request)),
   );
@@ -216,14 +262,20 @@ export async function buildServer(options: ServerOptions = {}): Promise<RollgymS
       target.handleUpgrade(request, socket, head, (ws) => target.emit("connection", ws, request));
     });
   });
+}
 
-  const closeGraceMs = options.closeGraceMs ?? 2_000;
+/** RollgymServer.shutdown: the first call shuts down gracefully, a second one hurries it. */
+function gracefulShutdown(
+  { app, state, guard, wss, openenv }: ServerParts,
+  stopHeartbeat: () => void,
+  closeGraceMs: number,
+): (reason?: string) => Promise<ShutdownReport> {
   let shuttingDown: Promise<ShutdownReport> | null = null;
   let hurry = () => {};
   const hurried = new Promise<void>((resolve) => {
     hurry = resolve;
   });
-  const shutdown = (reason = "server shutting down"): Promise<ShutdownReport> => {
+  return (reason = "server shutting down"): Promise<ShutdownReport> => {
     if (shuttingDown) {
       hurry();
       return shuttingDown;
@@ -261,21 +313,10 @@ export async function buildServer(options: ServerOptions = {}): Promise<RollgymS
       await Promise.race([closed, sleep(closeGraceMs)]);
       app.server.closeAllConnections();
       await closed;
-      await policy.close?.();
+      await state.policy.close?.();
       return { cancelled, dropped: dropped.filter(Boolean).length };
     })();
     return shuttingDown;
-  };
-
-  return {
-    app,
-    state,
-    async listen(port = 0, host = "127.0.0.1") {
-      origins.addHost(host);
-      const address = await app.listen({ port, host });
-      return address;
-    },
-    shutdown,
   };
 }
 

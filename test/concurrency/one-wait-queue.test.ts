@@ -13,13 +13,10 @@ import { describe, expect, it } from "vitest";
 const ROOT = fileURLToPath(new URL("../..", import.meta.url));
 
 /**
- * Files that still hold a waiter queue of their own, each with who removes it. The test fails
+ * Files that still hold a waiter queue of their own, each with why (none today). The test fails
  * when one no longer does, so the entry goes with it.
  */
-const KNOWN: Readonly<Record<string, string>> = {
-  // h-delivery removes it (issue 29.2: the producers waiting for room park in a WaitQueue).
-  "src/server/rollouts.ts": "h-delivery",
-};
+const KNOWN: Readonly<Record<string, string>> = {};
 
 /** Calls that keep their argument for later: a resolver handed to one is a waiter in a queue. */
 const STORING = new Set(["push", "unshift", "add"]);

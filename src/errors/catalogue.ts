@@ -59,7 +59,7 @@ export const CATALOGUE = {
   /** One engine request that failed (llm/http.ts EngineError); the policy may retry it. */
   engine_failed: entry<Said>({ exit: 1, message: said }),
   replica_pool_closed: entry({ exit: 1, message: () => "replica pool closed" }),
-  /** begin() while an update is open, or end() without one (llm/updates.ts; the server checks first). */
+  /** begin() while an update is open, or end() without one (llm/version-book.ts; the server checks first). */
   update_state: entry<Said>({ exit: 1, message: said }),
   /** A remote OpenEnv episode that cannot go on (remote-envs imports nothing of ours: a string code). */
   openenv_failed: entry<{ reason: string; detail: string }>({

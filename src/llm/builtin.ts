@@ -5,7 +5,7 @@ import seedrandom from "seedrandom";
 import type { ResolvedTag } from "../../envs/registry.ts";
 import type { Policy, PolicyRequest, PolicyResponse } from "./policy.ts";
 import { turnSlot } from "./slices.ts";
-import { VersionBook } from "./updates.ts";
+import { VersionBook } from "./version-book.ts";
 import type { WeightUpdates } from "./versions.ts";
 
 export interface BuiltinPolicyOptions {

@@ -10,7 +10,7 @@ import type { Version } from "../../protocol/messages.ts";
 import { onParentAbort } from "./deadline.ts";
 import { serverRoot } from "./engine.ts";
 import { EngineError } from "./http.ts";
-import { VersionBook } from "./updates.ts";
+import { VersionBook } from "./version-book.ts";
 import type { EnginesPaused, PauseMode } from "./versions.ts";
 
 /** What the updates need of the policy whose replicas they pause. */

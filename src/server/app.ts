@@ -34,7 +34,7 @@ import { type OriginOptions, OriginPolicy } from "./origin.ts";
 import { securityHeaders } from "./security-headers.ts";
 import type { Session } from "./session.ts";
 import { DEFAULT_LIMITS, type ServerLimits, type ServerState } from "./state.ts";
-import { UpdateCoordinator } from "./updates.ts";
+import { UpdateCoordinator } from "./update-coordinator.ts";
 import { WatchHub, type WatchLimits } from "./watch.ts";
 import type { FileLimits } from "./web/files.ts";
 import { registerWeb, webOptions } from "./web/routes.ts";

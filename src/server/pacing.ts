@@ -6,7 +6,7 @@
 // finished. A group dropped by drop_older_than is not accepted: another takes its place.
 import type { Admitted } from "../../protocol/messages.ts";
 import type { PaceValues } from "../../protocol/settings.ts";
-import type { UpdateCoordinator } from "./updates.ts";
+import type { UpdateCoordinator } from "./update-coordinator.ts";
 
 /** ASYNC's settings by wire name (protocol/settings.ts), in_flight and groups_per_step resolved to numbers. */
 export type PaceSettings = PaceValues;

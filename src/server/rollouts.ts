@@ -14,13 +14,13 @@ import type { BatchRequest } from "../rollout/batch.ts";
 import { BatchDelivery } from "./delivery/batch.ts";
 import { EndlessDelivery } from "./delivery/endless.ts";
 import type { Delivery, DeliveryHost } from "./delivery/host.ts";
-import { RolloutPlay } from "./delivery/play.ts";
+import { RolloutPlay } from "./delivery/rollout-play.ts";
 import { StreamDelivery } from "./delivery/stream.ts";
 import { PlayMeter } from "./memory-costs.ts";
 import type { ServerMetrics } from "./metrics.ts";
 import type { PaceSettings } from "./pacing.ts";
 import type { Session, SessionRollout } from "./session.ts";
-import type { UpdateCoordinator } from "./updates.ts";
+import type { UpdateCoordinator } from "./update-coordinator.ts";
 import type { WatchedStream, WatchHub } from "./watch.ts";
 
 export interface RolloutContext {

@@ -8,7 +8,7 @@ import { limitDefaults } from "./limits.ts";
 import type { ServerMetrics } from "./metrics.ts";
 import type { RolloutContext } from "./rollouts.ts";
 import type { HeldKind, Session, SessionMemory } from "./session.ts";
-import type { UpdateCoordinator } from "./updates.ts";
+import type { UpdateCoordinator } from "./update-coordinator.ts";
 
 /** The server's own limits (protocol/settings.ts LIMITS, part "server"), by option name. */
 export type ServerLimits = LimitValues<"server">;
@@ -53,7 +53,7 @@ export interface ServerState {
   version: string;
   log: FastifyBaseLogger;
   rolloutContext: RolloutContext;
-  /** The trainer's weight updates (updates.ts); also in rolloutContext. */
+  /** The trainer's weight updates (update-coordinator.ts); also in rolloutContext. */
   updates: UpdateCoordinator;
   /** `welcome.limits`: a trainer's has the trainer-only limits too. */
   limits(trainer: boolean): Record<string, number>;

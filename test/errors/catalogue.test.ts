@@ -20,7 +20,7 @@ import { CATALOGUE, type Code, RollgymError } from "../../src/errors/catalogue.t
 import { EngineError } from "../../src/llm/http.ts";
 import { PolicyError } from "../../src/llm/policy.ts";
 import { PoolClosedError } from "../../src/llm/replicas.ts";
-import { UpdateStateError } from "../../src/llm/updates.ts";
+import { UpdateStateError } from "../../src/llm/version-book.ts";
 import { MockEngineUsageError } from "../../src/mock-engine/cli.ts";
 import { MissingTokenizerPackageError } from "../../src/mock-engine/qwen3-tokenizer.ts";
 import { EpisodeFileError } from "../../src/record/episode-reader.ts";

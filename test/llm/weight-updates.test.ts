@@ -7,7 +7,7 @@ import { afterEach, describe, expect, it } from "vitest";
 import type { Version } from "../../protocol/messages.ts";
 import { ChatPolicy } from "../../src/llm/openai-chat.ts";
 import type { PolicyRequest } from "../../src/llm/policy.ts";
-import { UpdateStateError } from "../../src/llm/updates.ts";
+import { UpdateStateError } from "../../src/llm/version-book.ts";
 import {
   DEFAULT_MODEL,
   type MockEngine,

@@ -7,7 +7,7 @@ import { describe, expect, it } from "vitest";
 import { MAX_SEED } from "../../protocol/messages.ts";
 import { EndlessDelivery } from "../../src/server/delivery/endless.ts";
 import { StreamDelivery } from "../../src/server/delivery/stream.ts";
-import { UpdateCoordinator } from "../../src/server/updates.ts";
+import { UpdateCoordinator } from "../../src/server/update-coordinator.ts";
 import { FakeRollout, judged, registry, request, ScriptedPlay } from "../helpers/delivery.ts";
 import { VersionedPolicy } from "../helpers/versioned-policy.ts";
 

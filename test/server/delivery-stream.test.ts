@@ -6,7 +6,7 @@ import { describe, expect, it } from "vitest";
 import { StreamDelivery } from "../../src/server/delivery/stream.ts";
 import type { PaceSettings } from "../../src/server/pacing.ts";
 import { Session } from "../../src/server/session.ts";
-import { UpdateCoordinator } from "../../src/server/updates.ts";
+import { UpdateCoordinator } from "../../src/server/update-coordinator.ts";
 import { FakeRollout, judged, noMemory, registry, request, ScriptedPlay } from "../helpers/delivery.ts";
 import { VersionedPolicy } from "../helpers/versioned-policy.ts";
 

@@ -7,7 +7,7 @@ import type { BatchResult, EpisodeRecord } from "../../record/episode-record.ts"
 import type { BatchRequest } from "../../rollout/batch.ts";
 import { groupFrame } from "../group-frame.ts";
 import { episodesBytes } from "../memory-costs.ts";
-import type { UpdateCoordinator } from "../updates.ts";
+import type { UpdateCoordinator } from "../update-coordinator.ts";
 import type { Delivered, Delivery, DeliveryHost, WindowPlay } from "./host.ts";
 import { batchVerdict } from "./verdicts.ts";
 

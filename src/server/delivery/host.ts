@@ -1,6 +1,6 @@
 // What a delivery (batch.ts, stream.ts, endless.ts) works with: its rollout, which keeps the
 // episode budget, the buffer of unacknowledged groups and the cancellation (rollouts.ts), and
-// the play of a window of groups, the same in every mode (play.ts). Tests give fakes of both.
+// the play of a window of groups, the same in every mode (rollout-play.ts). Tests give fakes of both.
 import type { BatchFrame, GroupFrame, WindowFrame } from "../../../protocol/messages.ts";
 import type { BatchResult, EpisodeRecord, GroupResult } from "../../record/episode-record.ts";
 import type { PlayMeter } from "../memory-costs.ts";

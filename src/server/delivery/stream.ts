@@ -11,7 +11,7 @@ import { groupFrame, versionRange } from "../group-frame.ts";
 import { episodesBytes } from "../memory-costs.ts";
 import type { ServerMetrics } from "../metrics.ts";
 import { type PaceSettings, StreamPacing } from "../pacing.ts";
-import type { UpdateCoordinator } from "../updates.ts";
+import type { UpdateCoordinator } from "../update-coordinator.ts";
 import type { Delivered, Delivery, DeliveryHost, WindowPlay } from "./host.ts";
 import { batchVerdict } from "./verdicts.ts";
 

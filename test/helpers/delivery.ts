@@ -3,12 +3,14 @@
 // the test admits and finishes by hand; and episode records to finish them with.
 import { createRegistry } from "../../envs/catalog.ts";
 import type { GroupFrame, WindowFrame } from "../../protocol/messages.ts";
+import { ASYNC, defaultsOf } from "../../protocol/settings.ts";
 import { WaitQueue } from "../../src/concurrency/wait-queue.ts";
 import type { BatchResult, EpisodeRecord, GroupResult } from "../../src/record/episode-record.ts";
 import type { BatchRequest } from "../../src/rollout/batch.ts";
 import { defaultBatchRequest } from "../../src/rollout/request.ts";
 import type { DeliveryHost, GroupHooks, WindowPlay } from "../../src/server/delivery/host.ts";
 import { PlayMeter } from "../../src/server/memory-costs.ts";
+import type { PaceSettings } from "../../src/server/pacing.ts";
 import type { SessionMemory } from "../../src/server/session.ts";
 
 export const registry = createRegistry();
@@ -240,4 +242,9 @@ export function records(group: number, size: number, oldest = 0): EpisodeRecord[
     failure: null,
     end_reason: "done",
   }));
+}
+
+/** Pace settings: ASYNC's defaults (every bound off), 8 groups in flight and 1 group per step, then `overrides`. */
+export function paceOf(overrides: Partial<PaceSettings> = {}): PaceSettings {
+  return { ...defaultsOf(ASYNC), in_flight: 8, groups_per_step: 1, ...overrides };
 }

@@ -8,7 +8,7 @@ import { MAX_SEED } from "../../protocol/messages.ts";
 import { EndlessDelivery } from "../../src/server/delivery/endless.ts";
 import { StreamDelivery } from "../../src/server/delivery/stream.ts";
 import { UpdateCoordinator } from "../../src/server/update-coordinator.ts";
-import { FakeRollout, judged, registry, request, ScriptedPlay } from "../helpers/delivery.ts";
+import { FakeRollout, judged, paceOf, registry, request, ScriptedPlay } from "../helpers/delivery.ts";
 import { VersionedPolicy } from "../helpers/versioned-policy.ts";
 
 async function microtasks(): Promise<void> {
@@ -24,7 +24,7 @@ function endlessOf(seed = 0) {
     request: request(2, 2, seed),
     registry,
     updates,
-    pace: { in_flight: 8, max_staleness: null, groups_per_step: 1, drop_older_than: null },
+    pace: paceOf(),
     maxBufferedGroups: 16,
     metrics: { staleGroupsDropped: new client.Counter({ name: "stale", help: "stale", registers: [] }) },
     windowed: true,

@@ -7,14 +7,22 @@ import { StreamDelivery } from "../../src/server/delivery/stream.ts";
 import type { PaceSettings } from "../../src/server/pacing.ts";
 import { Session } from "../../src/server/session.ts";
 import { UpdateCoordinator } from "../../src/server/update-coordinator.ts";
-import { FakeRollout, judged, noMemory, registry, request, ScriptedPlay } from "../helpers/delivery.ts";
+import {
+  FakeRollout,
+  judged,
+  noMemory,
+  paceOf,
+  registry,
+  request,
+  ScriptedPlay,
+} from "../helpers/delivery.ts";
 import { VersionedPolicy } from "../helpers/versioned-policy.ts";
 
 async function microtasks(): Promise<void> {
   for (let i = 0; i < 50; i++) await Promise.resolve();
 }
 
-const OPEN: PaceSettings = { in_flight: 8, max_staleness: null, groups_per_step: 1, drop_older_than: null };
+const OPEN: PaceSettings = paceOf();
 
 function streamOf(groups: number, pace: Partial<PaceSettings> = {}, maxBufferedGroups = 16) {
   const host = new FakeRollout();

@@ -166,8 +166,8 @@ describe("the web page", () => {
     expect([...assets.keys()]).toEqual(
       expect.arrayContaining([
         "/web/main.ts",
-        "/web/play.ts",
-        "/web/watch.ts",
+        "/web/play-view.ts",
+        "/web/watch-view.ts",
         "/web/replay.ts",
         "/web/style.css",
       ]),

@@ -140,7 +140,7 @@ describe("static files", () => {
     const page = await get("/", {});
     expect(page.statusCode).toBe(200);
     expect(page.headers["content-type"]).toContain("text/html");
-    const module = await get("/web/play.ts", {});
+    const module = await get("/web/play-view.ts", {});
     expect(module.headers["content-type"]).toContain("text/javascript");
     const js = module.body;
     expect(js).not.toMatch(/import type|: PlayResult/);

@@ -1,7 +1,7 @@
 /// <reference lib="dom" />
 // What Watch and Replay show alike: group cards (reward spread and the filter's verdict),
 // the charts, and an episode's turn-by-turn timeline with a slider and play/pause.
-import type { EpisodeRecord } from "../../../record/episode-record.ts";
+import type { EpisodeRecord, TurnRecord } from "../../../record/episode-record.ts";
 import { h, markup, num, type TagInfo } from "./api.ts";
 import type { ExportBatch } from "./export.ts";
 import { escapeHtml, stateSvg } from "./picture.ts";
@@ -187,27 +187,7 @@ export function episodeView(
   const where = h("span", { class: "where", "data-testid": "turn-label" });
   const playButton = h("button", { type: "button", onclick: () => toggle() }, "Play");
   const detail = h("div", { class: "turn-detail" });
-  const strip = h(
-    "ol",
-    { class: "timeline" },
-    [...episode.turns, null].map((turn, i) =>
-      h(
-        "li",
-        {},
-        h(
-          "button",
-          {
-            type: "button",
-            onclick: () => show(i),
-            class: turn && invalidMarks(turn, episode).length ? "invalid" : "",
-            title: turn ? `turn ${turn.turn}: reward ${turn.reward_text}` : "final state",
-          },
-          picture(turn ? turn.state : episode.final_state, style, "", "thumb"),
-          h("span", {}, turn ? `${turn.turn}: ${num(turn.reward)}` : "end"),
-        ),
-      ),
-    ),
-  );
+  const strip = timeline(episode, style, (i) => show(i));
 
   const stop = () => {
     if (timer) clearInterval(timer);
@@ -233,76 +213,13 @@ export function episodeView(
       b.toggleAttribute("aria-current", i === position);
     options.onTurn?.(position);
     const turn = episode.turns[position];
-    if (!turn) {
-      detail.replaceChildren(
-        picture(episode.final_state, style, `final state of env ${episode.env_id}`),
-        h(
-          "div",
-          { class: "facts" },
-          h(
-            "p",
-            {},
-            h(
-              "strong",
-              { class: episode.success ? "good" : "bad" },
-              episode.success ? "Success" : "No success",
-            ),
-            ` · ended by ${episode.end_reason}`,
-          ),
-          episode.failure ? h("p", { class: "bad" }, `Failure: ${episode.failure}`) : null,
-          h("pre", { class: "state-text" }, episode.final_state),
-        ),
-      );
-      return;
-    }
-    const parts = responseParts(turn.raw_response);
-    const marks = invalidMarks(turn, episode);
-    detail.replaceChildren(
-      picture(turn.state, style, `turn ${turn.turn} of env ${episode.env_id}`),
-      h(
-        "div",
-        { class: "facts" },
-        marks.length ? h("p", { class: "invalid-mark" }, `Invalid turn: ${marks.join(", ")}`) : null,
-        turn.warned
-          ? h("p", { class: "muted" }, "The prompt warned that the previous turn had no valid action.")
-          : null,
-        h("h3", {}, "Think"),
-        h("pre", { class: "think" }, parts.think ?? "(none)"),
-        h("h3", {}, "Answer"),
-        h("pre", { class: "answer" }, parts.answer ?? turn.raw_response),
-        h(
-          "dl",
-          {},
-          h("dt", {}, "Parsed"),
-          h("dd", {}, turn.parsed.join(", ") || "–"),
-          h("dt", {}, "Executed"),
-          h("dd", {}, turn.actions.join(", ") || "–"),
-          h("dt", {}, "Reward"),
-          h("dd", {}, turn.reward_text),
-          h("dt", {}, "Actions left"),
-          h("dd", {}, String(turn.actions_left)),
-          h("dt", {}, "Finish"),
-          h("dd", {}, turn.finish_reason),
-        ),
-        h("details", {}, h("summary", {}, "State text"), h("pre", { class: "state-text" }, turn.state)),
-      ),
-    );
+    detail.replaceChildren(...(turn ? turnDetail(turn, episode, style) : finalDetail(episode, style)));
   }
 
   const element = h(
     "section",
     { class: "episode", "aria-label": `Episode ${episode.env_id}` },
-    h(
-      "header",
-      {},
-      h("h2", {}, `Episode #${episode.env_id}`),
-      h(
-        "p",
-        {},
-        `group ${episode.group_id} · ${episode.tag} · seed ${episode.seed} · reward ${num(episode.reward)} · penalty ${num(episode.penalty)} · score ${num(episode.score)} · `,
-        h("strong", { class: episode.success ? "good" : "bad" }, episode.success ? "success" : "no success"),
-      ),
-    ),
+    episodeHeader(episode),
     h(
       "div",
       { class: "stepper" },
@@ -318,6 +235,104 @@ export function episodeView(
   );
   show(position);
   return { element, destroy: stop };
+}
+
+function episodeHeader(episode: EpisodeRecord): HTMLElement {
+  return h(
+    "header",
+    {},
+    h("h2", {}, `Episode #${episode.env_id}`),
+    h(
+      "p",
+      {},
+      `group ${episode.group_id} · ${episode.tag} · seed ${episode.seed} · reward ${num(episode.reward)} · penalty ${num(episode.penalty)} · score ${num(episode.score)} · `,
+      h("strong", { class: episode.success ? "good" : "bad" }, episode.success ? "success" : "no success"),
+    ),
+  );
+}
+
+/** One thumbnail button per turn, then one for the final state; `show` gets its position. */
+function timeline(
+  episode: EpisodeRecord,
+  style: TagInfo | undefined,
+  show: (position: number) => void,
+): HTMLElement {
+  return h(
+    "ol",
+    { class: "timeline" },
+    [...episode.turns, null].map((turn, i) =>
+      h(
+        "li",
+        {},
+        h(
+          "button",
+          {
+            type: "button",
+            onclick: () => show(i),
+            class: turn && invalidMarks(turn, episode).length ? "invalid" : "",
+            title: turn ? `turn ${turn.turn}: reward ${turn.reward_text}` : "final state",
+          },
+          picture(turn ? turn.state : episode.final_state, style, "", "thumb"),
+          h("span", {}, turn ? `${turn.turn}: ${num(turn.reward)}` : "end"),
+        ),
+      ),
+    ),
+  );
+}
+
+/** The final position: the last state, success and how the episode ended. */
+function finalDetail(episode: EpisodeRecord, style: TagInfo | undefined): HTMLElement[] {
+  return [
+    picture(episode.final_state, style, `final state of env ${episode.env_id}`),
+    h(
+      "div",
+      { class: "facts" },
+      h(
+        "p",
+        {},
+        h("strong", { class: episode.success ? "good" : "bad" }, episode.success ? "Success" : "No success"),
+        ` · ended by ${episode.end_reason}`,
+      ),
+      episode.failure ? h("p", { class: "bad" }, `Failure: ${episode.failure}`) : null,
+      h("pre", { class: "state-text" }, episode.final_state),
+    ),
+  ];
+}
+
+/** A turn: the state the model saw, its response, the actions and their reward. */
+function turnDetail(turn: TurnRecord, episode: EpisodeRecord, style: TagInfo | undefined): HTMLElement[] {
+  const parts = responseParts(turn.raw_response);
+  const marks = invalidMarks(turn, episode);
+  return [
+    picture(turn.state, style, `turn ${turn.turn} of env ${episode.env_id}`),
+    h(
+      "div",
+      { class: "facts" },
+      marks.length ? h("p", { class: "invalid-mark" }, `Invalid turn: ${marks.join(", ")}`) : null,
+      turn.warned
+        ? h("p", { class: "muted" }, "The prompt warned that the previous turn had no valid action.")
+        : null,
+      h("h3", {}, "Think"),
+      h("pre", { class: "think" }, parts.think ?? "(none)"),
+      h("h3", {}, "Answer"),
+      h("pre", { class: "answer" }, parts.answer ?? turn.raw_response),
+      h(
+        "dl",
+        {},
+        h("dt", {}, "Parsed"),
+        h("dd", {}, turn.parsed.join(", ") || "–"),
+        h("dt", {}, "Executed"),
+        h("dd", {}, turn.actions.join(", ") || "–"),
+        h("dt", {}, "Reward"),
+        h("dd", {}, turn.reward_text),
+        h("dt", {}, "Actions left"),
+        h("dd", {}, String(turn.actions_left)),
+        h("dt", {}, "Finish"),
+        h("dd", {}, turn.finish_reason),
+      ),
+      h("details", {}, h("summary", {}, "State text"), h("pre", { class: "state-text" }, turn.state)),
+    ),
+  ];
 }
 
 /** With a token log: every token id, sampled ones (loss mask 1) shaded by their logprob. */

@@ -9,8 +9,8 @@ interface View {
 }
 
 const VIEWS: Record<string, () => Promise<View>> = {
-  play: () => import("./play.ts"),
-  watch: () => import("./watch.ts"),
+  play: () => import("./play-view.ts"),
+  watch: () => import("./watch-view.ts"),
   replay: () => import("./replay.ts"),
 };
 

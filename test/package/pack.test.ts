@@ -152,6 +152,17 @@ describe("the packed package in a fresh project", () => {
         envs: { tag: string; config: object }[];
       };
       expect(envs.envs.find((e) => e.tag === "Corridor")?.config).toEqual({ length: 12 });
+      // The page's modules come from dist/: its own, and the shared ones it imports by URL.
+      for (const path of [
+        "/web/play-view.ts",
+        "/web/watch-view.ts",
+        "/client/protocol-client.js",
+        "/concurrency/wait-queue.js",
+      ]) {
+        const res = await fetch(`${url}${path}`);
+        expect(res.status, path).toBe(200);
+        expect((await res.text()).length, path).toBeGreaterThan(100);
+      }
     } finally {
       process.kill(-child.pid!, "SIGTERM");
     }

@@ -29,6 +29,9 @@ export default defineConfig({
       "test/server/shutdown.test.ts",
       "test/server/multi-client-fuzz.test.ts",
       "test/server/backpressure.test.ts",
+      "test/server/entry-fuzz.test.ts",
+      "test/server/async-acceptance.test.ts",
+      "test/server/keepalive-attack.test.ts",
     ],
   },
 });

@@ -17,22 +17,20 @@ import { checkRolloutShape, isShapeRefusal, type RolloutLimits } from "../rollou
 import { resolveRequest } from "../rollout/request.ts";
 import { budgetRefusal } from "./budget.ts";
 import { episodesBytes } from "./memory-costs.ts";
-import type { PaceSettings } from "./pacing.ts";
 import type { Session } from "./session.ts";
 import type { ServerState } from "./state.ts";
 
-/** A rollout that passed every check: the request to play, the engine that plays it in token mode, its pacing. */
-export interface Admitted {
+/** A rollout that passed every check: the request to play (its pacing in `request.pace`), the engine that plays it in token mode. */
+export interface AdmittedRollout {
   request: BatchRequest;
   tokenEngine: TokenEngine | null;
-  pace: PaceSettings;
 }
 
 /** The request fields that pace a stream (PROTOCOL.md "Endless streams", "Staleness"): endless and ASYNC's. */
 const STREAM_ONLY = ["endless", ...(Object.keys(ASYNC) as (keyof typeof ASYNC)[])] as const;
 
 /** Admits `frame` for `session`, or throws the RollgymError of the first check it fails. */
-export function admitRollout(state: ServerState, session: Session, frame: RolloutRequest): Admitted {
+export function admitRollout(state: ServerState, session: Session, frame: RolloutRequest): AdmittedRollout {
   const { options, registry } = state;
   const { policy } = state.rolloutContext;
   if (state.closing) throw new RollgymError("shutting_down", {});
@@ -79,7 +77,7 @@ export function admitRollout(state: ServerState, session: Session, frame: Rollou
   if (request.tokens && !tokenEngine) throw new RollgymError("tokens_need_engine", { policy: policy.name });
   const why = playable(() => policyRefusal(registry, request, policy));
   if (why) throw new RollgymError("policy_cannot_play", { policy: policy.name, why });
-  return { request, tokenEngine, pace: request.pace };
+  return { request, tokenEngine };
 }
 
 /** An env session that passed every check: its request, and the engine of a token session. */

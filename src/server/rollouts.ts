@@ -18,7 +18,6 @@ import { RolloutPlay } from "./delivery/rollout-play.ts";
 import { StreamDelivery } from "./delivery/stream.ts";
 import { PlayMeter } from "./memory-costs.ts";
 import type { ServerMetrics } from "./metrics.ts";
-import type { PaceSettings } from "./pacing.ts";
 import type { Session, SessionRollout } from "./session.ts";
 import type { UpdateCoordinator } from "./update-coordinator.ts";
 import type { WatchedStream, WatchHub } from "./watch.ts";
@@ -67,7 +66,6 @@ export class Rollout implements SessionRollout, DeliveryHost {
   private readonly frame: RolloutRequest;
   private readonly request: BatchRequest;
   private readonly tokenEngine: TokenEngine | null;
-  private readonly pace: PaceSettings;
   /** Groups started or finished and not yet acknowledged (stream), or kept and unacknowledged (batch). */
   private placesTaken = 0;
   /** Episodes held for groups not yet queued. */
@@ -84,14 +82,12 @@ export class Rollout implements SessionRollout, DeliveryHost {
     frame: RolloutRequest,
     request: BatchRequest,
     tokenEngine: TokenEngine | null,
-    pace: PaceSettings,
   ) {
     this.id = frame.id;
     this.session = session;
     this.frame = frame;
     this.request = request;
     this.tokenEngine = tokenEngine;
-    this.pace = pace;
     // What its play holds against the memory budget.
     this.meter = new PlayMeter(session.memory);
   }
@@ -244,7 +240,7 @@ export class Rollout implements SessionRollout, DeliveryHost {
       request,
       registry,
       updates,
-      pace: this.pace,
+      pace: this.request.pace,
       maxBufferedGroups: ctx.maxBufferedGroups,
       metrics: ctx.metrics,
       windowed: endless,

@@ -21,13 +21,10 @@ function verdictLists(result: BatchResult, stale: ReadonlySet<number>, offset = 
   };
 }
 
-/** A finite rollout's verdict; `stale`: its groups dropped for their age. */
-export function batchVerdict(rollout: string, result: BatchResult, stale: ReadonlySet<number>): BatchFrame {
-  const { kept, dropped, failed_groups, ...after } = verdictLists(result, stale);
-  // The fields in the order they have always had: clients see the same bytes.
+/** A verdict's fields after its header, in the order they have always had: clients see the same bytes. */
+function verdictBody(result: BatchResult, stale: ReadonlySet<number>, first = 0) {
+  const { kept, dropped, failed_groups, ...after } = verdictLists(result, stale, first);
   return {
-    type: "batch",
-    rollout,
     kept,
     dropped,
     failed_groups,
@@ -36,6 +33,11 @@ export function batchVerdict(rollout: string, result: BatchResult, stale: Readon
     failed: result.failed,
     ...after,
   };
+}
+
+/** A finite rollout's verdict; `stale`: its groups dropped for their age. */
+export function batchVerdict(rollout: string, result: BatchResult, stale: ReadonlySet<number>): BatchFrame {
+  return { type: "batch", rollout, ...verdictBody(result, stale) };
 }
 
 /** The verdict of window `w` of an endless stream, its groups numbered from w × perWindow. */
@@ -47,19 +49,12 @@ export function windowVerdict(
   stale: ReadonlySet<number>,
 ): WindowFrame {
   const first = w * perWindow;
-  const { kept, dropped, failed_groups, ...after } = verdictLists(result, stale, first);
   return {
     type: "window",
     rollout,
     window: w,
     first,
     groups: perWindow,
-    kept,
-    dropped,
-    failed_groups,
-    metrics: result.metrics,
-    episodes: result.episodes.length,
-    failed: result.failed,
-    ...after,
+    ...verdictBody(result, stale, first),
   };
 }

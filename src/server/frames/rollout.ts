@@ -8,8 +8,8 @@ import { Rollout } from "../rollouts.ts";
 import type { Connection } from "./context.ts";
 
 export function onRollout({ state, session, worked }: Connection, frame: RolloutRequest): void {
-  const { request, tokenEngine, pace } = admitRollout(state, session, frame);
-  const rollout = new Rollout(session, frame, request, tokenEngine, pace);
+  const { request, tokenEngine } = admitRollout(state, session, frame);
+  const rollout = new Rollout(session, frame, request, tokenEngine);
   rollout.start(state.rolloutContext, (episodes, bytes, signal, held) =>
     holdWhenRoom(state, session, episodes, bytes, signal, held),
   );

@@ -184,6 +184,20 @@ function testImports(graph: ImportGraph): string[] {
   return found;
 }
 
+/** The file names used twice in one layer, as "layer: name (path, path)"; index.ts aside. */
+function sharedNames(paths: readonly string[]): string[] {
+  const byName = new Map<string, string[]>();
+  for (const path of paths) {
+    const name = posix.basename(path);
+    if (name === "index.ts") continue;
+    const key = `${layerOf(path)}: ${name}`;
+    byName.set(key, [...(byName.get(key) ?? []), path]);
+  }
+  return [...byName]
+    .filter(([, found]) => found.length > 1)
+    .map(([key, found]) => `${key} (${found.join(", ")})`);
+}
+
 /**
  * The import cycles between files: each strongly connected component of more than one file (or
  * a file importing itself), written as one cycle through it, e.g. "a.ts -> b.ts -> a.ts".
@@ -281,6 +295,10 @@ describe("layering (DESIGN.md: dependencies point one way)", () => {
     expect(importCycles(graph)).toEqual([]);
   });
 
+  it("has no two modules of one layer with the same file name (index.ts, a folder's entry, aside)", () => {
+    expect(sharedNames([...graph.keys()])).toEqual([]);
+  });
+
   it("has nothing under src/, bench/ or scripts/ importing test/ (what both use lives outside test/)", () => {
     const outside = readImportGraph(NOT_TESTS);
     expect([...outside.keys()].some((file) => file.startsWith("bench/"))).toBe(true);
@@ -335,6 +353,18 @@ describe("python/: the Python side, outside protocol/", () => {
 });
 
 describe("the layering checks themselves", () => {
+  it("name two modules of one layer sharing a file name, not two layers or two index.ts", () => {
+    expect(
+      sharedNames([
+        "src/server/updates.ts",
+        "src/server/frames/updates.ts",
+        "src/llm/updates.ts",
+        "envs/index.ts",
+        "envs/sokoban/index.ts",
+      ]),
+    ).toEqual(["src/server: updates.ts (src/server/updates.ts, src/server/frames/updates.ts)"]);
+  });
+
   it("name a back-edge and a folder missing from the table", () => {
     const graph = new Map([
       ["src/llm/policy.ts", ["src/rollout/prompt.ts", "src/llm/chat.ts"]],

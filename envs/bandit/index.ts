@@ -1,9 +1,9 @@
 // The `bandit` env type: RAGEN's BanditEnvConfig defaults and validation.
 import { numberIn, oneOf, overlayConfig } from "../config.ts";
 import type { Env, EnvType } from "../types.ts";
-import { type BanditConfig, BanditEnv } from "./env.ts";
+import { type BanditConfig, BanditEnv } from "./bandit-env.ts";
 
-export { ARM_NAMES, type BanditConfig, BanditEnv } from "./env.ts";
+export { ARM_NAMES, type BanditConfig, BanditEnv } from "./bandit-env.ts";
 
 function defaults(): BanditConfig {
   return {

@@ -1,10 +1,10 @@
 // The `frozen_lake` env type: RAGEN's FrozenLakeEnvConfig defaults, validation and solvers.
 import { integerIn, numberIn, oneOf, overlayConfig, stringMap } from "../config.ts";
 import type { Env, EnvType } from "../types.ts";
-import { type FrozenLakeConfig, FrozenLakeEnv } from "./env.ts";
-import { shortestPath, successProbability } from "./solver.ts";
+import { type FrozenLakeConfig, FrozenLakeEnv } from "./frozen-lake-env.ts";
+import { shortestPath, successProbability } from "./frozen-lake-solver.ts";
 
-export { type FrozenLakeConfig, FrozenLakeEnv } from "./env.ts";
+export { type FrozenLakeConfig, FrozenLakeEnv } from "./frozen-lake-env.ts";
 export { generateMap } from "./map.ts";
 
 function defaults(): FrozenLakeConfig {

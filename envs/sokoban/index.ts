@@ -1,9 +1,9 @@
 // The `sokoban` env type: RAGEN's SokobanEnvConfig defaults, validation and helpers.
 import { integerIn, oneOf, overlayConfig, pairOf, stringMap } from "../config.ts";
 import { type Env, EnvConfigError, type EnvType } from "../types.ts";
-import { type SokobanConfig, SokobanEnv } from "./env.ts";
+import { type SokobanConfig, SokobanEnv } from "./sokoban-env.ts";
 
-export { reseedAfterFailure, type SokobanConfig, SokobanEnv } from "./env.ts";
+export { reseedAfterFailure, type SokobanConfig, SokobanEnv } from "./sokoban-env.ts";
 
 function defaults(): SokobanConfig {
   return {

@@ -21,7 +21,7 @@ import {
   RoomGenerationError,
   TARGET,
 } from "./room.ts";
-import { solveRoom } from "./solver.ts";
+import { solveRoom } from "./sokoban-solver.ts";
 
 export interface SokobanConfig {
   dim_room: [number, number];

@@ -1,6 +1,6 @@
 // FrozenLake solvers: a shortest path when no slip happens, and the probability that an
 // optimal policy reaches the goal within an action budget under the env's slipping.
-import { type FrozenLakeConfig, neighbour, slipBranches } from "./env.ts";
+import { type FrozenLakeConfig, neighbour, slipBranches } from "./frozen-lake-env.ts";
 
 /** Shortest action ids (1 Left, 2 Down, 3 Right, 4 Up) from `from` to the goal, or null. */
 export function shortestPath(tiles: readonly string[], size: number, from: number): number[] | null {

@@ -95,6 +95,19 @@ export class WaitQueue<T = void> {
     return node;
   }
 
+  /**
+   * Parks until `ready()` holds, asking again each time the caller is woken: true once it holds,
+   * false when `signal` aborts first or the queue closes. For owners that wake everyone on any
+   * change and let each caller judge its own condition.
+   */
+  async until(this: WaitQueue<void>, ready: () => boolean, signal?: AbortSignal): Promise<boolean> {
+    for (;;) {
+      if (signal?.aborted) return false;
+      if (ready()) return true;
+      if ((await this.park(undefined, signal)) === "closed") return false;
+    }
+  }
+
   /** The oldest parked item, if any. */
   peek(): T | undefined {
     return this.#head?.item;

@@ -134,12 +134,8 @@ export class Rollout implements SessionRollout, DeliveryHost {
     this.wake();
   }
 
-  async until(ready: () => boolean): Promise<boolean> {
-    for (;;) {
-      if (this.abort.signal.aborted) return false;
-      if (ready()) return true;
-      await this.waiting.park(undefined, this.abort.signal);
-    }
+  until(ready: () => boolean): Promise<boolean> {
+    return this.waiting.until(ready, this.abort.signal);
   }
 
   hold(episodes: number): void {

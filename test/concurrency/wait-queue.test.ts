@@ -98,6 +98,26 @@ describe("WaitQueue", () => {
     expect(left.map(([item]) => item)).toEqual([b, a]);
   });
 
+  it("parks until a condition holds, asking again on each wake, and gives up on abort or close", async () => {
+    const queue = new WaitQueue();
+    let count = 0;
+    const reached = queue.until(() => count >= 2);
+    for (let i = 0; i < 2; i++) {
+      count++;
+      queue.wakeAll();
+      await Promise.resolve();
+    }
+    expect(await reached).toBe(true);
+    const stop = new AbortController();
+    const aborted = queue.until(() => false, stop.signal);
+    stop.abort();
+    expect(await aborted).toBe(false);
+    const closed = queue.until(() => false);
+    queue.close();
+    expect(await closed).toBe(false);
+    expect(queue.size).toBe(0);
+  });
+
   it("dismisses everyone on close and refuses callers after it", async () => {
     const queue = new WaitQueue();
     const first = queue.park(undefined);

@@ -61,12 +61,8 @@ export class FakeRollout implements DeliveryHost {
     return this.roomWaiting.length;
   }
 
-  async until(ready: () => boolean): Promise<boolean> {
-    for (;;) {
-      if (this.abort.signal.aborted) return false;
-      if (ready()) return true;
-      await this.waiting.park(undefined, this.abort.signal);
-    }
+  until(ready: () => boolean): Promise<boolean> {
+    return this.waiting.until(ready, this.abort.signal);
   }
 
   hold(episodes: number): void {

@@ -11,6 +11,7 @@
 import { type Static, type TSchema, Type } from "typebox";
 import { Compile, type Validator } from "typebox/compile";
 import { clip, PREVIEW_CHARS, preview } from "./bounded-json.ts";
+import { isPlainObject } from "./plain-object.ts";
 import { MAX_SEED } from "./settings.ts";
 
 /** OpenEnv's WSErrorCode values (types.py). */
@@ -184,7 +185,7 @@ function validator(schema: TSchema): Validator {
 export function checkMessage(
   value: unknown,
 ): Checked<OpenEnvClientMessage> | { ok: false; unknownType: string } {
-  if (!isObject(value) || typeof value.type !== "string")
+  if (!isPlainObject(value) || typeof value.type !== "string")
     return {
       ok: false,
       errors: [
@@ -222,7 +223,7 @@ export function checkWith<S extends TSchema>(
 export function checkAnswer(
   value: unknown,
 ): { ok: true; answer: OpenEnvAnswer } | { ok: false; problem: string } {
-  if (!isObject(value) || typeof value.type !== "string" || !isObject(value.data))
+  if (!isPlainObject(value) || typeof value.type !== "string" || !isPlainObject(value.data))
     return { ok: false, problem: `${preview(value, 80)}, not {"type": …, "data": {…}}` };
   if (!Object.hasOwn(OPENENV_ANSWERS, value.type))
     return {
@@ -275,7 +276,7 @@ const KINDS: Record<string, string> = {
 export function fieldErrors(node: SchemaNode, value: unknown, loc: (string | number)[]): FieldError[] {
   const branch = branchFor(node, value);
   if (branch === null) return [leafError(node, value, loc)];
-  if (branch.type === "object" && isObject(value)) {
+  if (branch.type === "object" && isPlainObject(value)) {
     const properties = (branch.properties ?? {}) as Record<string, SchemaNode>;
     const allowed = Object.keys(properties);
     if (branch.additionalProperties === false) {
@@ -398,8 +399,4 @@ function echo(value: unknown): unknown {
   if (typeof value !== "object" || value === null) return typeof value === "string" ? clip(value) : value;
   const shown = preview(value, PREVIEW_CHARS);
   return shown.endsWith("...") || shown.includes("…") ? shown : value;
-}
-
-function isObject(value: unknown): value is Record<string, unknown> {
-  return typeof value === "object" && value !== null && !Array.isArray(value);
 }

@@ -23,7 +23,7 @@ export class EnvRuleError extends EnvUsageError {
 }
 
 /** `use` applied to a value now, or to a promised value when it comes. */
-export function andThen<T, U>(value: Awaitable<T>, use: (value: T) => U): Awaitable<U> {
+function andThen<T, U>(value: Awaitable<T>, use: (value: T) => U): Awaitable<U> {
   return value instanceof Promise ? value.then(use) : use(value);
 }
 

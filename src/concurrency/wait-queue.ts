@@ -26,19 +26,28 @@ let arrivals = 0;
 class Node<T> implements Parked<T> {
   readonly item: T;
   readonly arrival = arrivals++;
-  readonly departure: Promise<Departure>;
   queue: WaitQueue<T> | null = null;
   prev: Node<T> | null = null;
   next: Node<T> | null = null;
-  #resolve: (departure: Departure) => void;
+  // The promise is made when first asked for: an enqueued task nobody awaits costs none.
+  #departure: Promise<Departure> | null = null;
+  #resolve: ((departure: Departure) => void) | null = null;
+  #settled: Departure | null = null;
   #signal: AbortSignal | undefined;
   #onAbort: (() => void) | undefined;
 
   constructor(item: T) {
     this.item = item;
-    const { promise, resolve } = Promise.withResolvers<Departure>();
-    this.departure = promise;
-    this.#resolve = resolve;
+  }
+
+  get departure(): Promise<Departure> {
+    if (this.#departure === null) {
+      const { promise, resolve } = Promise.withResolvers<Departure>();
+      if (this.#settled) resolve(this.#settled);
+      else this.#resolve = resolve;
+      this.#departure = promise;
+    }
+    return this.#departure;
   }
 
   /** Calls `onAbort` when `signal` aborts before the caller has left. */
@@ -51,7 +60,8 @@ class Node<T> implements Parked<T> {
   settle(departure: Departure): void {
     if (this.#onAbort) this.#signal?.removeEventListener("abort", this.#onAbort);
     this.#onAbort = undefined;
-    this.#resolve(departure);
+    this.#settled ??= departure;
+    this.#resolve?.(departure);
   }
 }
 
@@ -93,6 +103,14 @@ export class WaitQueue<T = void> {
         });
     }
     return node;
+  }
+
+  /**
+   * Queues `item` with no caller waiting on it (a deferred task the owner runs as it takes it with
+   * wakeNext): in line like a parked caller, without the promise.
+   */
+  enqueue(item: T): void {
+    this.enter(item);
   }
 
   /**
@@ -148,17 +166,6 @@ export class WaitQueue<T = void> {
   /** Wakes every caller, oldest first; returns how many. */
   wakeAll(): number {
     return this.wakeWhere(() => true);
-  }
-
-  /** Removes one parked caller by its item (the first with that identity), waking it; false when not parked. */
-  wake(item: T): boolean {
-    for (let node = this.#head; node; node = node.next) {
-      if (node.item !== item) continue;
-      this.#unlink(node);
-      node.settle("woken");
-      return true;
-    }
-    return false;
   }
 
   /** Wakes the caller of a handle parked here; false when it is not (it left, or waits elsewhere). */

@@ -134,7 +134,7 @@ export class ConnectionGuard {
       return;
     }
     // Run by nextTurn as it wakes them, so a turn's handshakes complete within it.
-    void this.upgrades.park(handshake);
+    this.upgrades.enqueue(handshake);
   }
 
   private readonly nextTurn = (): void => {

@@ -84,7 +84,7 @@ export class Outbound {
       return;
     }
     // Run by updateReading as it wakes them, one at a time, while reading stays on.
-    void this.deferred.park(task);
+    this.deferred.enqueue(task);
     this.peakDeferred = Math.max(this.peakDeferred, this.deferred.size);
   }
 

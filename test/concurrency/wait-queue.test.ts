@@ -85,17 +85,19 @@ describe("WaitQueue", () => {
     ]);
   });
 
-  it("wakes one caller by its item, and reports one not parked", async () => {
-    const queue = new WaitQueue<object>();
-    const a = {};
-    const b = {};
-    const { left, settled } = parkAll(queue, [a, b]);
-    expect(queue.wake(b)).toBe(true);
-    expect(queue.wake(b)).toBe(false);
-    expect(queue.peek()).toBe(a);
-    queue.wakeNext();
-    await settled();
-    expect(left.map(([item]) => item)).toEqual([b, a]);
+  it("keeps enqueued tasks in line with parked callers and hands them out in order", async () => {
+    const queue = new WaitQueue<string>();
+    queue.enqueue("a");
+    const parked = queue.park("b");
+    queue.enqueue("c");
+    expect(queue.size).toBe(3);
+    expect(queue.peek()).toBe("a");
+    expect([queue.wakeNext(), queue.wakeNext(), queue.wakeNext()]).toEqual(["a", "b", "c"]);
+    expect(await parked).toBe("woken");
+    // A handle asked for its departure only after it left still answers how.
+    const late = queue.enter("d");
+    queue.close();
+    expect(await late.departure).toBe("closed");
   });
 
   it("parks until a condition holds, asking again on each wake, and gives up on abort or close", async () => {

@@ -188,6 +188,10 @@ export class EngineUpdates extends VersionBook {
     return begun;
   }
 
+  protected override pausedReplicas(): readonly string[] {
+    return this.#paused;
+  }
+
   protected override async resumeEngines(version: Version): Promise<void> {
     const paused = this.#paused;
     this.#paused = [];

@@ -103,7 +103,7 @@ export async function describeEngine(
  * gateway that forwards only /v1/*, a bare "HTTP 404: Not Found" names neither. Anything else
  * is returned unchanged.
  */
-function missingRoute(error: unknown, route: string, fix: string): unknown {
+export function missingRoute(error: unknown, route: string, fix: string): unknown {
   if (!(error instanceof EngineError) || (error.status !== 404 && error.status !== 405)) return error;
   return new EngineError(`POST ${route} answered ${error.message}; ${fix}`, error.status);
 }

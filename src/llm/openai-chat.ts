@@ -343,7 +343,8 @@ export class ChatPolicy implements Policy {
       request.signal,
       async (url, attempt, sent) => {
         const answer = await this.once(url, request, sent);
-        return { ...answer, attempts: attempt + 1, versions: this.weights.stamp(sent.version) };
+        const versions = this.weights.stamp(sent.version, { epoch: sent.epoch, url });
+        return { ...answer, attempts: attempt + 1, versions };
       },
       "turn",
       request.fittedTo,

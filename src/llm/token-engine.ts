@@ -6,7 +6,7 @@
 // chat-template delta rendered by the engine itself, so they follow the model's own template.
 import type { ChatMessage, SamplingParams } from "./chat.ts";
 import { onParentAbort, type PauseClock } from "./deadline.ts";
-import { type Dialect, serverRoot } from "./engine.ts";
+import { type Dialect, missingRoute, serverRoot } from "./engine.ts";
 import { type EngineUpdates, type Sent, UpdateInterrupted } from "./engine-updates.ts";
 import { checkFinishReason, samplingFields } from "./generation.ts";
 import {
@@ -41,8 +41,9 @@ export interface TokenSample {
   promptDrift?: boolean;
   /**
    * The weight version ordinal that sampled each of `ids`: exact per segment when a weight
-   * update interrupted the turn and it was continued; in a turn that spans a keep-mode pause
-   * (turnVersions differ) each id has the dispatch ordinal, a lower bound (docs/rollouts.md).
+   * update interrupted the turn and it was continued, or held it whole (VersionBook.stamp); in a
+   * turn that spans a keep-mode pause (turnVersions differ) each id has the dispatch ordinal, a
+   * lower bound (docs/rollouts.md).
    */
   versions: number[];
   /** The versions at the first segment's dispatch and at the last one's completion. */
@@ -57,14 +58,32 @@ type Segment = Omit<TokenSample, "versions" | "turnVersions" | "segments"> & {
   stamp: TurnVersions;
 };
 
-/** Extra-body fields for the chat route only; token requests go to the completions route. */
+/**
+ * Extra-body fields for the chat route only: vLLM's chat request model has them and its
+ * completions model, where token requests go, does not (include_reasoning among them). The
+ * rendering ones reach the template through the render requests instead.
+ */
 const CHAT_ONLY_FIELDS = new Set([
   "chat_template",
   "chat_template_kwargs",
   "continue_final_message",
   "add_generation_prompt",
   "messages",
+  "include_reasoning",
+  "reasoning_effort",
+  "tools",
+  "tool_choice",
+  "parallel_tool_calls",
+  "documents",
+  "mm_processor_kwargs",
+  "media_io_kwargs",
 ]);
+
+/** What to do when a route at the server root answers 404/405 (a gateway that forwards only /v1/*). */
+const ROOT_ROUTES_FIX =
+  "token mode needs the engine's routes at the server root, outside /v1 (vLLM: /tokenize, /detokenize; " +
+  "llama.cpp also /apply-template, /completion): let the gateway forward them too, " +
+  "point rollgym.llm.base_url at the engine itself, or play in chat mode";
 
 /** How a turn ended, for what the log appends after it. */
 export interface TurnEnd {
@@ -431,7 +450,8 @@ export class TokenEngine {
           sample.promptDrift = true;
         }
       }
-      return { ...sample, interrupted, stamp: updates.stamp(sent.version) };
+      const answered = interrupted ? undefined : { epoch: sent.epoch, url };
+      return { ...sample, interrupted, stamp: updates.stamp(sent.version, answered) };
     });
   }
 
@@ -440,9 +460,9 @@ export class TokenEngine {
     const { model } = this.policy.transport;
     return this.send(affinity, signal, async (url, options) => {
       const vllm = this.dialect === "vllm";
-      const body = (await requestJson(
-        "POST",
-        `${serverRoot(url)}/detokenize`,
+      const body = (await this.postRoot(
+        url,
+        "/detokenize",
         vllm ? { model, tokens: ids } : { tokens: ids },
         options,
       )) as { prompt?: unknown; content?: unknown };
@@ -487,9 +507,9 @@ export class TokenEngine {
   ): Promise<number[]> {
     const { model } = this.policy.transport;
     return this.send(affinity, signal, async (url, options) => {
-      const body = (await requestJson(
-        "POST",
-        `${serverRoot(url)}/tokenize`,
+      const body = (await this.postRoot(
+        url,
+        "/tokenize",
         { model, messages, add_generation_prompt: generationPrompt, ...this.kwargs() },
         options,
       )) as { tokens?: unknown };
@@ -506,9 +526,9 @@ export class TokenEngine {
     signal?: AbortSignal,
   ): Promise<string> {
     return this.send(affinity, signal, async (url, options) => {
-      const body = (await requestJson(
-        "POST",
-        `${serverRoot(url)}/apply-template`,
+      const body = (await this.postRoot(
+        url,
+        "/apply-template",
         { messages, add_generation_prompt: generationPrompt, ...this.kwargs() },
         options,
       )) as { prompt?: unknown };
@@ -536,9 +556,9 @@ export class TokenEngine {
   ): Promise<number[]> {
     const { model } = this.policy.transport;
     return this.send(affinity, signal, async (url, options) => {
-      const body = (await requestJson(
-        "POST",
-        `${serverRoot(url)}/tokenize`,
+      const body = (await this.postRoot(
+        url,
+        "/tokenize",
         this.dialect === "vllm"
           ? { model, prompt: text, add_special_tokens: addSpecial }
           : { content: text, add_special: addSpecial, parse_special: true },
@@ -546,6 +566,14 @@ export class TokenEngine {
       )) as { tokens?: unknown };
       if (!isIdList(body.tokens)) throw new UnusableAnswer("/tokenize answered without token ids");
       return body.tokens;
+    });
+  }
+
+  /** POSTs to a route at the replica's server root; a 404/405 names the route and what to do. */
+  private postRoot(url: string, route: string, body: unknown, options: Options): Promise<unknown> {
+    const target = `${serverRoot(url)}${route}`;
+    return requestJson("POST", target, body, options).catch((error: unknown) => {
+      throw missingRoute(error, target, ROOT_ROUTES_FIX);
     });
   }
 
@@ -652,7 +680,7 @@ export class TokenEngine {
       if (streamed !== null) return streamed;
       this.streamGaps++;
     }
-    const answer = (await requestJson("POST", `${serverRoot(url)}/completion`, body, options)) as LlamaAnswer;
+    const answer = (await this.postRoot(url, "/completion", body, options)) as LlamaAnswer;
     const tokens = answer.tokens;
     if (!isIdList(tokens)) throw new UnusableAnswer("llama.cpp returned no tokens (return_tokens)");
     const cached = answer.timings?.cache_n;
@@ -706,7 +734,10 @@ export class TokenEngine {
     };
     let interrupted = false;
     try {
-      await requestEvents(`${serverRoot(url)}/completion`, { ...body, stream: true }, options, read);
+      const route = `${serverRoot(url)}/completion`;
+      await requestEvents(route, { ...body, stream: true }, options, read).catch((error: unknown) => {
+        throw missingRoute(error, route, ROOT_ROUTES_FIX);
+      });
     } catch (error) {
       if (!(error instanceof UpdateInterrupted)) throw error;
       interrupted = true;

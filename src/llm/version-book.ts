@@ -50,6 +50,8 @@ export class VersionBook implements WeightUpdates, PauseClock {
   #open: (() => void) | null = null;
   #gate: Promise<void> | null = null;
   readonly #resumeWaiters = new Set<() => void>();
+  /** Replicas the latest update paused in a mode that holds every request arriving after the pause (see stamp()). */
+  #holding: ReadonlySet<string> = new Set();
   /** Turns dispatched and not yet answered, kept by the policy (for update_begun's in_flight). */
   inFlight = 0;
 
@@ -106,9 +108,24 @@ export class VersionBook implements WeightUpdates, PauseClock {
     return Promise.race([gate, aborted]).finally(leave);
   }
 
-  /** The versions of a turn dispatched under `dispatch`, completing now. */
-  stamp(dispatch: number): TurnVersions {
-    return { dispatch, completion: this.#current.ordinal };
+  /**
+   * The versions of a turn dispatched under `dispatch`, completing now. `answered` says where
+   * and in which epoch its request was sent, for a request answered whole (not interrupted).
+   * Sent just before the latest update began and answered after it changed the version, such a
+   * request either ran before the pause (its answer would have arrived before the update ended)
+   * or reached the engine after it: where that update paused the replica in "abort" or "wait"
+   * mode, the engine ended or finished every request it held by then and kept the rest unsampled
+   * until /resume, so every token is the new version's. Elsewhere (a keep pause froze it
+   * half-way, or more than one update passed) it spans, and `dispatch` stays, a lower bound.
+   */
+  stamp(dispatch: number, answered?: { epoch: number; url: string }): TurnVersions {
+    const completion = this.#current.ordinal;
+    const held =
+      answered !== undefined &&
+      completion !== dispatch &&
+      answered.epoch === this.#epoch - 1 &&
+      this.#holding.has(answered.url);
+    return { dispatch: held ? completion : dispatch, completion };
   }
 
   async begin(mode: PauseMode = "keep"): Promise<EnginesPaused> {
@@ -124,7 +141,10 @@ export class VersionBook implements WeightUpdates, PauseClock {
     this.#gate = new Promise<void>((resolve) => {
       this.#open = resolve;
     });
-    return this.pauseEngines(mode, this.inFlight);
+    this.#holding = new Set();
+    const begun = await this.pauseEngines(mode, this.inFlight);
+    if (mode !== "keep") this.#holding = new Set(this.pausedReplicas());
+    return begun;
   }
 
   async end(version: Version): Promise<void> {
@@ -149,6 +169,11 @@ export class VersionBook implements WeightUpdates, PauseClock {
   /** Pauses the engines once admission is closed; here there are none. */
   protected async pauseEngines(_mode: PauseMode, inFlight: number): Promise<EnginesPaused> {
     return { paused: 0, aborted: 0, out_of_routing: [], in_flight: inFlight };
+  }
+
+  /** The replicas pauseEngines() paused with the engine's own pause; here there are none. */
+  protected pausedReplicas(): readonly string[] {
+    return [];
   }
 
   /** Publishes `version` on the engines and resumes them; here there are none. */

@@ -16,6 +16,7 @@ import {
 } from "../../src/mock-engine/server.ts";
 import { defaultBatchRequest } from "../../src/rollout/request.ts";
 import { ordinalOf } from "../helpers/engine-versions.ts";
+import { startGateway } from "../helpers/gateway.ts";
 
 const open: { close(): Promise<void> }[] = [];
 afterEach(async () => {
@@ -29,7 +30,7 @@ async function engine(options: MockEngineOptions = {}): Promise<MockEngine> {
 }
 
 async function policyOn(
-  engines: readonly MockEngine[],
+  engines: readonly { url: string }[],
   options: Partial<ConstructorParameters<typeof ChatPolicy>[0]> = {},
 ): Promise<ChatPolicy> {
   const policy = new ChatPolicy({
@@ -246,6 +247,70 @@ describe("token mode across an update", () => {
       expect(sample.versions[i]).toBeLessThanOrEqual(ordinalOf(v));
     });
     expect(new Set(sample.versions)).toEqual(new Set([0]));
+  });
+});
+
+describe("a turn still on its way to the engine when the pause lands", () => {
+  // A gateway holds the request after rollgym sent it (dispatched under version 0) until the
+  // engine is paused; the engine then keeps it unsampled until /resume, so it runs wholly on the
+  // new weights. Where the pause ends or finishes every request the engine held (abort, wait), a
+  // whole answer after it can only be such a request: its stamp is exact. A keep pause also
+  // freezes requests half-way, which no answer tells apart: the lower bound stays.
+  async function behindGateway() {
+    const mock = await engine({ tokenizer: "qwen3" });
+    const gateway = await startGateway(mock.url);
+    open.push(gateway);
+    const policy = await policyOn([gateway]);
+    return { mock, gateway, policy, updates: policy.updates() };
+  }
+
+  for (const mode of ["abort", "wait", "keep"] as const) {
+    const exact = mode !== "keep";
+    it(`${mode}: a token turn answered whole after the update ${exact ? "carries the new version exactly" : "keeps the dispatch version, a lower bound"}, as the engine's record says`, async () => {
+      const { mock, gateway, policy, updates } = await behindGateway();
+      const tokens = policy.tokenEngine()!;
+      const prompt = await tokens.firstPrompt(chatTurn(0).messages, "<think>", "t");
+      gateway.hold("/v1/completions");
+      const turn = tokens.generate(prompt, { ...SAMPLING, max_tokens: 200, seed: 7 }, "t");
+      await waitFor("the request held on its way", () => gateway.held === 1);
+      expect(await updates.begin(mode)).toEqual({ paused: 1, aborted: 0, out_of_routing: [], in_flight: 1 });
+      const accepted = mock.stats().generations;
+      gateway.release();
+      await waitFor("the paused engine to take it", () => mock.stats().generations === accepted + 1);
+      mock.loadWeights("step-1");
+      await updates.end(STEP_1);
+      const sample = await turn;
+
+      expect(sample.segments).toBe(1);
+      const records = mock.generations().filter((r) => r.prompt_ids.length === prompt.length);
+      expect(records).toHaveLength(1);
+      expect(records[0].choices[0]).toEqual(sample.ids);
+      expect(new Set(records[0].versions)).toEqual(new Set(["step-1"]));
+      if (exact) {
+        expect(sample.turnVersions).toEqual({ dispatch: 1, completion: 1 });
+        expect(sample.versions).toEqual(records[0].versions.map(ordinalOf));
+      } else {
+        expect(sample.turnVersions).toEqual({ dispatch: 0, completion: 1 });
+        expect(new Set(sample.versions)).toEqual(new Set([0]));
+      }
+    });
+  }
+
+  it("abort: a chat turn answered whole after the update is stamped with the new version, not as spanning", async () => {
+    const { mock, gateway, policy, updates } = await behindGateway();
+    gateway.hold("/v1/chat/completions");
+    const turn = policy.generate(chatTurn(0));
+    await waitFor("the request held on its way", () => gateway.held === 1);
+    await updates.begin("abort");
+    gateway.release();
+    await waitFor("the paused engine to take it", () => mock.stats().generations === 1);
+    mock.loadWeights("step-1");
+    await updates.end(STEP_1);
+    expect((await turn).versions).toEqual({ dispatch: 1, completion: 1 });
+    const [record] = mock.generations();
+    expect(record.finish_reason).not.toBe("abort");
+    expect(new Set(record.versions)).toEqual(new Set(["step-1"]));
+    expect(policy.stats).toMatchObject({ interrupted: 0, retries: 0, failures: 0 });
   });
 });
 

@@ -148,10 +148,11 @@ describe("token mode: each sampled id's version is the engine's", () => {
           expect(ours.every((v) => v >= version.dispatch && v <= version.completion)).toBe(true);
           if (new Set(ours).size > 1) continued++;
           if (version.dispatch !== version.completion && pauseRoutes) {
-            // With /pause, a request the pause did not end (keep mode, or one still on its way
-            // to the engine when an abort-mode pause landed) runs on across an update: its ids
-            // carry its dispatch version, a lower bound. Without /pause every request in
-            // flight is closed at each update, so every segment is exact.
+            // With /pause, a request the pause did not end runs on across an update (keep mode,
+            // or one on its way to the engine while more than one update passed): its ids carry
+            // its dispatch version, a lower bound. One held through a single abort-mode pause
+            // ran wholly after it and is stamped exactly (below). Without /pause every request
+            // in flight is closed at each update, so every segment is exact.
             spanning++;
             for (const [i, v] of ours.entries()) expect(v).toBeLessThanOrEqual(engine[i]);
             return;

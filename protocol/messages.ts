@@ -198,24 +198,28 @@ export const VersionSchema = map({
 export type Version = Static<typeof VersionSchema>;
 
 /**
- * The version end_update names. Its ordinal has no maximum here: one past MAX_VERSION_ORDINAL
- * is the update's error (`update`, the update stays open), answered where trainers wait for it.
+ * The version end_update names (and begin_update may announce). Its ordinal has no maximum here:
+ * one past MAX_VERSION_ORDINAL is the update's error (`update`), answered where trainers wait for it.
  */
 const NewVersionSchema = map({
   label: VersionLabel,
   ordinal: Type.Integer({
     minimum: 0,
-    description: `greater than the current ordinal and at most ${MAX_VERSION_ORDINAL}; otherwise error update (the update stays open)`,
+    description: `greater than the current ordinal and at most ${MAX_VERSION_ORDINAL}; otherwise error update (at begin_update no update begins; at end_update the update stays open)`,
   }),
 });
 
 export const PauseModeSchema = Type.Enum(PAUSE_MODES);
 
-/** Trainer only: close admission and pause every engine before the trainer moves its weights. */
+/**
+ * Trainer only: close admission and pause every engine before the trainer moves its weights.
+ * `version`, when given, is the one end_update will name: checked here, before any engine pauses.
+ */
 export const BeginUpdateSchema = map({
   type: Type.Literal("begin_update"),
   id: Id,
   mode: Type.Optional(PauseModeSchema),
+  version: Type.Optional(NewVersionSchema),
 });
 export type BeginUpdate = Static<typeof BeginUpdateSchema>;
 

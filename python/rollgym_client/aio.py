@@ -78,6 +78,24 @@ MAX_VERSION_ORDINAL = 2**31 - 1  # token_versions_i32 carries ordinals as int32
 MAX_TRAINER_TOKEN_LENGTH = 200
 
 
+def _new_version(label: Any, ordinal: Any) -> Dict[str, Any]:
+    """The ``version`` an update names; the server checks the ordinal against the one in force."""
+    if not isinstance(label, str) or not label:
+        raise TypeError("label must be a non-empty string, e.g. 'step-42'")
+    return {"label": label, "ordinal": _int("ordinal", ordinal, 0, MAX_VERSION_ORDINAL)}
+
+
+def _left_open(error: BaseException, update_id: str, label: str, ordinal: int) -> None:
+    """Says which update a failed ``update()`` body left open, and how to end it."""
+    note = (
+        f"update {update_id!r} stays open: end it with end_update({update_id!r}, {label!r}, {ordinal}) "
+        "once the weights are consistent"
+    )
+    log.warning("%s (%s: %s)", note, type(error).__name__, error)
+    if hasattr(error, "add_note"):  # Python >= 3.11
+        error.add_note(note)
+
+
 def _int(name: str, value: Any, minimum: int = 0, maximum: Optional[int] = None) -> int:
     if isinstance(value, bool):
         raise TypeError(f"{name} must be an integer, not a bool")
@@ -974,8 +992,8 @@ class AsyncClient:
         verdict (RAGEN's filter over that window; it also sets ``kept`` on the window's groups
         not yet handed out). Pacing options: ``in_flight`` (groups running at once),
         ``max_staleness`` and ``groups_per_step`` (the capacity rule of PROTOCOL.md
-        "Staleness"), ``drop_older_than``. Groups carry ``min_version``/``max_version`` once
-        a trainer has begun an update.
+        "Staleness"), ``drop_older_than``. Groups carry ``min_version``/``max_version``
+        (0 until a trainer has begun an update).
         """
         r = self._new_rollout(True, tags, tag, groups, group_size, mode, step, seed, delivery, rollout_id, on_progress, options)
         return RolloutStream(self, r)
@@ -991,22 +1009,38 @@ class AsyncClient:
             raise ConnectionLost("not connected; send the update frame again once reconnected")
         return await waiter.future
 
-    async def begin_update(self, update_id: Optional[str] = None, mode: Optional[str] = None) -> Dict[str, Any]:
+    async def begin_update(
+        self,
+        update_id: Optional[str] = None,
+        mode: Optional[str] = None,
+        label: Optional[str] = None,
+        ordinal: Optional[int] = None,
+    ) -> Dict[str, Any]:
         """Trainer only: close the server's admission and pause every engine (``mode``: one of
         ``"keep"``, ``"wait"``, ``"abort"``; the server's default when ``None``). Returns the
         ``update_begun`` frame (``id``, ``version`` in force, ``paused``, ``aborted``,
         ``out_of_routing``, ``in_flight``) once all are paused; move the weights then.
 
+        ``label`` and ``ordinal`` (both or neither) announce the version :meth:`end_update`
+        will name: the server checks the ordinal now, before any engine pauses, and
+        ``end_update`` must then name the same version.
+
         Raises:
             RollgymError: ``not_trainer`` (the client was not made with ``trainer=True``) or
-                ``update`` (one is open already, pausing failed...), with the server's message.
+                ``update`` (one is open already, pausing failed, an announced ordinal not
+                greater than ``client.version["ordinal"]`` (``field == "version.ordinal"``)...),
+                with the server's message.
         """
         if mode is not None and mode not in PAUSE_MODES:
             raise ValueError(f"mode must be one of {PAUSE_MODES}, not {mode!r}")
+        if (label is None) != (ordinal is None):
+            raise TypeError("label and ordinal announce the new version together: pass both or neither")
         uid = update_id if update_id is not None else f"update-{self._prefix}-{next(self._ids)}"
         frame: Dict[str, Any] = {"type": "begin_update", "id": uid}
         if mode is not None:
             frame["mode"] = mode
+        if label is not None:
+            frame["version"] = _new_version(label, ordinal)
         return await self._update_request(frame, "update_begun")
 
     async def end_update(self, update_id: str, label: str, ordinal: int) -> Dict[str, Any]:
@@ -1016,30 +1050,32 @@ class AsyncClient:
         update open (send a corrected one), except ``update`` with ``field == "max_update_s"``:
         the update was open longer than the server's ``limits["max_update_s"]`` and the engines
         resumed at the old version (begin a new one)."""
-        if not isinstance(label, str) or not label:
-            raise TypeError("label must be a non-empty string, e.g. 'step-42'")
-        frame = {
-            "type": "end_update",
-            "id": update_id,
-            "version": {"label": label, "ordinal": _int("ordinal", ordinal, 0, MAX_VERSION_ORDINAL)},
-        }
+        frame = {"type": "end_update", "id": update_id, "version": _new_version(label, ordinal)}
         return await self._update_request(frame, "update_ended")
 
     @contextlib.asynccontextmanager
     async def update(self, label: str, ordinal: int, mode: Optional[str] = None) -> AsyncIterator[Dict[str, Any]]:
-        """Brackets a weight update: ``begin_update`` on entry (yields ``update_begun``),
-        ``end_update(label, ordinal)`` on a normal exit.
+        """Brackets a weight update: ``begin_update`` announcing ``(label, ordinal)`` on entry
+        (yields ``update_begun``), ``end_update(label, ordinal)`` on a normal exit. An ordinal
+        not greater than the one in force is refused at entry, before any engine pauses and
+        before the body runs: count from ``client.version["ordinal"]``.
 
-        >>> async with client.update("step-42", 42):
+        >>> next_ordinal = client.version["ordinal"] + 1
+        >>> async with client.update(f"step-{next_ordinal}", next_ordinal):
         ...     push_weights()          # NCCL, disk, vLLM's weight-transfer routes...
 
-        When the body raises, the update is left open and the error propagates: end it with
+        When the body raises, the update is left open and the error propagates (logged, and
+        noted on the error on Python >= 3.11, with the update's id): end it with
         :meth:`end_update` once the weights are consistent (the server resumes the engines at
         the old version only when this session ends, or once the update has been open for
         ``limits["max_update_s"]``).
         """
-        begun = await self.begin_update(mode=mode)
-        yield begun
+        begun = await self.begin_update(mode=mode, label=label, ordinal=ordinal)
+        try:
+            yield begun
+        except BaseException as error:
+            _left_open(error, begun["id"], label, ordinal)
+            raise
         await self.end_update(begun["id"], label, ordinal)
 
     async def cancel(self, rollout_id: str) -> None:

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Optional
 
@@ -68,17 +69,25 @@ class Group:
     #: One token log per episode in token mode (``tokens=True``), else ``None``.
     tokens: Optional[List[TokenLog]] = field(default=None, repr=False)
     #: The oldest and newest weight-version ordinal that produced the group (PROTOCOL.md
-    #: "Versions"); ``None`` until a trainer has begun an update.
-    min_version: Optional[int] = None
-    max_version: Optional[int] = None
+    #: "Versions"); 0 until a trainer has begun an update, as the token logs' versions say.
+    min_version: int = 0
+    max_version: int = 0
     #: Endless streams: the window the group belongs to (its verdict is that window's).
     window: Optional[int] = None
     #: Rollouts with ``max_staleness``: ``{version, accepted, running, capacity}`` at admission.
     admitted: Optional[Dict[str, int]] = field(default=None, repr=False)
 
-    def age(self, current: int) -> Optional[int]:
-        """Versions between the oldest that produced the group and ``current`` (``None`` without versions)."""
-        return None if self.min_version is None else int(current) - self.min_version
+    def age(self, current: int) -> int:
+        """Versions between the oldest that produced the group and ``current``, the ordinal in
+        force (``client.version["ordinal"]``). A ``current`` older than the group's newest
+        version raises ``ValueError``: the ordinals count from another start."""
+        current = operator.index(current)
+        if current < self.max_version:
+            raise ValueError(
+                f"current version {current} is older than group {self.group}'s max_version {self.max_version} "
+                "(ordinals count from the server's version: start from client.version['ordinal'])"
+            )
+        return current - self.min_version
 
     @property
     def group_ids(self) -> np.ndarray:

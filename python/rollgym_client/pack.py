@@ -92,7 +92,9 @@ def pack_batch(
         eps: GRPO's std epsilon.
         current_version: the ordinal of the weights being trained (e.g. ``client.version
             ["ordinal"]``); ``ages`` counts versions from each token's (a log without versions was
-            played before any update: ordinal 0).
+            played before any update: ordinal 0). One older than a group's ``max_version`` or
+            a token's version raises ``ValueError`` naming both (the ordinals would count from
+            another start, and ages would be negative).
 
     Returns:
         A dict of numpy arrays, ``[B, T]`` unless noted. Column *t* of every per-token array
@@ -205,6 +207,7 @@ def pack_batch(
         out["min_versions"] = np.where(oldest == np.iinfo(np.int64).max, -1, oldest)
         if current_version is not None:
             current = operator.index(current_version)
+            _check_current(current, groups, sampled_versions)
             out["ages"] = np.where(sampled_versions >= 0, current - sampled_versions, 0)
 
     def per_group(attr: str, dtype) -> np.ndarray:
@@ -217,3 +220,19 @@ def pack_batch(
     out["prompt_lengths"] = np.minimum(np.array([log.prompt_length for log in logs], dtype=np.int64), width)
     out["truncated"] = full > width
     return out
+
+
+def _check_current(current: int, groups: Sequence[Group], sampled_versions: np.ndarray) -> None:
+    """``current`` is at least every version that played a group (or ages would be negative)."""
+    for g in groups:
+        if current < g.max_version:
+            raise ValueError(
+                f"current_version={current} is older than group {g.group}'s max_version {g.max_version} "
+                f"(rollout {g.rollout!r}): pass the ordinal in force, client.version['ordinal']"
+            )
+    if sampled_versions.size and current < int(sampled_versions.max()):
+        row = int(np.flatnonzero((sampled_versions > current).any(axis=1))[0])
+        raise ValueError(
+            f"current_version={current} is older than version {int(sampled_versions[row].max())} that sampled "
+            f"tokens of row {row}: pass the ordinal in force, client.version['ordinal']"
+        )

@@ -11,7 +11,7 @@ import contextlib
 import threading
 from typing import Any, Callable, Deque, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
-from .aio import AsyncClient, EnvSession, RolloutStream, TagsArg
+from .aio import AsyncClient, EnvSession, RolloutStream, TagsArg, _left_open
 from .batch import Batch, Group, StepResult
 from .errors import RollgymError
 
@@ -242,9 +242,15 @@ class Client:
         """The weight version in force as the server last said (trainer sessions)."""
         return self._async.version
 
-    def begin_update(self, update_id: Optional[str] = None, mode: Optional[str] = None) -> Dict[str, Any]:
+    def begin_update(
+        self,
+        update_id: Optional[str] = None,
+        mode: Optional[str] = None,
+        label: Optional[str] = None,
+        ordinal: Optional[int] = None,
+    ) -> Dict[str, Any]:
         """See :meth:`AsyncClient.begin_update` (needs ``Client(..., trainer=True)``)."""
-        return self._run(self._async.begin_update(update_id, mode))
+        return self._run(self._async.begin_update(update_id, mode, label, ordinal))
 
     def end_update(self, update_id: str, label: str, ordinal: int) -> Dict[str, Any]:
         """See :meth:`AsyncClient.end_update`."""
@@ -254,11 +260,16 @@ class Client:
     def update(self, label: str, ordinal: int, mode: Optional[str] = None) -> Iterator[Dict[str, Any]]:
         """See :meth:`AsyncClient.update`:
 
-        >>> with client.update("step-42", 42):
+        >>> next_ordinal = client.version["ordinal"] + 1
+        >>> with client.update(f"step-{next_ordinal}", next_ordinal):
         ...     push_weights()
         """
-        begun = self.begin_update(mode=mode)
-        yield begun
+        begun = self.begin_update(mode=mode, label=label, ordinal=ordinal)
+        try:
+            yield begun
+        except BaseException as error:
+            _left_open(error, begun["id"], label, ordinal)
+            raise
         self.end_update(begun["id"], label, ordinal)
 
     # ------------------------------------------------------------------ env hosting

@@ -3,6 +3,7 @@
 // its message, written once here. Code raises `new RollgymError(code, params)`; the boundaries
 // (connection.ts, the web routes, the upgrade, cli/main.ts) translate through boundary.ts.
 import { CLOSE_CODES, type CloseCode, type ErrorCode } from "../../protocol/codec.ts";
+import { MAX_VERSION_ORDINAL, type Version } from "../../protocol/messages.ts";
 
 export interface CatalogueEntry<P> {
   /** The `error` frame's code (PROTOCOL.md "Error codes"), when the error is answered with one. */
@@ -26,6 +27,14 @@ export interface CatalogueEntry<P> {
 }
 
 const entry = <P = Record<string, never>>(e: CatalogueEntry<P>): CatalogueEntry<P> => e;
+
+/** Which frame named a version: refused at begin, nothing paused; refused at end, the update stays open. */
+type UpdateAt = { id: string; at: "begin" | "end" };
+const outcome = (id: string, at: "begin" | "end") =>
+  at === "begin"
+    ? `begin_update ${JSON.stringify(id)} is refused before any engine paused`
+    : `update ${JSON.stringify(id)} stays open`;
+const versionText = ({ label, ordinal }: Version) => `${JSON.stringify(label)} (ordinal ${ordinal})`;
 
 /** A message made elsewhere (a validator's, the engine's): the catalogue passes it through. */
 type Said = { message: string };
@@ -266,19 +275,27 @@ export const CATALOGUE = {
     message: ({ id }) =>
       `end_update ${JSON.stringify(id)}: the engines are still pausing; wait for update_begun first`,
   }),
-  version_not_increasing: entry<{ ordinal: number; current: number; label: string }>({
+  version_not_increasing: entry<{ ordinal: number; current: number; label: string } & UpdateAt>({
     frame: "update",
     field: "version.ordinal",
     fieldFirst: true,
-    message: ({ ordinal, current, label }) =>
-      `version.ordinal: got ${ordinal}, must be greater than the current ${current} (${JSON.stringify(label)}); the update stays open`,
+    message: ({ ordinal, current, label, id, at }) =>
+      `version.ordinal: got ${ordinal}, must be greater than the current ${current} (${JSON.stringify(label)}) and at most ${MAX_VERSION_ORDINAL}; ${outcome(id, at)}${at === "begin" ? ": count on from the version in force (the trainer's welcome and every update_ended name it)" : ""}`,
   }),
-  version_ordinal_max: entry<{ ordinal: number; max: number }>({
+  version_ordinal_max: entry<{ ordinal: number; max: number } & UpdateAt>({
     frame: "update",
     field: "version.ordinal",
     fieldFirst: true,
-    message: ({ ordinal, max }) =>
-      `version.ordinal: got ${ordinal}, must be at most ${max} (token_versions_i32 carries ordinals as int32); the update stays open`,
+    message: ({ ordinal, max, id, at }) =>
+      `version.ordinal: got ${ordinal}, must be at most ${max} (token_versions_i32 carries ordinals as int32); ${outcome(id, at)}`,
+  }),
+  /** end_update naming another version than its begin_update announced. */
+  update_version: entry<{ id: string; got: Version; announced: Version }>({
+    frame: "update",
+    field: "version",
+    fieldFirst: true,
+    message: ({ id, got, announced }) =>
+      `end_update ${JSON.stringify(id)}: version ${versionText(got)} is not the one its begin_update announced, ${versionText(announced)}; update ${JSON.stringify(id)} stays open: end it with the announced version`,
   }),
   update_failed: entry<Said>({ frame: "update", message: said }),
 

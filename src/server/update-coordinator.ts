@@ -19,6 +19,8 @@ import type { Session } from "./session.ts";
 
 interface OpenUpdate {
   id: string;
+  /** The version begin_update announced: end_update must name this one. */
+  announced: Version | null;
   /** True once every engine is paused (update_begun was answered). */
   begun: boolean;
   /** An accepted end_update is resuming the engines (it may still fail and leave the update open). */
@@ -114,13 +116,27 @@ export class UpdateCoordinator {
     if (open !== null) await this.drop(open, "abandoned");
   }
 
-  async begin(session: Session, id: string, mode: PauseMode | undefined): Promise<UpdateBegun> {
+  async begin(
+    session: Session,
+    id: string,
+    mode: PauseMode | undefined,
+    announced?: Version,
+  ): Promise<UpdateBegun> {
     const updates = this.checked(session, "begin_update");
     if (this.open) throw new RollgymError("update_open", { id, open: this.open.id });
     // An update that began now could never end (no ordinal would be greater): the engines stay up.
     const { label, ordinal } = this.current;
     if (ordinal >= MAX_VERSION_ORDINAL) throw new RollgymError("ordinals_exhausted", { id, ordinal, label });
-    const open: OpenUpdate = { id, begun: false, ending: false, dropped: null, timer: null };
+    // A version end_update could not name is refused now, before any engine pauses.
+    if (announced) this.checkNewVersion(announced, id, "begin");
+    const open: OpenUpdate = {
+      id,
+      announced: announced ? { label: announced.label, ordinal: announced.ordinal } : null,
+      begun: false,
+      ending: false,
+      dropped: null,
+      timer: null,
+    };
     // The gate closes before any engine is asked to pause, so no new group slips in meanwhile.
     this.open = open;
     this.used = true;
@@ -151,15 +167,10 @@ export class UpdateCoordinator {
     if (open.id !== id) throw new RollgymError("update_id", { id, open: open.id });
     if (!open.begun) throw new RollgymError("update_pausing", { id });
     if (open.ending) throw new RollgymError("update_ending", { id });
-    if (version.ordinal > MAX_VERSION_ORDINAL)
-      throw new RollgymError("version_ordinal_max", { ordinal: version.ordinal, max: MAX_VERSION_ORDINAL });
-    const current = this.current;
-    if (version.ordinal <= current.ordinal)
-      throw new RollgymError("version_not_increasing", {
-        ordinal: version.ordinal,
-        current: current.ordinal,
-        label: current.label,
-      });
+    const announced = open.announced;
+    if (announced && (announced.label !== version.label || announced.ordinal !== version.ordinal))
+      throw new RollgymError("update_version", { id, got: version, announced });
+    this.checkNewVersion(version, id, "end");
     open.ending = true;
     try {
       await updates.end({ label: version.label, ordinal: version.ordinal });
@@ -220,6 +231,26 @@ export class UpdateCoordinator {
     } finally {
       this.close(open);
     }
+  }
+
+  /** `version` may follow the one in force: its ordinal greater, and within what the wire carries. */
+  private checkNewVersion(version: Version, id: string, at: "begin" | "end"): void {
+    if (version.ordinal > MAX_VERSION_ORDINAL)
+      throw new RollgymError("version_ordinal_max", {
+        ordinal: version.ordinal,
+        max: MAX_VERSION_ORDINAL,
+        id,
+        at,
+      });
+    const current = this.current;
+    if (version.ordinal <= current.ordinal)
+      throw new RollgymError("version_not_increasing", {
+        ordinal: version.ordinal,
+        current: current.ordinal,
+        label: current.label,
+        id,
+        at,
+      });
   }
 
   private checked(session: Session, type: string): WeightUpdates {

@@ -84,8 +84,36 @@ def sync_trainer() -> dict:
         check("still open" in message, message)
         message = raises("update", lambda: client.end_update(begun["id"], "same", ordinal))
         check("must be greater" in message, message)
+        check(f'update "{begun["id"]}" stays open' in message, message)
         ended = client.end_update(begun["id"], f"step-{ordinal + 1}", ordinal + 1)
         check(ended["version"]["ordinal"] == ordinal + 1, f"ended {ended}")
+        ordinal += 1
+
+        # The bracket announces its version: a stale one is refused at begin_update, the body
+        # never runs, nothing stays open; end_update must name the announced version.
+        ran = []
+
+        def stale_bracket() -> None:
+            with client.update("step-1", 1):
+                ran.append(True)
+
+        message = raises("update", stale_bracket)
+        check(not ran and f"must be greater than the current {ordinal}" in message and "begin_update" in message, message)
+        check(client.version["ordinal"] == ordinal, f"version after a refused begin {client.version}")
+        begun = client.begin_update(label=f"step-{ordinal + 1}", ordinal=ordinal + 1)
+        message = raises("update", lambda: client.end_update(begun["id"], "other", ordinal + 1))
+        check("is not the one its begin_update announced" in message and f'update "{begun["id"]}" stays open' in message, message)
+        client.end_update(begun["id"], f"step-{ordinal + 1}", ordinal + 1)
+        ordinal += 1
+
+        # A body that raises leaves the update open and its error names the update.
+        try:
+            with client.update(f"step-{ordinal + 1}", ordinal + 1) as begun:
+                raise RuntimeError("weights failed to load")
+        except RuntimeError as error:
+            notes = " ".join(getattr(error, "__notes__", []))
+            check(sys.version_info < (3, 11) or f"update {begun['id']!r} stays open" in notes, f"notes: {notes}")
+        client.end_update(begun["id"], f"step-{ordinal + 1}", ordinal + 1)
         return {"groups": len(seen), "windows": len(stream.windows), "updates": updates + 1}
 
 
@@ -122,6 +150,14 @@ def pack_versions() -> dict:
     frame["min_version"], frame["max_version"] = 3, 4
     group = Group.from_frame(decode(encode(frame)))
     check(group.min_version == 3 and group.max_version == 4 and group.age(6) == 3, f"group versions {group.min_version}")
+    # A current version older than the group's: the ordinals count from another start.
+    for call in (lambda: group.age(3), lambda: pack_batch(group, current_version=3)):
+        try:
+            call()
+            raise AssertionError("a current version older than the group's was taken")
+        except ValueError as error:
+            check("3 is older than group 0's max_version 4" in str(error), str(error))
+    check(int(pack_batch(group, current_version=4)["ages"].min()) == 0, "current = the newest version: ages from 0")
     check(all(log.versions is not None and len(log.versions) == len(log) for log in group.tokens), "token logs carry versions")
     packed = pack_batch(group, current_version=6)
     loss = packed["loss_mask"] == 1
@@ -131,6 +167,15 @@ def pack_versions() -> dict:
     # A group played before any update carries no versions: ordinal 0 at its sampled ids, also
     # beside one that has them (a trainer's first batches).
     plain = Group.from_frame(decode(encode(fake_server.group_frame("r", 0, eps, True, 0.0, tokens=True))))
+    check(plain.min_version == 0 and plain.max_version == 0 and plain.age(2) == 2, f"before any update: {plain.min_version}")
+    # Token versions newer than current, in a frame that names no group versions.
+    unnamed = dict(frame)
+    del unnamed["min_version"], unnamed["max_version"]
+    try:
+        pack_batch(Group.from_frame(decode(encode(unnamed))), current_version=3)
+        raise AssertionError("tokens sampled at a version newer than current were taken")
+    except ValueError as error:
+        check("current_version=3 is older than version 4 that sampled tokens of row 1" in str(error), str(error))
     check("versions" not in pack_batch(plain), "no versions key without versions")
     mixed = pack_batch([plain, group], current_version=6)
     first = mixed["loss_mask"][:2] == 1

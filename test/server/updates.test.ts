@@ -305,7 +305,7 @@ describe("bounded ordinals (issue #28)", () => {
     );
     expect(huge).toMatchObject({ type: "error", code: "update", field: "version.ordinal" });
     expect(huge.message).toBe(
-      `version.ordinal: got ${2 ** 53 - 1}, must be at most ${MAX_VERSION_ORDINAL} (token_versions_i32 carries ordinals as int32); the update stays open`,
+      `version.ordinal: got ${2 ** 53 - 1}, must be at most ${MAX_VERSION_ORDINAL} (token_versions_i32 carries ordinals as int32); update "u1" stays open`,
     );
     expect(server.state.updates.closed).toBe(true);
 
@@ -366,6 +366,139 @@ describe("bounded ordinals (issue #28)", () => {
     expect(server.state.updates.closed).toBe(false);
     expect(await bystanderRollout(bystander, "r", 3)).toMatchObject({ type: "batch", failed: 0 });
     bystander.close();
+    trainer.close();
+    await server.shutdown();
+  });
+});
+
+describe("begin_update announces the version (issue #30)", () => {
+  it("a stale start is refused at begin_update, before any engine pauses, naming the field, the current version and what is allowed", async () => {
+    const policy = new VersionedPolicy();
+    const { server, url } = await serve(policy);
+    const trainer = await TestClient.connect(url, { hello: TRAINER });
+    // An earlier trainer moved the server to version 3.
+    for (const n of [1, 2, 3]) await bracket(trainer, `earlier-${n}`, `step-${n}`, n);
+    expect(policy.begun).toHaveLength(3);
+
+    // A trainer counting from 0 announces step-1.
+    const stale = await ask(
+      trainer,
+      { type: "begin_update", id: "u", version: { label: "step-1", ordinal: 1 } },
+      "update_begun",
+      "error",
+    );
+    expect(stale).toMatchObject({ type: "error", code: "update", field: "version.ordinal" });
+    expect(stale.message).toBe(
+      `version.ordinal: got 1, must be greater than the current 3 ("step-3") and at most ${MAX_VERSION_ORDINAL}; begin_update "u" is refused before any engine paused: count on from the version in force (the trainer's welcome and every update_ended name it)`,
+    );
+    const equal = await ask(
+      trainer,
+      { type: "begin_update", id: "u", version: { label: "again", ordinal: 3 } },
+      "update_begun",
+      "error",
+    );
+    expect(equal).toMatchObject({ code: "update", field: "version.ordinal" });
+    const huge = await ask(
+      trainer,
+      { type: "begin_update", id: "u", version: { label: "huge", ordinal: 2 ** 53 - 1 } },
+      "update_begun",
+      "error",
+    );
+    expect(huge).toMatchObject({ code: "update", field: "version.ordinal" });
+    expect(huge.message).toContain(`must be at most ${MAX_VERSION_ORDINAL}`);
+    expect(huge.message).toContain('begin_update "u" is refused before any engine paused');
+    // Nothing was paused, admission stayed open, the version is unchanged.
+    expect(policy.begun).toHaveLength(3);
+    expect(server.state.updates.closed).toBe(false);
+    expect(policy.current).toEqual({ label: "step-3", ordinal: 3 });
+
+    // Counted on from the version in force, the same id begins and ends.
+    const begun = await ask(
+      trainer,
+      { type: "begin_update", id: "u", version: { label: "step-4", ordinal: 4 } },
+      "update_begun",
+      "error",
+    );
+    expect(begun).toMatchObject({ type: "update_begun", id: "u", version: { label: "step-3", ordinal: 3 } });
+    expect(
+      await ask(
+        trainer,
+        { type: "end_update", id: "u", version: { label: "step-4", ordinal: 4 } },
+        "update_ended",
+      ),
+    ).toEqual({ type: "update_ended", id: "u", version: { label: "step-4", ordinal: 4 } });
+    trainer.close();
+    await server.shutdown();
+  });
+
+  it("end_update must name the announced version; a mismatch names both and the update stays open", async () => {
+    const policy = new VersionedPolicy();
+    const { server, url } = await serve(policy);
+    const trainer = await TestClient.connect(url, { hello: TRAINER });
+    await ask(
+      trainer,
+      { type: "begin_update", id: "u", version: { label: "step-1", ordinal: 1 } },
+      "update_begun",
+    );
+    for (const version of [
+      { label: "step-2", ordinal: 2 },
+      { label: "other", ordinal: 1 },
+    ]) {
+      const refused = await ask(trainer, { type: "end_update", id: "u", version }, "update_ended", "error");
+      expect(refused).toMatchObject({ type: "error", code: "update", field: "version" });
+      expect(refused.message).toBe(
+        `end_update "u": version ${JSON.stringify(version.label)} (ordinal ${version.ordinal}) is not the one its begin_update announced, "step-1" (ordinal 1); update "u" stays open: end it with the announced version`,
+      );
+      expect(server.state.updates.closed).toBe(true);
+    }
+    expect(policy.ended).toHaveLength(0);
+    expect(
+      await ask(
+        trainer,
+        { type: "end_update", id: "u", version: { label: "step-1", ordinal: 1 } },
+        "update_ended",
+      ),
+    ).toMatchObject({ version: { label: "step-1", ordinal: 1 } });
+    trainer.close();
+    await server.shutdown();
+  });
+
+  it("a begin_update without a version is checked at end_update as before, the open update's id named", async () => {
+    const { server, url } = await serve(new VersionedPolicy());
+    const trainer = await TestClient.connect(url, { hello: TRAINER });
+    await bracket(trainer, "first", "step-1", 1);
+    await ask(trainer, { type: "begin_update", id: "u" }, "update_begun");
+    const stale = await ask(
+      trainer,
+      { type: "end_update", id: "u", version: { label: "step-1", ordinal: 1 } },
+      "error",
+    );
+    expect(stale.message).toBe(
+      `version.ordinal: got 1, must be greater than the current 1 ("step-1") and at most ${MAX_VERSION_ORDINAL}; update "u" stays open`,
+    );
+    expect(server.state.updates.closed).toBe(true);
+    trainer.close();
+    await server.shutdown();
+  });
+
+  it("an announced version is schema-checked like end_update's", async () => {
+    const { server, url } = await serve(new VersionedPolicy());
+    const trainer = await TestClient.connect(url, { hello: TRAINER });
+    const negative = await ask(
+      trainer,
+      { type: "begin_update", id: "u", version: { label: "x", ordinal: -1 } },
+      "update_begun",
+      "error",
+    );
+    expect(negative).toMatchObject({ code: "bad_frame", field: "version.ordinal" });
+    const empty = await ask(
+      trainer,
+      { type: "begin_update", id: "u", version: { label: "", ordinal: 1 } },
+      "update_begun",
+      "error",
+    );
+    expect(empty).toMatchObject({ code: "bad_frame", field: "version.label" });
+    expect(server.state.updates.closed).toBe(false);
     trainer.close();
     await server.shutdown();
   });

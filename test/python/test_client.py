@@ -522,9 +522,11 @@ class SyncClientTests(unittest.TestCase):
                 if not groups:
                     # The other seven are sent meanwhile, and reach the client's queue.
                     deadline = time.monotonic() + TIMEOUT
-                    while self.server.group_frames_sent < 8 and time.monotonic() < deadline:
+                    # Waits until they are in the client's queue (qsize only reads a length),
+                    # not for a fixed time: a loaded machine may take longer to receive them.
+                    queued = stream._stream._r.queue
+                    while queued.qsize() < 7 and time.monotonic() < deadline:
                         time.sleep(0.01)
-                    time.sleep(0.3)
                 groups.append(g.group)
             self.assertEqual(groups, list(range(8)))
             deadline = time.monotonic() + TIMEOUT

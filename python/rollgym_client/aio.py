@@ -765,6 +765,12 @@ class AsyncClient:
         log.warning("server error not tied to a request: %s", error)
         self.unattributed_errors.append(error)
 
+    def _held_by_update(self, rollout_id: str) -> str:
+        """Why a rollout may be late: the server's last notice that an open weight update whose
+        trainer is gone holds it (PROTOCOL.md "Weight updates"), or nothing."""
+        held = next((e for e in reversed(self.unattributed_errors) if e.code == "update" and e.rollout == rollout_id), None)
+        return "" if held is None else f"; the server said: {held.message}"
+
     def _on_env_reply(self, frame: Dict[str, Any]) -> None:
         for waiter in self._env_waiters:
             if waiter.reply == frame["type"] and waiter.id == frame.get("id"):
@@ -953,7 +959,7 @@ class AsyncClient:
             return await asyncio.wait_for(asyncio.shield(r.future), timeout)
         except asyncio.TimeoutError:
             await self._abandon(r)
-            raise RollgymError("timeout", f"no verdict within {timeout} s; the rollout was cancelled", rollout=r.id) from None
+            raise RollgymError("timeout", f"no verdict within {timeout} s; the rollout was cancelled{self._held_by_update(r.id)}", rollout=r.id) from None
         except asyncio.CancelledError:
             await self._abandon(r)
             raise

@@ -159,11 +159,16 @@ function serverState(
     queuedGroups: () => [...sessions.values()].reduce((n, s) => n + s.unacknowledgedGroups, 0),
     connectedClients: () => wss.clients.size,
     replicas: () => options.policy?.replicas?.() ?? [],
+    updates: () => updates.gauges(),
   });
   const registry = options.registry ?? createRegistry();
   const policy = instrumentPolicy(options.policy ?? oraclePolicy(), metrics);
   const watch = new WatchHub(options.watch ?? {}, guard);
-  const updates = new UpdateCoordinator(policy, metrics, { maxUpdateMs: limits.maxUpdateMs, log: app.log });
+  const updates = new UpdateCoordinator(policy, metrics, {
+    maxUpdateMs: limits.maxUpdateMs,
+    log: app.log,
+    resumeGraceMs: limits.resumeGraceMs,
+  });
   // Fixed once built: every hello gets one of these two.
   const parts = { server: limits, connections: guard.limits, watch: watch.limits };
   const welcome = { client: welcomeLimits(parts), trainer: welcomeLimits(parts, true) };
@@ -205,12 +210,17 @@ function serverState(
 /** /healthz, /metrics and /v1/envs. */
 function registerRoutes(app: FastifyInstance, state: ServerState): void {
   const { policy, metrics, registry } = state;
-  app.get("/healthz", async () => ({
-    status: state.closing ? "closing" : "ok",
-    version: VERSION,
-    // What rollouts wait on at the engine (retries, replicas down), when the policy is remote.
-    ...(policy.engineStatus ? { engine: policy.engineStatus() } : {}),
-  }));
+  app.get("/healthz", async () => {
+    // An open weight update holds every new group: not down, but said (docs/server.md "Routes").
+    const update = state.updates.status();
+    return {
+      status: state.closing ? "closing" : update ? "updating" : "ok",
+      version: VERSION,
+      ...(update ? { update } : {}),
+      // What rollouts wait on at the engine (retries, replicas down), when the policy is remote.
+      ...(policy.engineStatus ? { engine: policy.engineStatus() } : {}),
+    };
+  });
   app.get("/metrics", async (_request, reply) => {
     reply.header("content-type", metrics.registry.contentType);
     return metrics.registry.metrics();

@@ -16,6 +16,7 @@ import { aboutOf, type Connection, dropHosted, handleFrame } from "./frames/inde
 import { Outbound } from "./outbound.ts";
 import type { Session } from "./session.ts";
 import type { ServerState } from "./state.ts";
+import { connectionClosed } from "./update-notices.ts";
 
 /** `ticket` hears of the hello and of the connection's work, and asks whether it holds work. */
 export function handleConnection(state: ServerState, socket: WebSocket, ticket?: ConnectionTicket): void {
@@ -123,6 +124,8 @@ export function handleConnection(state: ServerState, socket: WebSocket, ticket?:
     const current = (connection as Connection | null)?.session ?? null;
     if (current) for (const [id, envs] of hosted) dropHosted(hosted, current, id, envs);
     if (current && state.sessions.get(current.id) === current && !state.closing) {
+      if (current.outbound === out)
+        connectionClosed(state.updates, state.sessions.values(), current, socket, code);
       // A client that said goodbye (1000) with nothing held has nothing to resume.
       if (code === 1000 && current.idle) current.end();
       else current.detach(out, state.options.resumeGraceMs);

@@ -210,6 +210,14 @@ export class ConnectionGuard {
   }
 }
 
+/** Sockets the heartbeat ended because they stopped answering pings. */
+const silenced = new WeakSet<WebSocket>();
+
+/** Whether the heartbeat ended `ws` (it stopped answering pings), rather than a close or a drop. */
+export function endedByHeartbeat(ws: WebSocket): boolean {
+  return silenced.has(ws);
+}
+
 /**
  * Pings every WebSocket each `intervalMs`; one that has not answered the previous ping (a
  * half-open connection, a client gone without a FIN) is dropped. Returns how to stop it.
@@ -227,6 +235,7 @@ export function heartbeat(clients: () => Iterable<WebSocket>, intervalMs: number
       }
       // Replies waiting in its buffer: backpressure owns it (send_stall_s closes it with 4008).
       if (!answered.get(ws) && ws.bufferedAmount === 0) {
+        silenced.add(ws);
         ws.terminate();
         continue;
       }

@@ -3,11 +3,22 @@ import client from "prom-client";
 import type { Policy, PolicyRequest, PolicyResponse } from "../llm/policy.ts";
 import type { ReplicaSnapshot } from "../llm/replicas.ts";
 
+/** What /metrics reads of the trainer's weight updates when scraped (update-coordinator.ts). */
+export interface UpdateGauges {
+  open: boolean;
+  ageS: number;
+  pausedReplicas: number;
+  ordinal: number;
+  trainerConnected: boolean;
+}
+
 /** Gauges read from the server's state when scraped, so they cannot drift from it. */
 export interface GaugeSources {
   queuedGroups: () => number;
   connectedClients: () => number;
   replicas: () => ReplicaSnapshot[];
+  /** The trainer's weight updates (no id or token: those stay out of label values). */
+  updates?: () => UpdateGauges;
 }
 
 export interface ServerMetrics {
@@ -43,6 +54,7 @@ export function createMetrics(sources: GaugeSources): ServerMetrics {
       this.set(sources.connectedClients());
     },
   });
+  if (sources.updates) updateGauges(sources.updates, registers);
   // One series per engine replica: in flight, healthy (1/0), requests served.
   const perReplica = (name: string, help: string, value: (r: ReplicaSnapshot) => number) =>
     new client.Gauge({
@@ -108,6 +120,42 @@ export function createMetrics(sources: GaugeSources): ServerMetrics {
       registers,
     }),
   };
+}
+
+/** The open weight update, its age and paused replicas, and the version ordinal in force. */
+function updateGauges(read: () => UpdateGauges, registers: client.Registry[]): void {
+  const gauge = (name: string, help: string, value: (u: UpdateGauges) => number) =>
+    new client.Gauge({
+      name,
+      help,
+      registers,
+      collect() {
+        this.set(value(read()));
+      },
+    });
+  gauge(
+    "rollgym_update_open",
+    "1 while a weight update is open (admission closed, engines paused), else 0",
+    (u) => (u.open ? 1 : 0),
+  );
+  gauge(
+    "rollgym_update_age_seconds",
+    "Seconds since the open weight update's begin_update; 0 with none open",
+    (u) => u.ageS,
+  );
+  gauge(
+    "rollgym_update_paused_replicas",
+    "Engine replicas paused by their own /pause for the open weight update; 0 with none open",
+    (u) => u.pausedReplicas,
+  );
+  gauge("rollgym_update_trainer_connected", "1 while the trainer session has a connection, else 0", (u) =>
+    u.trainerConnected ? 1 : 0,
+  );
+  gauge(
+    "rollgym_version_ordinal",
+    "The ordinal of the weight version in force (0 before the first update)",
+    (u) => u.ordinal,
+  );
 }
 
 /** The same policy, with every request timed and its tokens counted. */

@@ -20,6 +20,7 @@ import { PlayMeter } from "./memory-costs.ts";
 import type { ServerMetrics } from "./metrics.ts";
 import type { Session, SessionRollout } from "./session.ts";
 import type { UpdateCoordinator } from "./update-coordinator.ts";
+import { rolloutStarted } from "./update-notices.ts";
 import type { WatchedStream, WatchHub } from "./watch.ts";
 
 export interface RolloutContext {
@@ -120,6 +121,7 @@ export class Rollout implements SessionRollout, DeliveryHost {
     this.session.rollouts.set(this.id, this);
     this.roomFor = waitForRoom;
     this.done = this.run(ctx);
+    rolloutStarted(ctx.updates, this.session, this.id);
   }
 
   /** Stops new turns and aborts in-flight inference; producers waiting for room wake up. */

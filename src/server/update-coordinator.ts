@@ -14,7 +14,7 @@ import { errorFrame, messageOf } from "../errors/boundary.ts";
 import { RollgymError } from "../errors/catalogue.ts";
 import type { Policy } from "../llm/policy.ts";
 import { INITIAL_VERSION, type PauseMode, type WeightUpdates } from "../llm/versions.ts";
-import type { ServerMetrics } from "./metrics.ts";
+import type { ServerMetrics, UpdateGauges } from "./metrics.ts";
 import type { Session } from "./session.ts";
 
 interface OpenUpdate {
@@ -35,6 +35,32 @@ interface OpenUpdate {
 export interface UpdateOptions {
   maxUpdateMs: number;
   log?: FastifyBaseLogger;
+  /** resume_grace_s in ms: how long a trainer whose connection is gone may come back (for the messages). */
+  resumeGraceMs?: number;
+}
+
+/** The open update as /healthz shows it (docs/server.md "Routes"). */
+export interface OpenUpdateStatus {
+  id: string;
+  /** Seconds since its begin_update. */
+  age_s: number;
+  /** "pausing" until update_begun was answered, then "paused" (or "ending" while end_update resumes the engines). */
+  state: "pausing" | "paused" | "ending";
+  /** Replicas paused by their own /pause, and those whose requests were aborted instead (update_begun's counts). */
+  paused: number;
+  aborted: number;
+  /** The version the engines run until end_update. */
+  version: Version;
+  /** The trainer's connection: "connected", or "disconnected" (in its resume grace) since `trainer_gone_s`. */
+  trainer: "connected" | "disconnected";
+  trainer_gone_s?: number;
+}
+
+/** When the open update began and what pausing held: observability only, kept beside OpenUpdate. */
+interface UpdateSeen {
+  update: OpenUpdate;
+  since: number;
+  held: { paused: number; aborted: number };
 }
 
 /** What a trainer's welcome says about updates. */
@@ -55,6 +81,10 @@ export class UpdateCoordinator {
   private readonly options: UpdateOptions;
   /** The last update that expired: a late end_update for it is told so. */
   private expired: { id: string; version: Version } | null = null;
+  /** The open update's age and pause counts (for /healthz, /metrics, the log). */
+  private seen: UpdateSeen | null = null;
+  /** When the trainer's connection went, and which one (a resumed trainer is on another). */
+  private trainerLost: { at: number; out: Session["outbound"] } | null = null;
 
   constructor(policy: Policy, metrics: ServerMetrics | null, options: UpdateOptions) {
     this.policy = policy;
@@ -93,6 +123,7 @@ export class UpdateCoordinator {
    */
   claimTrainer(session: Session): TrainerWelcome {
     this.mayClaim(session);
+    this.trainerBack(session);
     this.trainerSession = session;
     const welcome: TrainerWelcome = { version: { ...this.current } };
     const open = this.open;
@@ -112,6 +143,11 @@ export class UpdateCoordinator {
     if (this.trainerSession !== session) return;
     this.trainerSession = null;
     const open = this.open;
+    if (open !== null && open.dropped === null)
+      this.options.log?.warn(
+        { update: open.id, session: session.id },
+        `${this.describe()}: its trainer's session ended, so the engines resume at the old version and admission reopens`,
+      );
     // Nobody can end it: the engines resume under the version they had (docs/server.md).
     if (open !== null) await this.drop(open, "abandoned");
   }
@@ -139,6 +175,7 @@ export class UpdateCoordinator {
     };
     // The gate closes before any engine is asked to pause, so no new group slips in meanwhile.
     this.open = open;
+    this.seen = { update: open, since: Date.now(), held: { paused: 0, aborted: 0 } };
     this.used = true;
     this.expired = null;
     open.timer = setTimeout(() => void this.expire(open), this.options.maxUpdateMs);
@@ -147,6 +184,7 @@ export class UpdateCoordinator {
     const version = { ...this.current };
     try {
       const begun = await updates.begin(mode);
+      if (this.seen?.update === open) this.seen.held = { paused: begun.paused, aborted: begun.aborted };
       open.begun = true;
       this.changed();
       return { type: "update_begun", id, version, ...begun };
@@ -253,6 +291,93 @@ export class UpdateCoordinator {
       });
   }
 
+  /** The open update for /healthz; null when none is open (or one nobody will end is resuming the engines). */
+  status(now = Date.now()): OpenUpdateStatus | null {
+    const open = this.open;
+    const seen = this.seen;
+    if (open === null || open.dropped !== null || seen?.update !== open) return null;
+    const gone = this.trainerGoneMs(now);
+    return {
+      id: open.id,
+      age_s: seconds(now - seen.since),
+      state: open.ending ? "ending" : open.begun ? "paused" : "pausing",
+      paused: seen.held.paused,
+      aborted: seen.held.aborted,
+      version: { ...this.current },
+      trainer: gone === null ? "connected" : "disconnected",
+      ...(gone === null ? {} : { trainer_gone_s: seconds(gone) }),
+    };
+  }
+
+  /** What /metrics shows of the updates. */
+  gauges(now = Date.now()): UpdateGauges {
+    const status = this.status(now);
+    return {
+      open: this.open !== null,
+      ageS: status?.age_s ?? 0,
+      pausedReplicas: status?.paused ?? 0,
+      ordinal: this.current.ordinal,
+      trainerConnected: this.trainerSession !== null && this.trainerGoneMs(now) === null,
+    };
+  }
+
+  /**
+   * The open update in one phrase, for the log and for the clients it holds: its id, age, what
+   * is paused, the version in force and where its trainer is. Null when none is open.
+   */
+  describe(now = Date.now()): string | null {
+    const status = this.status(now);
+    if (status === null) return null;
+    const { id, age_s, paused, version, trainer_gone_s } = status;
+    const grace = this.options.resumeGraceMs;
+    const trainer =
+      trainer_gone_s === undefined
+        ? "its trainer is connected"
+        : `its trainer's connection has been gone for ${trainer_gone_s} s` +
+          (grace === undefined
+            ? ""
+            : ` (if it does not resume within resume_grace_s, ${grace / 1000} s, the engines resume at ${JSON.stringify(version.label)})`);
+    return `weight update ${JSON.stringify(id)} open for ${age_s} s (${paused} replica${paused === 1 ? "" : "s"} paused, version ${JSON.stringify(version.label)} (ordinal ${version.ordinal}) in force); ${trainer}`;
+  }
+
+  /**
+   * `session`'s connection closed (`why`: its close code, or the heartbeat that ended it). When
+   * it is the trainer and an update is open, logged at once; returns the open update's
+   * description then (for the clients it holds), else null.
+   */
+  connectionLost(session: Session, why: string): string | null {
+    if (this.trainerSession !== session) return null;
+    this.trainerLost = { at: Date.now(), out: session.outbound };
+    const described = this.describe();
+    if (described === null) return null;
+    this.options.log?.warn(
+      { update: this.open?.id, session: session.id },
+      `the trainer's connection is gone mid-update (${why}): ${described}`,
+    );
+    return described;
+  }
+
+  /** `session` is the trainer again (resumed, or a successor): said in the log when an update is open. */
+  private trainerBack(session: Session): void {
+    const lost = this.trainerLost;
+    this.trainerLost = null;
+    const open = this.status();
+    if (lost === null || open === null) return;
+    this.options.log?.info(
+      { update: open.id, session: session.id },
+      `a trainer took up weight update ${JSON.stringify(open.id)} again, ${seconds(Date.now() - lost.at)} s after its trainer's connection went`,
+    );
+  }
+
+  /** Milliseconds since the trainer's connection went; null while it is connected. */
+  private trainerGoneMs(now: number): number | null {
+    const trainer = this.trainerSession;
+    const lost = this.trainerLost;
+    const out = trainer?.outbound ?? null;
+    if (out !== null && out !== lost?.out) return null;
+    return lost === null ? 0 : now - lost.at;
+  }
+
   private checked(session: Session, type: string): WeightUpdates {
     if (this.trainerSession !== session) throw new RollgymError("not_trainer", { type });
     return this.updates(type);
@@ -287,4 +412,9 @@ export class UpdateCoordinator {
   private changed(): void {
     for (const listener of [...this.listeners]) listener();
   }
+}
+
+/** Milliseconds as seconds to one decimal. */
+function seconds(ms: number): number {
+  return Math.round(ms / 100) / 10;
 }

@@ -1,5 +1,5 @@
-// Watch subscriptions: read-only copies of every rollout's groups and verdicts for the web page
-// and other observers. A watcher takes no part in credit, acknowledgement or resume, and a slow
+// Watch subscriptions: read-only copies of every rollout's groups and verdicts (an endless
+// stream's window by window) for the web page and other observers. A watcher takes no part in credit, acknowledgement or resume, and a slow
 // one loses frames (and is told so with a `watch_gap`) rather than hold anything back: frames
 // are encoded once for all watchers and dropped for a watcher whose socket already buffers more
 // than `maxBufferBytes`.

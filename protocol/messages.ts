@@ -376,15 +376,15 @@ export const BatchFrameSchema = map({
 export type BatchFrame = Static<typeof BatchFrameSchema>;
 
 /** Endless streams: one window's filter verdict and metrics, as a `batch` frame gives a rollout's. */
-export const WindowFrameSchema = map({
-  type: Type.Literal("window"),
+const windowFields = {
   rollout: Type.String(),
   window: Count,
   /** The window's groups: first .. first + groups - 1. */
   first: GroupId,
   groups: Count,
   ...verdictFields,
-});
+};
+export const WindowFrameSchema = map({ type: Type.Literal("window"), ...windowFields });
 export type WindowFrame = Static<typeof WindowFrameSchema>;
 
 /** Every engine is paused (or out of routing) and admission is closed: move the weights now. */
@@ -502,6 +502,8 @@ const watchedRolloutFields = {
   group_size: GroupSize,
   seed: Seed,
   groups_done: Count,
+  /** Present (true) only for an endless stream: its groups come in windows, each with a `watch_window`. */
+  endless: Type.Optional(Type.Boolean()),
 };
 
 export const WatchedRolloutSchema = map(watchedRolloutFields);
@@ -550,6 +552,15 @@ export const WatchBatchSchema = map({
 });
 export type WatchBatch = Static<typeof WatchBatchSchema>;
 
+/** An endless stream's window verdict, as its `window` frame, with the version in force when it was made. */
+export const WatchWindowSchema = map({
+  type: Type.Literal("watch_window"),
+  stream: StreamId,
+  ...windowFields,
+  version: VersionSchema,
+});
+export type WatchWindow = Static<typeof WatchWindowSchema>;
+
 export const WatchGapSchema = map({
   type: Type.Literal("watch_gap"),
   /** Watch frames this watcher lost since the last one it was sent. */
@@ -573,6 +584,7 @@ export const ServerMessageSchema = Type.Union([
   WatchRolloutSchema,
   WatchGroupSchema,
   WatchBatchSchema,
+  WatchWindowSchema,
   WatchGapSchema,
   WindowFrameSchema,
   UpdateBegunSchema,
@@ -596,6 +608,7 @@ export const SERVER_MESSAGE_SCHEMAS = {
   watch_rollout: WatchRolloutSchema,
   watch_group: WatchGroupSchema,
   watch_batch: WatchBatchSchema,
+  watch_window: WatchWindowSchema,
   watch_gap: WatchGapSchema,
   window: WindowFrameSchema,
   update_begun: UpdateBegunSchema,

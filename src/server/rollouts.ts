@@ -77,6 +77,8 @@ export class Rollout implements SessionRollout, DeliveryHost {
   private roomFor: WaitForRoom = async () => false;
   /** The last window frames of an endless stream, sent again on resume. */
   private readonly windows: WindowFrame[] = [];
+  /** Copies a window verdict to the watchers, once the rollout runs. */
+  private watchWindow: (verdict: WindowFrame) => void = () => {};
 
   constructor(
     session: Session,
@@ -176,6 +178,7 @@ export class Rollout implements SessionRollout, DeliveryHost {
     this.windows.push(verdict);
     if (this.windows.length > KEPT_WINDOWS) this.windows.shift();
     this.session.enqueue(verdict);
+    this.watchWindow(verdict);
   }
 
   private wake(): void {
@@ -191,7 +194,9 @@ export class Rollout implements SessionRollout, DeliveryHost {
       tags: request.tags.map(({ tag, groups }) => ({ tag, groups })),
       group_size: request.groupSize,
       seed: request.seed,
+      ...(frame.endless ? { endless: true } : {}),
     });
+    if (watched) this.watchWindow = (verdict) => watched.window(verdict, ctx.updates.current);
     ctx.metrics.rollouts.inc({ mode: request.mode, delivery: frame.delivery });
     ctx.metrics.activeRollouts.inc();
     // A version change or the gate reopening may let a waiting group start.

@@ -1,5 +1,5 @@
-// Watch subscriptions: read-only copies of every rollout's groups and verdicts for the web page
-// and other observers. A watcher takes no part in credit, acknowledgement or resume, and a slow
+// Watch subscriptions: read-only copies of every rollout's groups and verdicts (an endless
+// stream's window by window) for the web page and other observers. A watcher takes no part in credit, acknowledgement or resume, and a slow
 // one loses frames (and is told so with a `watch_gap`) rather than hold anything back: frames
 // are encoded once for all watchers and dropped for a watcher whose socket already buffers more
 // than `maxBufferBytes`.
@@ -7,11 +7,14 @@ import type { WebSocket } from "ws";
 import { encodeMessage } from "../../protocol/codec.ts";
 import type {
   BatchFrame,
+  Version,
   WatchBatch,
   WatchedRollout,
   WatchGap,
   WatchGroup,
   Watching,
+  WatchWindow,
+  WindowFrame,
 } from "../../protocol/messages.ts";
 import type { LimitValues } from "../../protocol/settings.ts";
 import { RollgymError } from "../errors/catalogue.ts";
@@ -46,6 +49,8 @@ interface Watcher {
 export interface WatchedStream {
   group(group: number, episodes: readonly EpisodeRecord[]): void;
   verdict(batch: BatchFrame, groups: readonly GroupResult[]): void;
+  /** An endless stream's window verdict; `version`: the one in force as it was made. */
+  window(frame: WindowFrame, version: Version): void;
   failed(message: string): void;
 }
 
@@ -183,6 +188,11 @@ export class WatchHub {
         };
         this.broadcast(stream, frame);
       },
+      window: (frame, version) => {
+        const { type: _type, ...verdict } = frame;
+        const watched: WatchWindow = { type: "watch_window", stream, ...verdict, version: { ...version } };
+        this.broadcast(stream, watched);
+      },
       verdict: (batch, groups) => {
         const scores: (number | null)[] = [];
         for (const g of groups) scores[g.group_id] = g.failed ? null : g.score;
@@ -213,7 +223,7 @@ export class WatchHub {
 
   private broadcast(
     stream: number,
-    frame: WatchGroup | WatchBatch | (WatchedRollout & { type: string }),
+    frame: WatchGroup | WatchBatch | WatchWindow | (WatchedRollout & { type: string }),
   ): void {
     if (this.watchers.size === 0) return;
     // One encoding shared by every watcher.

@@ -39,9 +39,18 @@ export interface Watched {
   screenshot(name: string): Promise<string>;
 }
 
-export async function openPage(browser: Browser, url: string): Promise<Watched> {
-  // A laptop screen.
-  const page = await browser.newPage({ viewport: { width: 1366, height: 768 } });
+/** A phone's screen, touch included (a common 6.1-inch phone's CSS pixels). */
+export const PHONE = { viewport: { width: 390, height: 844 }, isMobile: true, hasTouch: true } as const;
+
+/** `screen`: the page's viewport and touch (default a laptop screen). */
+export async function openPage(
+  browser: Browser,
+  url: string,
+  screen: { viewport: { width: number; height: number }; isMobile?: boolean; hasTouch?: boolean } = {
+    viewport: { width: 1366, height: 768 },
+  },
+): Promise<Watched> {
+  const page = await browser.newPage(screen);
   const errors: string[] = [];
   const assets = new Map<string, number>();
   page.on("console", (message) => {

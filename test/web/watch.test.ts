@@ -1,11 +1,12 @@
 // Watch subscriptions against a trainer's stream rollout: the trainer receives the same frames
 // byte for byte and its acknowledgements are the same with watchers attached; a watcher can
-// neither cancel nor acknowledge the trainer's rollout; a watcher that never reads holds back
-// nothing, costs the server a bounded buffer and is told what it lost; the count is limited.
+// neither cancel nor acknowledge the trainer's rollout; an endless stream's window verdicts reach
+// watchers with the version in force; a watcher that never reads holds back nothing, costs the
+// server a bounded buffer and is told what it lost; the count is limited.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { validateServerMessage } from "../../protocol/messages.ts";
 import { buildServer, type RollgymServer } from "../../src/server/app.ts";
-import { TestClient } from "../helpers/ws-client.ts";
+import { TestClient, until } from "../helpers/ws-client.ts";
 
 const TOKEN = "watch-token";
 const WATCH_BUFFER = 32 * 1024;
@@ -118,6 +119,54 @@ describe("watch subscriptions", () => {
     reader.close();
     idle.resumeReading();
     idle.close();
+  });
+
+  it("an endless stream's watchers get each window's verdict with the version in force", async () => {
+    const watcher = await connect(url);
+    const trainer = await TestClient.connect(url, {
+      token: TOKEN,
+      hello: { type: "hello", protocol: 1, client: "watch-trainer", role: "trainer" },
+    });
+    try {
+      try {
+        watcher.send({ type: "watch" });
+        await watcher.next((f) => f.type === "watching");
+        trainer.ws.on("message", () => {
+          const f = trainer.received.at(-1)!;
+          if (f.type === "group") trainer.send({ type: "ack", rollout: "forever", groups: [f.group] });
+        });
+        trainer.send({ type: "credit", groups: 100_000 });
+        trainer.send({ ...rolloutFrame("forever", 2), group_size: 2, endless: true });
+        await until(() => trainer.of("window").length >= 2);
+        trainer.send({ type: "begin_update", id: "u1" });
+        await trainer.next((f) => f.type === "update_begun");
+        trainer.send({ type: "end_update", id: "u1", version: { label: "step-1", ordinal: 1 } });
+        await trainer.next((f) => f.type === "update_ended");
+        const after = trainer.of("window").length;
+        await until(() => trainer.of("window").length >= after + 2);
+      } finally {
+        trainer.send({ type: "cancel", rollout: "forever" });
+        await trainer.next((f) => f.type === "batch");
+        trainer.send({ type: "ack", rollout: "forever", groups: [], batch: true });
+        trainer.close();
+      }
+      await watcher.next((f) => f.type === "watch_batch" && f.rollout === "forever");
+    } finally {
+      // Its subscription ends here, whatever the checks below find.
+      watcher.close();
+    }
+
+    const started = watcher.of("watch_rollout").find((f) => f.rollout === "forever")!;
+    expect(started).toMatchObject({ endless: true, delivery: "stream" });
+    const windows = watcher.of("watch_window");
+    for (const frame of windows) expect(validateServerMessage(frame)).toMatchObject({ ok: true });
+    // The trainer's window frames, each copied with the stream's number and the version in force.
+    expect(windows.map(({ type: _t, stream: _s, version: _v, ...verdict }) => verdict)).toEqual(
+      trainer.of("window").map(({ type: _t, ...verdict }) => verdict),
+    );
+    expect(new Set(windows.map((f) => f.stream))).toEqual(new Set([started.stream]));
+    expect(windows[0].version).toMatchObject({ ordinal: 0 });
+    expect(windows.at(-1)!.version).toEqual({ label: "step-1", ordinal: 1 });
   });
 
   it("a watcher that never reads holds nothing back, costs a bounded buffer and is told what it lost", async () => {

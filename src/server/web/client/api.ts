@@ -145,3 +145,13 @@ export function typing(event: KeyboardEvent): boolean {
       (target as HTMLInputElement).type !== "range")
   );
 }
+
+/**
+ * Scrolls `element` to the top of the viewport unless its top already shows in the upper part
+ * of it: on a phone the episode panel stacks below the list, out of sight of the tapped chip.
+ */
+export function bringIntoView(element: HTMLElement): void {
+  const { top } = element.getBoundingClientRect();
+  // A scroll may leave it a fraction of a pixel above the top.
+  if (top < -1 || top > window.innerHeight * 0.75) element.scrollIntoView({ block: "start" });
+}

@@ -36,6 +36,7 @@ export function groupCard(
         },
         group.verdict,
       ),
+      group.versions !== undefined ? versionNote(group) : null,
     ),
     h(
       "p",
@@ -64,6 +65,23 @@ export function groupCard(
         ),
       ),
     ),
+  );
+}
+
+/** A group's weight versions and, once its window is judged, its age (in versions). */
+function versionNote(group: GroupView): HTMLElement {
+  const v = group.versions;
+  const played = v ? (v.min === v.max ? `v${v.min}` : `v${v.min}–${v.max}`) : "v–";
+  const age = group.age !== undefined && group.age !== null ? ` · age ${group.age}` : "";
+  return h(
+    "span",
+    {
+      class: "muted",
+      "data-testid": "group-version",
+      title:
+        "weight versions that played the group's turns; age: versions behind the one in force at its window's verdict",
+    },
+    ` ${played}${age}`,
   );
 }
 

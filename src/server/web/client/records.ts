@@ -25,6 +25,25 @@ export interface GroupView {
   verdict: Verdict;
   /** The filter's score for the group, once known. */
   score: number | null;
+  /**
+   * Endless streams in Watch: the oldest and newest weight version ordinal that played the
+   * group's turns (null: no turn was played), and its age once its window's verdict is in (the
+   * ordinal in force then − the oldest).
+   */
+  versions?: { min: number; max: number } | null;
+  age?: number | null;
+}
+
+/** The oldest and newest version ordinal stamped on the episodes' turns; null when none is. */
+export function turnVersions(episodes: readonly EpisodeRecord[]): { min: number; max: number } | null {
+  let min = Number.POSITIVE_INFINITY;
+  let max = Number.NEGATIVE_INFINITY;
+  for (const turn of episodes.flatMap((e) => e.turns)) {
+    if (!turn.version) continue;
+    min = Math.min(min, turn.version.dispatch);
+    max = Math.max(max, turn.version.completion);
+  }
+  return Number.isFinite(min) ? { min, max } : null;
 }
 
 export function stats(values: readonly number[]): { min: number; max: number; mean: number; std: number } {

@@ -5,7 +5,7 @@
 
 import type { EpisodeFile } from "../../../record/episode-reader.ts";
 import type { SharedFile } from "../files.ts";
-import { api, append, envs, h, markup, num, route, setParams, type TagInfo } from "./api.ts";
+import { api, append, bringIntoView, envs, h, markup, num, route, setParams, type TagInfo } from "./api.ts";
 import { episodeView, exportButtons, type GroupView, groupCard, groupGrid, rewardChart } from "./episodes.ts";
 import { groupViews, parseEpisodeText } from "./records.ts";
 
@@ -160,6 +160,7 @@ function drawFile(view: ReplayView, shown: ShownFile): void {
     drawFile(view, shown);
     // The redrawn chip keeps the focus, so the keyboard stays where it was.
     view.body.querySelector<HTMLElement>(`button.ep[aria-pressed="true"]`)?.focus();
+    bringIntoView(view.panel);
   };
   view.body.replaceChildren();
   append(view.body, [

@@ -1,10 +1,11 @@
 /// <reference lib="dom" />
 // Watch: a watch subscription (PROTOCOL.md "Watch") shows every rollout the server runs, group
 // by group as they finish, with each group's reward spread and the filter's verdict; a small
-// rollout can be started from here with the server's own policy. Episodes open to their
-// turn-by-turn timeline.
+// rollout can be started from here with the server's own policy. An endless stream shows its
+// last windows instead (windows.ts). Episodes open to their turn-by-turn timeline, brought into
+// view on a phone.
 import type { EpisodeRecord } from "../../../record/episode-record.ts";
-import { envs, h, markup, route, setParams, type TagInfo } from "./api.ts";
+import { bringIntoView, envs, h, markup, route, setParams, type TagInfo } from "./api.ts";
 import {
   episodeView,
   exportButtons,
@@ -16,6 +17,14 @@ import {
   type Verdict,
 } from "./episodes.ts";
 import { Connection, type Frame } from "./protocol.ts";
+import {
+  addEndlessGroup,
+  type EndlessView,
+  endlessProgress,
+  endlessView,
+  judgeWindow,
+  windowList,
+} from "./windows.ts";
 
 interface RolloutView {
   stream: number;
@@ -30,10 +39,12 @@ interface RolloutView {
   lost: number;
   mine: boolean;
   metrics: Record<string, number>;
+  /** An endless stream's windows; null for a rollout that ends. */
+  endless: EndlessView | null;
 }
 
 const describe = (r: RolloutView) =>
-  `${r.mode} · ${r.tags.map((t) => `${t.tag}×${t.groups}`).join(", ")} · group size ${r.groupSize} · seed ${r.seed}`;
+  `${r.mode}${r.endless ? " · endless, per window" : ""} · ${r.tags.map((t) => `${t.tag}×${t.groups}`).join(", ")} · group size ${r.groupSize} · seed ${r.seed}`;
 
 /** Group cards shown per rollout, and groups whose turns are kept (a trainer's batch can be huge). */
 const SHOWN_GROUPS = 64;
@@ -218,6 +229,11 @@ function onFrame(view: WatchView, frame: Frame): void {
     case "watch_batch":
       finishRollout(view, frame);
       break;
+    case "watch_window": {
+      const r = view.rollouts.get(frame.stream as number);
+      if (r?.endless) judgeWindow(r.endless, r.groups, frame);
+      break;
+    }
     case "watch_gap":
       for (const stream of frame.streams as number[]) {
         const r = view.rollouts.get(stream);
@@ -245,19 +261,23 @@ function onFrame(view: WatchView, frame: Frame): void {
 function addRollout(view: WatchView, r: Frame): void {
   const { rollouts } = view;
   const stream = r.stream as number;
+  const tags = r.tags as { tag: string; groups: number }[];
+  const before = rollouts.get(stream);
   rollouts.set(stream, {
     stream,
     rollout: r.rollout as string,
     mode: r.mode as string,
-    tags: r.tags as { tag: string; groups: number }[],
+    tags,
     groupSize: r.group_size as number,
     seed: r.seed as number,
-    groups: rollouts.get(stream)?.groups ?? new Map(),
+    groups: before?.groups ?? new Map(),
     done: false,
     error: null,
     lost: 0,
     mine: view.mine.has(r.rollout as string),
     metrics: {},
+    endless:
+      r.endless === true ? (before?.endless ?? endlessView(tags.reduce((n, t) => n + t.groups, 0))) : null,
   });
   while (rollouts.size > MAX_ROLLOUTS) {
     const oldest = [...rollouts.values()].find((x) => x.done) ?? [...rollouts.values()][0];
@@ -268,14 +288,16 @@ function addRollout(view: WatchView, r: Frame): void {
 function addGroup(view: WatchView, frame: Frame): void {
   const r = view.rollouts.get(frame.stream as number);
   if (!r) return;
-  r.groups.set(frame.group as number, {
+  const group: GroupView = {
     group: frame.group as number,
     tag: frame.tag as string,
     seed: frame.seed as number,
     episodes: frame.episodes as EpisodeRecord[],
     verdict: "pending",
     score: null,
-  });
+  };
+  if (r.endless) addEndlessGroup(r.endless, r.groups, group);
+  else r.groups.set(group.group, group);
   forgetTurns(r);
 }
 
@@ -304,6 +326,7 @@ function open(view: WatchView, stream: number, env: number): void {
   view.selected = { stream, env };
   setParams({ stream, env, turn: null });
   drawPanel(view);
+  bringIntoView(view.el.panel);
   schedule(view);
 }
 
@@ -383,14 +406,19 @@ function rolloutSection(view: WatchView, r: RolloutView): HTMLElement {
         "p",
         {},
         `${describe(r)} · `,
-        h("span", { "data-testid": "progress" }, `${r.groups.size}/${total} groups`),
+        h(
+          "span",
+          { "data-testid": "progress" },
+          r.endless ? endlessProgress(r.endless) : `${r.groups.size}/${total} groups`,
+        ),
         r.done ? (r.error ? h("span", { class: "bad" }, ` · failed: ${r.error}`) : " · done") : " · running",
         r.lost
           ? h("span", { class: "bad" }, ` · ${r.lost} watch frame(s) lost (the watcher fell behind)`)
           : "",
       ),
     ),
-    markup(rewardChart(groups)),
+    // An endless stream's group ids grow without end: its windows stand in for the reward chart.
+    r.endless ? windowList(r.endless) : markup(rewardChart(groups)),
     groupGrid(
       groups
         .slice(-SHOWN_GROUPS)

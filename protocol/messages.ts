@@ -422,6 +422,20 @@ export const ProgressFrameSchema = map({
 });
 export type ProgressFrame = Static<typeof ProgressFrameSchema>;
 
+/**
+ * Unasked, to a running rollout an open weight update holds once its trainer's connection is
+ * gone: a notice (the rollout goes on and ends with its batch as usual), not an error.
+ */
+export const HeldFrameSchema = map({
+  type: Type.Literal("held"),
+  rollout: Type.String(),
+  /** The open update's id. */
+  update: Type.String(),
+  /** Which update, open how long, what it paused, the version in force, where its trainer is. */
+  message: Type.String(),
+});
+export type HeldFrame = Static<typeof HeldFrameSchema>;
+
 export const ErrorFrameSchema = map({
   type: Type.Literal("error"),
   code: Type.Enum(ERROR_CODES),
@@ -575,6 +589,7 @@ export const ServerMessageSchema = Type.Union([
   GroupFrameSchema,
   BatchFrameSchema,
   ProgressFrameSchema,
+  HeldFrameSchema,
   ErrorFrameSchema,
   EnvOpenedSchema,
   EnvSteppedSchema,
@@ -599,6 +614,7 @@ export const SERVER_MESSAGE_SCHEMAS = {
   group: GroupFrameSchema,
   batch: BatchFrameSchema,
   progress: ProgressFrameSchema,
+  held: HeldFrameSchema,
   error: ErrorFrameSchema,
   env_opened: EnvOpenedSchema,
   env_stepped: EnvSteppedSchema,

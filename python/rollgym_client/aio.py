@@ -195,6 +195,7 @@ class _Rollout:
         self.resent = False  # the request went out again after a resume
         self.abandoned = False  # nobody will consume more groups: acknowledge on arrival
         self.cancel_sent = False
+        self.held: Optional[Dict[str, Any]] = None  # the server's latest ``held`` notice for it
         #: Endless streams: each window's verdict frame, by window number.
         self.windows: Dict[int, Dict[str, Any]] = {}
         # An endless stream forgets each group once handed out; its id and acknowledgement
@@ -305,6 +306,9 @@ class AsyncClient:
         self.closing_reason: Optional[str] = None
         #: Server errors that could not be tied to a request (logged as warnings too).
         self.unattributed_errors: List[RollgymError] = []
+        #: The server's latest ``held`` notices (an open weight update whose trainer is gone
+        #: holds a rollout), newest last; logged as warnings too.
+        self.held_notices: Deque[Dict[str, Any]] = collections.deque(maxlen=100)
         #: How many times the session was resumed after a dropped connection.
         self.resumes = 0
 
@@ -621,6 +625,8 @@ class AsyncClient:
                         log.exception("on_progress callback failed")
         elif kind == "window":
             self._on_window(frame)
+        elif kind == "held":
+            self._on_held(frame)
         elif kind in ("update_begun", "update_ended"):
             self._on_update_reply(frame)
         elif kind == "error":
@@ -765,11 +771,20 @@ class AsyncClient:
         log.warning("server error not tied to a request: %s", error)
         self.unattributed_errors.append(error)
 
-    def _held_by_update(self, rollout_id: str) -> str:
-        """Why a rollout may be late: the server's last notice that an open weight update whose
-        trainer is gone holds it (PROTOCOL.md "Weight updates"), or nothing."""
-        held = next((e for e in reversed(self.unattributed_errors) if e.code == "update" and e.rollout == rollout_id), None)
-        return "" if held is None else f"; the server said: {held.message}"
+    def _on_held(self, frame: Dict[str, Any]) -> None:
+        """An open weight update whose trainer is gone holds a rollout (PROTOCOL.md "Weight
+        updates"): a notice, logged and kept; the rollout goes on."""
+        log.warning("server: %s", frame.get("message"))
+        self.held_notices.append(frame)
+        r = self._rollouts.get(frame.get("rollout"))
+        if r is not None:
+            r.confirmed = True
+            r.held = frame
+
+    @staticmethod
+    def _held_by_update(r: _Rollout) -> str:
+        """Why a rollout may be late: the server's last ``held`` notice for it, or nothing."""
+        return "" if r.held is None else f"; the server said: {r.held.get('message')}"
 
     def _on_env_reply(self, frame: Dict[str, Any]) -> None:
         for waiter in self._env_waiters:
@@ -959,7 +974,7 @@ class AsyncClient:
             return await asyncio.wait_for(asyncio.shield(r.future), timeout)
         except asyncio.TimeoutError:
             await self._abandon(r)
-            raise RollgymError("timeout", f"no verdict within {timeout} s; the rollout was cancelled{self._held_by_update(r.id)}", rollout=r.id) from None
+            raise RollgymError("timeout", f"no verdict within {timeout} s; the rollout was cancelled{self._held_by_update(r)}", rollout=r.id) from None
         except asyncio.CancelledError:
             await self._abandon(r)
             raise

@@ -156,6 +156,11 @@ class Client:
         """Server errors not tied to a request, e.g. an update that expired while no end_update waited."""
         return self._async.unattributed_errors
 
+    @property
+    def held_notices(self) -> List[Dict[str, Any]]:
+        """The server's latest ``held`` notices: an open weight update whose trainer is gone holds a rollout."""
+        return list(self._async.held_notices)
+
     # ------------------------------------------------------------------ rollouts
 
     def rollout(

@@ -270,12 +270,6 @@ export const CATALOGUE = {
     message: ({ id, late, maxS, label, ordinal }) =>
       `${late ? `end_update ${JSON.stringify(id)}: ` : ""}update ${JSON.stringify(id)} expired: it stayed open longer than max_update_s (${maxS} s) without end_update, so the engines resumed at the old version ${JSON.stringify(label)} (ordinal ${ordinal}) and admission reopened; begin a new update`,
   }),
-  /** Sent unasked to a rollout an open update holds once its trainer is gone: the rollout goes on. */
-  update_held: entry<{ rollout: string; update: string }>({
-    frame: "update",
-    message: ({ rollout, update }) =>
-      `rollout ${JSON.stringify(rollout)} is held: ${update}; its groups wait (they are not lost) until the update ends`,
-  }),
   update_pausing: entry<{ id: string }>({
     frame: "update",
     message: ({ id }) =>

@@ -1,11 +1,9 @@
 // What the other clients hear of an open weight update that holds their rollouts (PROTOCOL.md
 // "Weight updates"). Once the trainer's connection is gone mid-update, every running rollout
-// of another session is told, in an `update` error naming the rollout, which update holds it,
-// for how long and where its trainer is; the rollout goes on. A rollout that starts while such
+// of another session is told, in a `held` frame (a notice, not an error: the rollout goes on),
+// which update holds it, for how long and where its trainer is. A rollout that starts while such
 // an update is open is told at once.
 import type { WebSocket } from "ws";
-import { errorFrame } from "../errors/boundary.ts";
-import { RollgymError } from "../errors/catalogue.ts";
 import { endedByHeartbeat } from "./connections.ts";
 import type { Session } from "./session.ts";
 import type { UpdateCoordinator } from "./update-coordinator.ts";
@@ -20,11 +18,12 @@ export function connectionClosed(
 ): void {
   const why = endedByHeartbeat(ws) ? "it stopped answering the heartbeat's pings" : `close code ${code}`;
   const described = updates.connectionLost(session, why);
-  if (described === null) return;
+  const id = updates.status()?.id;
+  if (described === null || id === undefined) return;
   for (const other of sessions) {
     if (other === session) continue;
     for (const rollout of other.rollouts.values())
-      if (rollout.batch === null) tell(other, rollout.id, described);
+      if (rollout.batch === null) tell(other, rollout.id, id, described);
   }
 }
 
@@ -33,9 +32,14 @@ export function rolloutStarted(updates: UpdateCoordinator, session: Session, rol
   const status = updates.status();
   if (status === null || status.trainer === "connected") return;
   const described = updates.describe();
-  if (described !== null) tell(session, rollout, described);
+  if (described !== null) tell(session, rollout, status.id, described);
 }
 
-function tell(session: Session, rollout: string, update: string): void {
-  session.sendNow(errorFrame(new RollgymError("update_held", { rollout, update }), { rollout }));
+function tell(session: Session, rollout: string, update: string, described: string): void {
+  session.sendNow({
+    type: "held",
+    rollout,
+    update,
+    message: `rollout ${JSON.stringify(rollout)} is held: ${described}; its groups wait (they are not lost) until the update ends`,
+  });
 }

@@ -27,7 +27,8 @@ def main() -> int:
         except RollgymError as error:
             check(error.code == "timeout", f"not a timeout: {error!r}")
             timeout = str(error)
-        notices = [str(e) for e in client.unattributed_errors if e.code == "update" and e.rollout == "held"]
+        notices = [n["message"] for n in client.held_notices if n["rollout"] == "held"]
+        check(not client.unattributed_errors, f"errors not tied to a request: {client.unattributed_errors}")
     print(json.dumps({"timeout": timeout, "notices": notices}))
     return 0
 

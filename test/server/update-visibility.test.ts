@@ -32,7 +32,7 @@ async function serve(extra: Parameters<typeof buildServer>[0] = {}) {
 
 /**
  * Sends `rollout` with ample credit and acknowledges its groups; resolves to its batch frame
- * (an `update` error naming it on the way is a notice, not its end).
+ * (a `held` notice naming it on the way is not its end).
  */
 async function played(client: TestClient, rollout: Frame): Promise<Frame> {
   const id = rollout.id;
@@ -63,9 +63,9 @@ async function begin(trainer: TestClient, id: string): Promise<Frame> {
   return trainer.next((f) => f.type === "update_begun" && trainer.received.indexOf(f) >= from);
 }
 
-/** `client`'s `update` errors naming rollout `rollout`. */
+/** `client`'s `held` notices naming rollout `rollout`. */
 function heldNotices(client: TestClient, rollout: string): Frame[] {
-  return client.of("error").filter((f) => f.code === "update" && f.rollout === rollout);
+  return client.of("held").filter((f) => f.rollout === rollout);
 }
 
 describe("an open weight update is visible", () => {
@@ -141,8 +141,8 @@ describe("an open weight update is visible", () => {
     const late = await TestClient.connect(url);
     late.send({ type: "credit", groups: 100 });
     late.send(rolloutFrame("late", 1, 1, { delivery: "stream" }));
-    const told = await late.next((f) => f.type === "error");
-    expect(told).toMatchObject({ code: "update", rollout: "late" });
+    const told = await late.next((f) => f.type === "held" || f.type === "error");
+    expect(told).toMatchObject({ type: "held", rollout: "late", update: "u1" });
     expect(told.message).toContain('weight update "u1"');
 
     // A successor ends it; the held rollout then plays to its verdict, nothing lost.

@@ -155,7 +155,6 @@ export class StreamDelivery implements Delivery {
 
   private finished(group: number, episodes: EpisodeRecord[], w: number): void {
     const { host, pacing, setup } = this;
-    host.meter.release(group);
     const slot = this.groups.get(group);
     const admitted = slot?.admitted ?? undefined;
     // Too old for drop_older_than: not sent, and not accepted (another group takes its place).
@@ -166,6 +165,7 @@ export class StreamDelivery implements Delivery {
         this.forget(slot);
       }
       setup.metrics.staleGroupsDropped.inc();
+      host.meter.release(group);
       host.discard(episodes.length);
       return;
     }
@@ -177,7 +177,9 @@ export class StreamDelivery implements Delivery {
       window: setup.windowed ? w : undefined,
       admitted: setup.pace.max_staleness !== null ? admitted : undefined,
     });
+    // A held group's play stays on the memory meter until its frame is queued (and charged).
     const send = () => {
+      host.meter.release(group);
       setup.updates.delivered.add(ageAt(setup.updates.current.ordinal, episodes));
       if (slot) slot.state = "queued";
       host.queue(group, frame, episodes.length);

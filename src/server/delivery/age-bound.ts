@@ -9,9 +9,9 @@
 // what breaks the bound is order, a long group overtaken by younger ones that take its place.
 // So a finished group goes out only if every group still owed (playing or held) keeps a place in
 // the steps up to its own deadline; otherwise it waits (earliest deadline first). The group owed
-// by the earliest deadline always fits, so a long group itself never waits. Nothing is discarded and nothing is stamped
-// for a later step (which would only make it older); the price is that the trainer waits for a
-// long group instead of training on a younger one ahead of it.
+// by the earliest deadline always fits, so a long group itself never waits. Nothing is discarded
+// and nothing is stamped for a later step (which would only make it older); the price is that
+// the trainer waits for a long group instead of training on a younger one ahead of it.
 
 interface Held {
   deadline: number;

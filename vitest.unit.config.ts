@@ -31,6 +31,7 @@ export default defineConfig({
       "test/server/backpressure.test.ts",
       "test/server/entry-fuzz.test.ts",
       "test/server/async-acceptance.test.ts",
+      "test/server/strict-staleness.test.ts",
       "test/server/keepalive-attack.test.ts",
     ],
   },

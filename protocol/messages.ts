@@ -387,6 +387,18 @@ const windowFields = {
 export const WindowFrameSchema = map({ type: Type.Literal("window"), ...windowFields });
 export type WindowFrame = Static<typeof WindowFrameSchema>;
 
+/**
+ * The groups delivered (every session's) while one version was in force, and their ages then
+ * (the ordinal in force − min_version; PROTOCOL.md "Staleness").
+ */
+export const AgeSummarySchema = map({
+  groups: Count,
+  min: Count,
+  max: Count,
+  mean: Type.Number({ minimum: 0 }),
+});
+export type AgeSummary = Static<typeof AgeSummarySchema>;
+
 /** Every engine is paused (or out of routing) and admission is closed: move the weights now. */
 export const UpdateBegunSchema = map({
   type: Type.Literal("update_begun"),
@@ -401,6 +413,8 @@ export const UpdateBegunSchema = map({
   out_of_routing: Type.Array(Type.String()),
   /** Engine requests in flight at the moment admission closed. */
   in_flight: Count,
+  /** The groups delivered under `version` and their ages; absent when none was. */
+  ages: Type.Optional(AgeSummarySchema),
 });
 export type UpdateBegun = Static<typeof UpdateBegunSchema>;
 

@@ -242,7 +242,7 @@ const Versions = Type.Integer({ minimum: 0, maximum: MAX_GROUPS });
 /**
  * Asynchronous RL (issue #22): how a stream rollout paces itself against the trainer's weight
  * versions, by wire name. Configured under `rollgym.async.*` (null: off, or the rollout's own
- * groups); a rollout request may set each (WIRE_ASYNC: a number, never null).
+ * groups); a rollout request may set each (WIRE_ASYNC: a number or a boolean, never null).
  */
 export const ASYNC = {
   max_staleness: setting(
@@ -268,6 +268,12 @@ export const ASYNC = {
     null,
     "stream rollouts: groups kept running at once; null: the rollout's groups (one window of an endless stream)",
     { key: "rollgym.async.in_flight" },
+  ),
+  strict_staleness: setting(
+    Type.Boolean(),
+    false,
+    "stream rollouts with max_staleness: no group is trained more than max_staleness versions old by a trainer that takes groups_per_step groups per update in arrival order; a finished group waits while one admitted earlier still plays and needs an earlier step (nothing is discarded; the trainer may wait for a long group); false: max_staleness bounds admission only, and an overtaken group can be older",
+    { key: "rollgym.async.strict_staleness" },
   ),
 } as const;
 

@@ -39,6 +39,8 @@ export interface AsyncBenchSettings {
   seed: number;
   /** The max_staleness of each asynchronous mode, in order. */
   staleness: number[];
+  /** Also run each mode with S > 0 under strict_staleness ("S=s strict"). */
+  strict?: boolean;
   /** The trainer's step time; null: the measured synchronous rollout time per step. */
   stepTimeS: number | null;
   replicas: number;
@@ -171,7 +173,10 @@ export async function runAsyncBench(
       );
     };
     report(await bench.syncMode(stepTime));
-    for (const s of settings.staleness) report(await bench.streamMode(s, stepTime));
+    for (const s of settings.staleness) {
+      report(await bench.streamMode(s, stepTime, false));
+      if (settings.strict && s > 0) report(await bench.streamMode(s, stepTime, true));
+    }
     const sync = modes[0].s_per_step;
     for (const m of modes) m.speedup_vs_sync = m.s_per_step > 0 ? round(sync / m.s_per_step, 3) : null;
 
@@ -299,11 +304,11 @@ class Trainer {
     };
   }
 
-  /** An endless stream under max_staleness S, consumed B groups per step. */
-  async streamMode(S: number, stepTime: number): Promise<AsyncModeResult> {
+  /** An endless stream under max_staleness S (strict: strict_staleness), consumed B groups per step. */
+  async streamMode(S: number, stepTime: number, strict: boolean): Promise<AsyncModeResult> {
     const { steps, groupsPerStep: B } = this.settings;
-    const id = `stream-s${S}`;
-    const label = `S=${S}`;
+    const id = `stream-s${S}${strict ? "-strict" : ""}`;
+    const label = `S=${S}${strict ? " strict" : ""}`;
     const arrived: ArrivedGroup[] = [];
     const queue: ArrivedGroup[] = [];
     let wake: (() => void) | null = null;
@@ -317,7 +322,7 @@ class Trainer {
     const done = this.client.rollout({
       ...this.spec(id),
       seed: this.settings.seed,
-      endless: { in_flight: B, max_staleness: S, groups_per_step: B },
+      endless: { in_flight: B, max_staleness: S, groups_per_step: B, strict_staleness: strict },
     });
     // A stream that fails (an error frame, a closed socket) ends the wait for its groups.
     const failed = done.then(() => new Promise<never>(() => {}));
@@ -337,7 +342,7 @@ class Trainer {
       updates.push(await this.update());
       meter.step();
     }
-    const measured = await meter.result(label, S, { trained, waits, updates });
+    const measured = await meter.result(label, S, { trained, waits, updates }, strict);
     // The stream ends: groups in flight come cut short, then the window and batch frames.
     this.client.cancel(id);
     const { sent } = await done;
@@ -370,12 +375,13 @@ class Trainer {
         mode: string,
         S: number | null,
         seen: { trained: Trained[]; waits: number[]; updates: UpdateTiming[] },
+        strict = false,
       ): Promise<Omit<AsyncModeResult, ModeOwnField>> => {
         const end = ends.at(-1) ?? performance.now();
         const wall = (end - start) / 1000;
         const generated = (await scrapeEngines(this.urls)).generatedTokens - tokens;
         const stepTimes = ends.map((t, i) => (t - (i === 0 ? start : ends[i - 1])) / 1000);
-        const { ages, violations } = agesOf(seen.trained, S ?? 0, B);
+        const { ages, violations } = agesOf(seen.trained, S ?? 0, B, strict);
         return {
           mode,
           max_staleness: S,
@@ -411,12 +417,14 @@ class Trainer {
  * under version v had a ≤ (S + v + 1) × B, so v ≥ ⌈a ÷ B⌉ − S − 1, and its turns were
  * dispatched at v or later. The trainer updates once per B groups it takes, so a group taken at
  * step k is at most S + k − ⌈a ÷ B⌉ versions old: S when it arrives in its turn, one more per step
- * that later groups overtook it (a long episode). The classic loop's groups: 0.
+ * that later groups overtook it (a long episode). The classic loop's groups: 0. Under
+ * strict_staleness no group may be older than S.
  */
 export function agesOf(
   trained: readonly Trained[],
   S: number,
   B: number,
+  strict = false,
 ): { ages: Record<string, number>; violations: number } {
   const ages: Record<string, number> = {};
   let violations = 0;
@@ -424,7 +432,7 @@ export function agesOf(
     const age = ordinal - (group.minVersion ?? 0);
     ages[age] = (ages[age] ?? 0) + 1;
     const a = group.admitted;
-    const bound = a === null ? 0 : S + step - Math.ceil((a.accepted + a.running) / B);
+    const bound = a === null ? 0 : strict ? S : S + step - Math.ceil((a.accepted + a.running) / B);
     if (age < 0 || age > bound) violations++;
   }
   return { ages, violations };

@@ -19,7 +19,7 @@ export interface RolloutSpec {
   maxTurn: number;
   maxTokens: number;
   /** An endless stream paced against the trainer's versions (PROTOCOL.md "Staleness"), by wire name. */
-  endless?: { in_flight: number; max_staleness: number; groups_per_step: number };
+  endless?: { in_flight: number; max_staleness: number; groups_per_step: number; strict_staleness?: boolean };
 }
 
 /** The counts a group was admitted under (its frame's `admitted`, PROTOCOL.md "Staleness"). */

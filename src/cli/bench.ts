@@ -102,6 +102,10 @@ export const ASYNC_BENCH_FLAGS: Record<string, FlagSpec> = {
     arg: "S,…",
     help: "max_staleness of each async mode, 0 = the synchronous control (default 0,1,2)",
   },
+  strict: {
+    kind: "switch",
+    help: "also run each async mode with S > 0 under strict_staleness (S=s strict: no trained group older than S)",
+  },
   "step-time": {
     kind: "value",
     arg: "S",
@@ -215,6 +219,7 @@ function parseAsyncBenchArgs(args: ParsedArgs): {
     maxTokens: parseInteger("--max-tokens", v.get("max-tokens") ?? "512", 1, 1_000_000),
     seed: parseInteger("--seed", v.get("seed") ?? "10000", 0, 2 ** 31),
     staleness: list("--staleness", v.get("staleness") ?? "0,1,2", 0, 1000),
+    strict: args.switches.has("strict"),
     stepTimeS,
     replicas,
     latencyModel: parseChoice(

@@ -203,11 +203,19 @@ export const CATALOGUE = {
     message: ({ policy, why }) => `the server's policy ${policy}: ${why}`,
   }),
 
-  /** endless, max_staleness, drop_older_than and in_flight pace a stream; `field` names the one given. */
+  /** endless and ASYNC's fields (max_staleness, strict_staleness …) pace a stream; `field` names the one given. */
   needs_stream: entry<{ field: string }>({
     frame: "bad_frame",
     fieldFirst: true,
     message: ({ field }) => `${field} paces a stream rollout: it needs delivery "stream", not "batch"`,
+  }),
+  /** strict_staleness holds groups to max_staleness, so it needs one. */
+  strict_needs_staleness: entry({
+    frame: "bad_frame",
+    fieldFirst: true,
+    field: "strict_staleness",
+    message: () =>
+      "strict_staleness: true keeps every group within max_staleness versions, and this rollout has no max_staleness (set it in the request or rollgym.async.max_staleness)",
   }),
 
   // Weight updates (PROTOCOL.md "Weight updates"): only the trainer session brackets them.

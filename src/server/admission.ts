@@ -51,6 +51,9 @@ export function admitRollout(state: ServerState, session: Session, frame: Rollou
   if (!stream && pacing !== undefined) throw new RollgymError("needs_stream", { field: pacing }, pacing);
 
   const request = resolveRequest(state.config, frame);
+  // Configured alone it is ignored (no bound to keep); asked for, it must have one.
+  if (frame.strict_staleness === true && request.pace.max_staleness === null)
+    throw new RollgymError("strict_needs_staleness", {});
   // The same limits and seed range the CLI checks (src/rollout/limits.ts).
   checkRolloutShape(request, shapeOnly(options));
   // Batch delivery holds the whole batch from the start; a stream rollout holds each group

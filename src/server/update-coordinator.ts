@@ -14,6 +14,7 @@ import { errorFrame, messageOf } from "../errors/boundary.ts";
 import { RollgymError } from "../errors/catalogue.ts";
 import type { Policy } from "../llm/policy.ts";
 import { INITIAL_VERSION, type PauseMode, type WeightUpdates } from "../llm/versions.ts";
+import { DeliveredAges } from "./delivery/ages.ts";
 import type { ServerMetrics, UpdateGauges } from "./metrics.ts";
 import type { Session } from "./session.ts";
 
@@ -75,6 +76,8 @@ export class UpdateCoordinator {
   private trainerSession: Session | null = null;
   private open: OpenUpdate | null = null;
   private readonly listeners = new Set<() => void>();
+  /** Ages of the groups delivered since the last update began (update_begun's `ages`). */
+  readonly delivered = new DeliveredAges();
   /** True once any update has begun: versions appear on the wire from then on. */
   used = false;
   private readonly metrics: ServerMetrics | null;
@@ -182,12 +185,13 @@ export class UpdateCoordinator {
     open.timer.unref();
     this.changed();
     const version = { ...this.current };
+    const ages = this.delivered.take();
     try {
       const begun = await updates.begin(mode);
       if (this.seen?.update === open) this.seen.held = { paused: begun.paused, aborted: begun.aborted };
       open.begun = true;
       this.changed();
-      return { type: "update_begun", id, version, ...begun };
+      return { type: "update_begun", id, version, ...begun, ...(ages ? { ages } : {}) };
     } catch (error) {
       this.close(open);
       this.metrics?.weightUpdates.inc({ outcome: "failed" });

@@ -27,6 +27,12 @@ describe("agesOf", () => {
     expect(violations).toBe(1);
   });
 
+  it("under strict_staleness, counts any group older than S as a violation", () => {
+    const trained = [{ group: group(3, admitted), step: 3, ordinal: 5 }];
+    expect(agesOf(trained, S, B, true)).toEqual({ ages: { "2": 1 }, violations: 1 });
+    expect(agesOf([{ group: group(4, admitted), step: 3, ordinal: 5 }], S, B, true).violations).toBe(0);
+  });
+
   it("counts a group played by weights newer than the trainer's as a violation", () => {
     expect(agesOf([{ group: group(6, admitted), step: 3, ordinal: 5 }], S, B).violations).toBe(1);
   });

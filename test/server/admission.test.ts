@@ -49,6 +49,11 @@ describe("rollout admission", () => {
       "unplayable",
     );
     expect(refusal(session, frame({ tokens: true }))).toBe("tokens_need_engine");
+    expect(refusal(session, frame({ strict_staleness: true }))).toBe("needs_stream");
+    const stream = { delivery: "stream", strict_staleness: true } as const;
+    expect(refusal(session, frame(stream))).toBe("strict_needs_staleness");
+    expect(refusal(session, frame({ ...stream, max_staleness: 1 }))).toBeNull();
+    expect(refusal(session, frame({ strict_staleness: false }))).toBeNull();
     expect(refusal(session, frame())).toBeNull();
     // Nothing is held until the admitted rollout starts.
     expect(session.episodesHeld).toBe(0);

@@ -2,6 +2,7 @@
 // open, finished ones wait for the filter), delivering (the kept groups' frames go out a slice
 // per turn of the event loop), done (the verdict).
 import { describe, expect, it } from "vitest";
+import { DeliveredAges } from "../../src/server/delivery/ages.ts";
 import { BatchDelivery, type BatchState } from "../../src/server/delivery/batch.ts";
 import { FakeRollout, judged, registry, request, ScriptedPlay } from "../helpers/delivery.ts";
 
@@ -13,7 +14,8 @@ async function microtasks(): Promise<void> {
 function batchOf(groups: number, gate = { closed: false, used: false }) {
   const host = new FakeRollout();
   const play = new ScriptedPlay();
-  const batch = new BatchDelivery(host, play, { request: request(groups), registry, updates: gate });
+  const updates = Object.assign(gate, { current: { label: "", ordinal: 0 }, delivered: new DeliveredAges() });
+  const batch = new BatchDelivery(host, play, { request: request(groups), registry, updates });
   // The state each group frame was queued in.
   const queuedIn: BatchState[] = [];
   const queue = host.queue.bind(host);

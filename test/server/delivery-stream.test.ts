@@ -1,5 +1,6 @@
 // Stream delivery's group states without a socket: pacing (buffer bound, groups in flight,
-// max_staleness), waiting_room (budget), playing, then queued, stale_dropped or not_started.
+// max_staleness), waiting_room (budget), playing, then queued (after held, under
+// strict_staleness), stale_dropped or not_started.
 // Weight updates go through the server's UpdateCoordinator and a versioned built-in policy.
 import client from "prom-client";
 import { describe, expect, it } from "vitest";
@@ -47,7 +48,7 @@ function streamOf(groups: number, pace: Partial<PaceSettings> = {}, maxBufferedG
     await updates.begin(trainer, `u${ordinal}`, undefined);
     await updates.end(trainer, `u${ordinal}`, { label: `v${ordinal}`, ordinal });
   };
-  return { host, play, stream, update, staleGroupsDropped };
+  return { host, play, stream, update, updates, trainer, staleGroupsDropped };
 }
 
 describe("stream delivery", () => {
@@ -157,5 +158,49 @@ describe("stream delivery", () => {
     expect(stream.settle(0, 2)).toEqual(new Set([0]));
     expect(stream.stateOf(0)).toBeUndefined();
     expect(stream.stateOf(1)).toBeUndefined();
+  });
+
+  for (const strict of [true, false]) {
+    it(`strict_staleness ${strict}: a group that overtook a long one ${strict ? "is held until it is sent" : "goes at once"}`, async () => {
+      // S = 1, B = 1: groups 0 and 1 are admitted at version 0 (due by step 1), group 2 at 1.
+      const pace = { max_staleness: 1, groups_per_step: 1, strict_staleness: strict };
+      const { host, play, stream, update } = streamOf(3, pace);
+      const run = stream.run();
+      await play.admit(0);
+      await play.admit(1);
+      play.finish(1, 2);
+      expect(host.queuedGroups).toEqual([1]);
+      await update(1);
+      await play.admit(2);
+      play.finish(2, 2, 1);
+      // Sent now, group 2 would be the trainer's step 1 and push group 0 to step 2 (age 2).
+      expect(stream.stateOf(2)).toBe(strict ? "held" : "queued");
+      expect(host.queuedGroups).toEqual(strict ? [1] : [1, 2]);
+      play.finish(0, 2, 0);
+      expect(host.queuedGroups).toEqual(strict ? [1, 0, 2] : [1, 2, 0]);
+      expect(stream.stateOf(2)).toBe("queued");
+      play.end(0, [judged(0, "kept"), judged(1, "kept"), judged(2, "kept")]);
+      const { verdict } = await run;
+      expect(verdict.kept).toEqual([0, 1, 2]);
+    });
+  }
+
+  it("update_begun's ages: the groups delivered under the version it closes, aged then", async () => {
+    const { play, stream, updates, trainer } = streamOf(3);
+    void stream.run();
+    await play.admit(0);
+    await play.admit(1);
+    play.finish(0, 2);
+    let begun = await updates.begin(trainer, "u1", undefined);
+    expect(begun.ages).toEqual({ groups: 1, min: 0, max: 0, mean: 0 });
+    await updates.end(trainer, "u1", { label: "v1", ordinal: 1 });
+    begun = await updates.begin(trainer, "u2", undefined);
+    expect(begun.ages).toBeUndefined(); // nothing delivered under version 1
+    await updates.end(trainer, "u2", { label: "v2", ordinal: 2 });
+    await play.admit(2);
+    play.finish(1, 2, 0);
+    play.finish(2, 2, 2);
+    begun = await updates.begin(trainer, "u3", undefined);
+    expect(begun.ages).toEqual({ groups: 2, min: 0, max: 2, mean: 1 });
   });
 });

@@ -8,6 +8,7 @@ import type { BatchRequest } from "../../rollout/batch.ts";
 import { groupFrame } from "../group-frame.ts";
 import { episodesBytes } from "../memory-costs.ts";
 import type { UpdateCoordinator } from "../update-coordinator.ts";
+import { ageAt } from "./ages.ts";
 import type { Delivered, Delivery, DeliveryHost, WindowPlay } from "./host.ts";
 import { batchVerdict } from "./verdicts.ts";
 
@@ -25,7 +26,7 @@ export interface BatchSetup {
   request: BatchRequest;
   registry: EnvRegistry;
   /** The gate (closed while a weight update is open) and whether versions appear on the wire. */
-  updates: Pick<UpdateCoordinator, "closed" | "used">;
+  updates: Pick<UpdateCoordinator, "closed" | "used" | "current" | "delivered">;
 }
 
 export class BatchDelivery implements Delivery {
@@ -78,6 +79,7 @@ export class BatchDelivery implements Delivery {
       const frame = groupFrame(this.host.id, g.group_id, episodes, true, g.score, {
         versions: this.setup.updates.used,
       });
+      this.setup.updates.delivered.add(ageAt(this.setup.updates.current.ordinal, episodes));
       this.host.queue(g.group_id, frame, episodes.length);
     }
     this.finished.clear();

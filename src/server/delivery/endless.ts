@@ -93,8 +93,10 @@ export class EndlessDelivery implements Delivery {
       if (this.unfinished.has(w)) this.unfinished.set(w, "draining");
       allAdmitted();
     };
-    const played = this.stream.window(w, afterAdmission).then((result) => {
-      const first = w * this.perWindow;
+    const first = w * this.perWindow;
+    const played = this.stream.window(w, afterAdmission).then(async (result) => {
+      // strict_staleness may hold a finished group for a while: its verdict must not overtake it.
+      await this.stream.sent(first, this.perWindow);
       const verdict = windowVerdict(
         this.host.id,
         w,

@@ -48,9 +48,7 @@ it("a Python rollout held by an update whose trainer is gone times out naming th
       notices: string[];
     };
     expect(summary.notices).toHaveLength(1);
-    expect(summary.notices[0]).toMatch(
-      /^rollout "held" is held: weight update "held-update" open for /,
-    );
+    expect(summary.notices[0]).toMatch(/^rollout "held" is held: weight update "held-update" open for /);
     expect(summary.timeout).toMatch(
       /^\[timeout\] no verdict within 3 s; the rollout was cancelled; the server said: rollout "held" is held: weight update "held-update" open for [\d.]+ s \(1 replica paused, version "initial" \(ordinal 0\) in force\); its trainer's connection has been gone for [\d.]+ s/,
     );

@@ -68,7 +68,7 @@ interface UpdateSeen {
 export interface TrainerWelcome {
   version: Version;
   /** The update left open by a trainer that disconnected (its successor may end it). */
-  update?: { id: string; begun: boolean };
+  update?: { id: string; begun: boolean; version?: Version };
 }
 
 export class UpdateCoordinator {
@@ -130,7 +130,12 @@ export class UpdateCoordinator {
     this.trainerSession = session;
     const welcome: TrainerWelcome = { version: { ...this.current } };
     const open = this.open;
-    if (open && open.dropped === null) welcome.update = { id: open.id, begun: open.begun };
+    if (open && open.dropped === null)
+      welcome.update = {
+        id: open.id,
+        begun: open.begun,
+        ...(open.announced ? { version: open.announced } : {}),
+      };
     return welcome;
   }
 

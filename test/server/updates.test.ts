@@ -251,11 +251,28 @@ describe("a trainer that disconnects mid-update", () => {
     await until(() => server.state.updates.trainer?.outbound === null);
     const successor = await TestClient.connect(url, { hello: TRAINER });
     expect(successor.of("welcome")[0]).toMatchObject({ update: { id: "u", begun: true } });
+    expect(successor.of("welcome")[0].update).not.toHaveProperty("version");
     await ask(
       successor,
       { type: "end_update", id: "u", version: { label: "s1", ordinal: 1 } },
       "update_ended",
     );
+    successor.close();
+    await server.shutdown();
+  });
+
+  it("a successor's welcome names the version its predecessor announced at begin_update", async () => {
+    const policy = new VersionedPolicy();
+    const { server, url } = await serve(policy, { resumeGraceMs: 60_000 });
+    const old = await TestClient.connect(url, { hello: TRAINER });
+    const version = { label: "step-7", ordinal: 7 };
+    await ask(old, { type: "begin_update", id: "u", version }, "update_begun");
+    old.ws.terminate();
+    await old.closed();
+    await until(() => server.state.updates.trainer?.outbound === null);
+    const successor = await TestClient.connect(url, { hello: TRAINER });
+    expect(successor.of("welcome")[0]).toMatchObject({ update: { id: "u", begun: true, version } });
+    await ask(successor, { type: "end_update", id: "u", version }, "update_ended");
     successor.close();
     await server.shutdown();
   });

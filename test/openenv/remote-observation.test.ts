@@ -1,0 +1,100 @@
+// What a remote OpenEnv observation becomes: the prompt's text from a template over its fields,
+// and the step's success by a configurable rule, for servers that send no `info` (most of
+// OpenEnv's own envs: Reasoning Gym's observation is question, score, correct_answer).
+
+import { afterEach, describe, expect, it } from "vitest";
+import type { WebSocketServer } from "ws";
+import { fakeOpenEnvServer, remoteRegistry } from "../helpers/openenv-remote.ts";
+
+const servers: WebSocketServer[] = [];
+afterEach(async () => {
+  for (const server of servers.splice(0)) {
+    for (const ws of server.clients) ws.terminate();
+    await new Promise((resolve) => server.close(resolve));
+  }
+});
+
+/**
+ * A Reasoning Gym-like server: reset asks a question; a step answering "4" scores 1, any other
+ * 0, and ends the episode. No `info` anywhere.
+ */
+async function quiz(): Promise<string> {
+  const { server, base } = await fakeOpenEnvServer((raw) => {
+    const message = JSON.parse(raw) as { type: string; data?: { answer?: string } };
+    const observation =
+      message.type === "reset"
+        ? { question: "What is 2+2?", hint: { digits: 1 }, score: null, actions: null }
+        : { question: null, hint: null, score: message.data?.answer === "4" ? 1 : 0, actions: null };
+    const done = message.type !== "reset";
+    const reward = done ? observation.score : null;
+    return JSON.stringify({ type: "observation", data: { observation, reward, done } });
+  });
+  servers.push(server);
+  return base;
+}
+
+async function playQuiz(envConfig: Record<string, unknown>, answer: string) {
+  const registry = await remoteRegistry("Quiz", "CoordSokoban", {
+    url: await quiz(),
+    action_field: "answer",
+    observation_field: "question",
+    check_seed: false,
+    ...envConfig,
+  });
+  const env = registry.tag("Quiz").open();
+  try {
+    const first = await env.reset(3);
+    const step = await env.step(answer);
+    return { first, step, after: env.render() };
+  } finally {
+    env.close?.();
+  }
+}
+
+describe("success of a step on a server that sends no info", () => {
+  it("auto (the default): done with a positive reward succeeds, a zero reward does not", async () => {
+    const right = await playQuiz({}, "4");
+    expect(right.step.info.success).toBe(true);
+    // The question is null once answered (an Optional field sent as None): shown as nothing.
+    expect(right.after).toBe("");
+    expect((await playQuiz({}, "5")).step.info.success).toBe(false);
+  });
+
+  it("an observation field decides when the rule names one", async () => {
+    expect((await playQuiz({ success: "observation.score" }, "4")).step.info.success).toBe(true);
+    expect((await playQuiz({ success: "observation.score" }, "5")).step.info.success).toBe(false);
+    expect((await playQuiz({ success: "info.solved" }, "4")).step.info.success).toBe(false);
+  });
+
+  it("a rule that is none of the allowed ones is refused, naming the key and what is allowed", async () => {
+    await expect(playQuiz({ success: "score" }, "4")).rejects.toThrow(
+      'success: "score" is not a success rule; allowed: auto, done_positive, info.NAME or observation.NAME',
+    );
+  });
+});
+
+describe("observation_template", () => {
+  it("renders several fields into the prompt's text, nulls as nothing and objects as JSON", async () => {
+    const { first, after } = await playQuiz(
+      { observation_template: "Q: {question} {{hint: {hint.digits}}}\nscore={score}" },
+      "4",
+    );
+    expect(first).toBe("Q: What is 2+2? {hint: 1}\nscore=");
+    expect(after).toBe("Q:  {hint: }\nscore=1");
+  });
+
+  it("a field the observation lacks fails the episode naming it and the fields there are", async () => {
+    await expect(playQuiz({ observation_template: "{prompt}" }, "4")).rejects.toThrow(
+      /has no field "prompt" \(observation_template\); its fields: question, hint, score, actions/,
+    );
+  });
+
+  it("a template without a placeholder, or with a broken one, is refused at config time", async () => {
+    await expect(playQuiz({ observation_template: "just text" }, "4")).rejects.toThrow(
+      'observation_template: "just text" names no field',
+    );
+    await expect(playQuiz({ observation_template: "{question" }, "4")).rejects.toThrow(
+      /observation_template: "\{question" at character 0 is not a placeholder/,
+    );
+  });
+});

@@ -4,6 +4,9 @@
 
 import { afterEach, describe, expect, it } from "vitest";
 import type { WebSocketServer } from "ws";
+import { randomPolicy } from "../../src/llm/builtin.ts";
+import { runBatch } from "../../src/rollout/batch.ts";
+import { defaultBatchRequest } from "../../src/rollout/request.ts";
 import { fakeOpenEnvServer, remoteRegistry } from "../helpers/openenv-remote.ts";
 
 const servers: WebSocketServer[] = [];
@@ -96,5 +99,25 @@ describe("observation_template", () => {
     await expect(playQuiz({ observation_template: "{question" }, "4")).rejects.toThrow(
       /observation_template: "\{question" at character 0 is not a placeholder/,
     );
+  });
+});
+
+describe("the random policy on a free-text remote env", () => {
+  it("fails each episode naming the env and what is allowed, instead of answering nothing", async () => {
+    const registry = await remoteRegistry("Quiz", "CoordSokoban", {
+      url: await quiz(),
+      action_field: "answer",
+      observation_field: "question",
+      check_seed: false,
+    });
+    const request = defaultBatchRequest("val", { tags: [{ tag: "Quiz", groups: 1 }], groupSize: 2, seed: 1 });
+    const result = await runBatch(registry, request, randomPolicy());
+    expect(result.episodes).toHaveLength(2);
+    for (const e of result.episodes) {
+      expect(e.turns).toHaveLength(0);
+      expect(e.failure).toContain(
+        "the random policy draws its actions from the env's action list, and Quiz takes free text (its observation lists no actions); allowed: a model (--llm URL --model M), or action names for the tag",
+      );
+    }
   });
 });

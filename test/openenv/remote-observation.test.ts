@@ -5,6 +5,7 @@
 import { afterEach, describe, expect, it } from "vitest";
 import type { WebSocketServer } from "ws";
 import { randomPolicy } from "../../src/llm/builtin.ts";
+import type { Policy } from "../../src/llm/policy.ts";
 import { runBatch } from "../../src/rollout/batch.ts";
 import { defaultBatchRequest } from "../../src/rollout/request.ts";
 import { fakeOpenEnvServer, remoteRegistry } from "../helpers/openenv-remote.ts";
@@ -73,6 +74,33 @@ describe("success of a step on a server that sends no info", () => {
     await expect(playQuiz({ success: "score" }, "4")).rejects.toThrow(
       'success: "score" is not a success rule; allowed: auto, done_positive, info.NAME or observation.NAME',
     );
+  });
+});
+
+describe("success and pass@k of a rollout on a server that sends no info", () => {
+  it("count the episodes the server scored, by the default rule", async () => {
+    const registry = await remoteRegistry(
+      "Quiz",
+      "CoordSokoban",
+      { url: await quiz(), action_field: "answer", observation_field: "question", check_seed: false },
+      { max_actions_per_traj: 1 },
+    );
+    // Episodes with an even env id answer right.
+    const policy: Policy = {
+      name: "quizzer",
+      async generate(request) {
+        const answer = request.episode.envId % 2 === 0 ? "4" : "5";
+        return { text: `Adding.</think><answer>${answer}</answer>`, finishReason: "stop", attempts: 1 };
+      },
+    };
+    const request = defaultBatchRequest("val", { tags: [{ tag: "Quiz", groups: 2 }], groupSize: 2, seed: 1 });
+    const result = await runBatch(registry, request, policy);
+    expect(result.failed).toBe(0);
+    expect(result.episodes.map((e) => [e.env_id % 2 === 0, e.success])).toEqual(
+      result.episodes.map((e) => [e.env_id % 2 === 0, e.env_id % 2 === 0]),
+    );
+    expect(result.metrics["val-env/Quiz/success"]).toBe(0.5);
+    expect(result.metrics["val-env/Quiz/pass@2"]).toBe(1);
   });
 });
 

@@ -2,9 +2,9 @@
 // "rollgym hosting OpenEnv environments"). Each episode opens its own /ws session, resets it
 // with its group's seed and sends each parsed action as `{ACTION_FIELD: text}`; the
 // observation's OBSERVATION_FIELD (or OBSERVATION_TEMPLATE over its fields) is the text the
-// prompt shows, and SUCCESS says which steps succeed (observation-rules.ts). Reset and step answer through
-// promises (the asynchronous half of envs/types.ts's contract); failures on the wire end the
-// episode with an OpenEnvFailure naming the reason.
+// prompt shows, and SUCCESS says which steps succeed (observation-rules.ts). Reset and step
+// answer through promises (the asynchronous half of envs/types.ts's contract); failures on the
+// wire end the episode with an OpenEnvFailure naming the reason.
 import { setTimeout as sleep } from "node:timers/promises";
 import { integerIn, numberIn, oneOf, overlayConfig, stringMap } from "../../envs/config.ts";
 import type { AsyncEnv, ChargeBytes, EnvType, StepInfo, StepResult } from "../../envs/types.ts";

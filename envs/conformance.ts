@@ -2,12 +2,12 @@
 // wire): reset is a pure function of the seed, episodes replay exactly, a JSON snapshot
 // continues the same episode (where the env has snapshots), and stepping after the episode
 // ended is refused rather than silently continuing. The env checked is the one the registry
-// gives every caller, in its OrderEnforcing.
+// gives every caller, in its OrderEnforcing. A remote server's own answer to a step after done
+// is not judged: OpenEnv's servers pass it to the env, and OpenEnv's own envs step on.
 import type { ResolvedTag } from "./registry.ts";
 import { MAX_RANDOM_STATE_SEED } from "./rng/numpy-random-state.ts";
 import { PythonRandom } from "./rng/python-random.ts";
 import { type AsyncEnv, EnvUsageError, type StepResult } from "./types.ts";
-import { unwrap } from "./wrappers/wrapper.ts";
 
 export interface ConformanceCheck {
   name: string;
@@ -92,10 +92,19 @@ export async function checkConformance(
     return null;
   });
 
-  // An env may hide its puzzle at reset (a number to guess): the episodes must differ, not the first text.
-  await run("seeds matter", "different seeds give different puzzles", async () =>
-    new Set(traces.map((t) => JSON.stringify(t))).size > 1 ? null : "every seed gave the same episode",
-  );
+  // An env may hide its puzzle at reset (a number to guess), so the seeds play the same actions
+  // and their episodes, steps included, must differ: an env that ignores the seed (OpenEnv drops
+  // it without a word for a reset that takes none) plays the same puzzle every time.
+  await run("seeds matter", "different seeds give different puzzles for the same actions", async () => {
+    const episodes = await withEnv(tag, async (env) => {
+      const played: string[] = [];
+      for (const seed of seeds) played.push(JSON.stringify(await play(env, seed, scripts[0])));
+      return played;
+    });
+    return new Set(episodes).size > 1
+      ? null
+      : `seeds ${seeds.join(", ")} gave the same episode for the same ${scripts[0].length} actions: the env ignores the seed`;
+  });
 
   await run("well-formed steps", "observations are text, rewards finite, info complete", async () => {
     let failure: string | null = traces.length ? null : "no episode could be played";
@@ -145,17 +154,19 @@ export async function checkConformance(
       return null;
     });
 
-  // Stepping after the end is an error, and leaves the episode as it was. A remote server is
-  // stepped by other OpenEnv clients too, so its own refusal is checked, past the wrapper that
-  // keeps rollgym from asking.
+  // Stepping after the end is an error, and leaves the episode as it was. For a remote tag that
+  // is rollgym's wrapper refusing: what its server does with such a step (OpenEnv's step on,
+  // some reset, some refuse) no rollgym episode ever asks.
   const remote = tag.type.open !== undefined;
   let ended = 0;
-  await run("steps after done are refused", "finished episodes refuse another step", async () => {
+  const refusedDetail = remote
+    ? "finished episodes refuse another step (rollgym's, before the server; OpenEnv servers may step on)"
+    : "finished episodes refuse another step";
+  await run("steps after done are refused", refusedDetail, async () => {
     let failure: string | null = null;
     for (const [i, seed] of seeds.entries()) {
       failure =
-        (await withEnv(tag, async (wrapped) => {
-          const env = remote ? unwrap(wrapped) : wrapped;
+        (await withEnv(tag, async (env) => {
           const trace = await play(env, seed, [...scripts[i], ...scripts[i], ...scripts[i]]);
           if (!env.done) return null;
           ended++;

@@ -31,7 +31,8 @@ export function lookupLocalTag(command: string, registry: EnvRegistry, name: str
   if (tag.type.open)
     throw new UsageError(
       `${command}: ${name} runs in another process (env_type ${tag.spec.env_type}), and ${command} ` +
-        "steps envs in process; roll it out (rollgym rollout, rollgym serve) or check it (rollgym envs check)",
+        "steps envs in process; roll it out (rollgym rollout, rollgym serve), check it (rollgym envs check) " +
+        "or see its first prompt (rollgym envs prompt)",
     );
   return tag;
 }
@@ -178,13 +179,21 @@ export const PROMPT_FLAGS: Record<string, FlagSpec> = {
 export async function envsPrompt(argv: readonly string[]): Promise<void> {
   const command = "envs prompt";
   const { args, positionals, loaded, registry } = await parseWithSetup(command, argv, PROMPT_FLAGS, ["TAG"]);
-  const tag = lookupLocalTag(command, registry, positionals[0]);
+  const tag = lookupTag(command, registry, positionals[0]);
   const seedText = args.values.get("seed");
   if (seedText === undefined) throw new UsageError(`${command}: --seed is required`);
   const seed = parseSeed("--seed", seedText);
   const agent = loaded.config.agent_proxy;
   reportLoaded(loaded);
-  const messages = firstTurnMessages(tag, tag.make().reset(seed), {
+  // Opened as a rollout opens it, so a remote tag's first observation comes from its server.
+  const env = tag.open();
+  let observation: string;
+  try {
+    observation = await env.reset(seed);
+  } finally {
+    env.close?.();
+  }
+  const messages = firstTurnMessages(tag, observation, {
     think: agent.enable_think && !args.switches.has("no-think"),
     actionSep: agent.action_sep,
     ragenDefaultVocabulary: args.switches.has("ragen-vocabulary"),

@@ -3,7 +3,7 @@
 // Noise knobs turn some answers random or malformed, so filters and failure paths get exercised.
 import seedrandom from "seedrandom";
 import type { ResolvedTag } from "../../envs/registry.ts";
-import type { Policy, PolicyRequest, PolicyResponse } from "./policy.ts";
+import { type Policy, PolicyError, type PolicyRequest, type PolicyResponse } from "./policy.ts";
 import { turnSlot } from "./slices.ts";
 import { VersionBook } from "./version-book.ts";
 import type { WeightUpdates } from "./versions.ts";
@@ -17,8 +17,17 @@ export interface BuiltinPolicyOptions {
 
 type Choose = (request: PolicyRequest, rng: () => number) => { thought: string; actions: string[] };
 
+/** What the random policy can play instead of an env without an action list. */
+const RANDOM_ALLOWED =
+  "allowed: a model (--llm URL --model M), or action names for the tag (env_config.actions, or an observation field named by env_config.actions_field)";
+
 function randomActions(request: PolicyRequest, rng: () => number): string[] {
   const names = request.episode.actionNames;
+  // A free-text env has no list to draw from; an empty answer would pass for a policy's choice.
+  if (names.length === 0)
+    throw new PolicyError(
+      `the random policy draws its actions from the env's action list, and ${request.episode.tag} takes free text (its observation lists no actions); ${RANDOM_ALLOWED}`,
+    );
   const count = Math.max(1, request.episode.actionsThisTurn);
   return Array.from({ length: count }, () => names[Math.floor(rng() * names.length)]);
 }

@@ -1,14 +1,23 @@
 // The `openenv` env type: a tag whose episodes run on remote OpenEnv servers (docs/openenv.md
 // "rollgym hosting OpenEnv environments"). Each episode opens its own /ws session, resets it
 // with its group's seed and sends each parsed action as `{ACTION_FIELD: text}`; the
-// observation's OBSERVATION_FIELD is the text the prompt shows. Reset and step answer through
-// promises (the asynchronous half of envs/types.ts's contract); failures on the wire end the
-// episode with an OpenEnvFailure naming the reason.
+// observation's OBSERVATION_FIELD (or OBSERVATION_TEMPLATE over its fields) is the text the
+// prompt shows, and SUCCESS says which steps succeed (observation-rules.ts). Reset and step
+// answer through promises (the asynchronous half of envs/types.ts's contract); failures on the
+// wire end the episode with an OpenEnvFailure naming the reason.
 import { setTimeout as sleep } from "node:timers/promises";
 import { integerIn, numberIn, oneOf, overlayConfig, stringMap } from "../../envs/config.ts";
 import type { AsyncEnv, ChargeBytes, EnvType, StepInfo, StepResult } from "../../envs/types.ts";
 import { EnvConfigError, EnvUsageError } from "../../envs/types.ts";
 import { isPlainObject } from "../../protocol/plain-object.ts";
+import {
+  parseSuccessRule,
+  parseTemplate,
+  renderTemplate,
+  type SuccessRule,
+  stepSucceeded,
+  type TemplatePart,
+} from "./observation-rules.ts";
 import { type Server, SessionPool } from "./openenv-pool.ts";
 import {
   type ObservationAnswer,
@@ -26,8 +35,12 @@ export interface OpenEnvConfig {
   max_sessions: number;
   /** The action model's text field: a step sends `{action_field: TEXT}`. */
   action_field: string;
-  /** The observation field whose text is the state the prompt shows. */
+  /** The observation field whose text is the state the prompt shows (unless observation_template). */
   observation_field: string;
+  /** The state the prompt shows, from several fields: text with `{field}` placeholders, or null. */
+  observation_template: string | null;
+  /** When a step counts as a success (observation-rules.ts); auto: info.success, else done with reward > 0. */
+  success: string;
   /** The observation field listing the episode's action names (null or absent: free text). */
   actions_field: string | null;
   /** Action names for the system prompt and for mapping answers, when the server sends none. */
@@ -56,6 +69,8 @@ function defaults(): OpenEnvConfig {
     max_sessions: 1,
     action_field: "action",
     observation_field: "text",
+    observation_template: null,
+    success: "auto",
     actions_field: "actions",
     actions: null,
     grid_vocab: null,
@@ -139,9 +154,13 @@ export class RemoteEnv implements AsyncEnv {
   private ended = false;
   private closed = false;
   private readonly charge: ChargeBytes | undefined;
+  private readonly template: TemplatePart[] | null;
+  private readonly success: SuccessRule;
 
   constructor(config: OpenEnvConfig, charge?: ChargeBytes) {
     this.config = config;
+    this.template = parseTemplate("observation_template", config.observation_template);
+    this.success = parseSuccessRule("success", config.success);
     this.pool = poolOf(config);
     this.charge = charge;
   }
@@ -188,12 +207,15 @@ export class RemoteEnv implements AsyncEnv {
     this.take(answer);
     this.ended = answer.done;
     const truncated = observation.truncated === true;
+    const reward = answer.reward ?? 0;
+    const info = stepInfo(observation.info);
+    info.success = stepSucceeded(this.success, { observation, reward, done: answer.done, truncated });
     return {
       observation: this.text,
-      reward: answer.reward ?? 0,
+      reward,
       terminated: answer.done && !truncated,
       truncated: answer.done && truncated,
-      info: stepInfo(observation.info),
+      info,
     };
   }
 
@@ -289,17 +311,28 @@ export class RemoteEnv implements AsyncEnv {
   /** The observation's text and action names become the episode's. */
   private take(answer: ObservationAnswer): void {
     const { observation } = answer;
-    const field = this.config.observation_field;
-    const text = observation[field];
-    if (typeof text !== "string") {
+    const missing = (what: string) => {
       const url = this.session?.url;
       this.release();
-      throw new OpenEnvFailure(
+      return new OpenEnvFailure(
         "openenv_garbage",
-        `${url}'s observation has no text field ${JSON.stringify(field)} (observation_field); its fields: ${Object.keys(observation).join(", ") || "none"}`,
+        `${url}'s observation has no ${what}; its fields: ${Object.keys(observation).join(", ") || "none"}`,
       );
+    };
+    const { template } = this;
+    if (template) {
+      const rendered = renderTemplate(template, observation);
+      if ("missing" in rendered)
+        throw missing(`field ${JSON.stringify(rendered.missing)} (observation_template)`);
+      this.text = rendered.text;
+    } else {
+      const field = this.config.observation_field;
+      const text = observation[field];
+      // null: an Optional field sent as None (Reasoning Gym's question once answered).
+      if (typeof text !== "string" && text !== null)
+        throw missing(`text field ${JSON.stringify(field)} (observation_field)`);
+      this.text = text ?? "";
     }
-    this.text = text;
     const listed = this.config.actions_field === null ? undefined : observation[this.config.actions_field];
     this.names =
       Array.isArray(listed) && listed.every((n) => typeof n === "string")
@@ -339,6 +372,15 @@ export const openenv: EnvType<OpenEnvConfig> = {
       max_sessions: integerIn(1, 1_000_000),
       action_field: name,
       observation_field: name,
+      // Checked here, kept as written (the tag's config is shown); each episode parses them.
+      observation_template: (field, value) => {
+        parseTemplate(field, value);
+        return value;
+      },
+      success: (field, value) => {
+        parseSuccessRule(field, value);
+        return value;
+      },
       actions_field: (field, value) => (value === null ? null : name(field, value)),
       actions: names,
       grid_vocab: (field, value) => (value === null ? null : stringMap(null)(field, value)),

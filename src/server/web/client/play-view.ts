@@ -189,14 +189,47 @@ function report(view: PlayView, error: unknown): void {
   );
 }
 
-/** The trajectory of the current actions, from the server; the URL follows. */
+/**
+ * The trajectory of the current actions, from the server; the URL follows. Whatever cannot be
+ * shown (a remote tag, a refused request) empties the board, so no other puzzle stays drawn.
+ */
 async function load(view: PlayView): Promise<void> {
   const { info, seed, actions } = view;
   if (!info) return;
   setParams({ tag: info.tag, seed, actions: actions.join(",") });
+  if (remote(info)) {
+    clear(view);
+    view.el.status.replaceChildren(h("p", { class: "bad", "data-testid": "remote" }, remoteNote(info, seed)));
+    return;
+  }
   const query = new URLSearchParams({ seed: String(seed), actions: actions.join(",") });
-  view.result = await api<PlayResult>(`/v1/envs/${encodeURIComponent(info.tag)}/play?${query}`);
+  try {
+    view.result = await api<PlayResult>(`/v1/envs/${encodeURIComponent(info.tag)}/play?${query}`);
+  } catch (error) {
+    clear(view);
+    throw error;
+  }
   draw(view);
+}
+
+/** A tag whose episodes run on an OpenEnv server: the page steps envs in process only. */
+const remote = (info: TagInfo) => info.env_type === "openenv";
+
+function remoteNote(info: TagInfo, seed: number): string {
+  return (
+    `${info.tag} runs on a remote OpenEnv server (env_type openenv), which this page does not ` +
+    `step. Roll it out (Watch, rollgym rollout), or see it from a terminal: rollgym envs prompt ` +
+    `${info.tag} --seed ${seed}, rollgym envs check ${info.tag}.`
+  );
+}
+
+/** No puzzle shown: the board, its controls, the text and the moves are emptied. */
+function clear(view: PlayView): void {
+  view.result = null;
+  const { board, pad, actionButtons, tools, solutionBox, history, status } = view.el;
+  for (const el of [board, pad, actionButtons, tools, solutionBox, history, status]) el.replaceChildren();
+  view.el.stateText.textContent = "";
+  view.el.prompt.textContent = "";
 }
 
 /** Loads the current puzzle and actions after the moves already queued. */

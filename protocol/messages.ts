@@ -383,6 +383,9 @@ export const WindowFrameSchema = map({
 });
 export type WindowFrame = Static<typeof WindowFrameSchema>;
 
+/** A replica that did not do what an update asked (pause or resume), and the engine's reason. */
+const ReplicaProblemSchema = map({ url: Type.String(), reason: Type.String() });
+
 /** Every engine is paused (or out of routing) and admission is closed: move the weights now. */
 export const UpdateBegunSchema = map({
   type: Type.Literal("update_begun"),
@@ -397,6 +400,8 @@ export const UpdateBegunSchema = map({
   out_of_routing: Type.Array(Type.String()),
   /** Engine requests in flight at the moment admission closed. */
   in_flight: Count,
+  /** Of out_of_routing, those asked to /pause that refused or failed, with the reason. */
+  refused: Type.Array(ReplicaProblemSchema),
 });
 export type UpdateBegun = Static<typeof UpdateBegunSchema>;
 
@@ -405,6 +410,8 @@ export const UpdateEndedSchema = map({
   type: Type.Literal("update_ended"),
   id: Type.String(),
   version: VersionSchema,
+  /** Replicas still paused after /resume was retried: out of routing, with the reason. */
+  failed_to_resume: Type.Array(ReplicaProblemSchema),
 });
 export type UpdateEnded = Static<typeof UpdateEndedSchema>;
 

@@ -188,9 +188,13 @@ export class EngineUpdates extends VersionBook {
     try {
       answer = (await this.#host.control("GET", `${root}/is_paused`)) as { is_paused?: unknown };
     } catch (error) {
-      if (!missingRoute(error)) throw error;
-      this.#noPause.add(url);
-      return;
+      if (missingRoute(error)) {
+        this.#noPause.add(url);
+        return;
+      }
+      // A gateway refusing the route says nothing of a pause; an engine failing it is not ready.
+      if (error instanceof EngineError && !error.retryable) return;
+      throw error;
     }
     if (answer?.is_paused !== true) {
       this.#mayBePaused.delete(url);

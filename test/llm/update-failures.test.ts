@@ -264,7 +264,16 @@ describe("the probe's reading of /is_paused", () => {
     await new EngineUpdates(hostAnswering(new EngineError("HTTP 404: Not Found", 404), asked)).checkNotPaused(
       "http://r0/v1",
     );
-    expect(asked).toEqual(["GET http://r0/is_paused", "GET http://r0/is_paused"]);
+    // A gateway that refuses the route says nothing of a pause; an engine failing it is not ready.
+    await new EngineUpdates(hostAnswering(new EngineError("HTTP 403: Forbidden", 403), asked)).checkNotPaused(
+      "http://r0/v1",
+    );
+    await expect(
+      new EngineUpdates(hostAnswering(new EngineError("HTTP 500: Failed", 500), asked)).checkNotPaused(
+        "http://r0/v1",
+      ),
+    ).rejects.toThrow("HTTP 500: Failed");
+    expect(asked).toEqual(Array(4).fill("GET http://r0/is_paused"));
   });
 
   it("keeps out one paused by someone else, naming why, and never resumes it", async () => {

@@ -399,6 +399,9 @@ export const AgeSummarySchema = map({
 });
 export type AgeSummary = Static<typeof AgeSummarySchema>;
 
+/** A replica that did not do what an update asked (pause or resume), and the engine's reason. */
+const ReplicaProblemSchema = map({ url: Type.String(), reason: Type.String() });
+
 /** Every engine is paused (or out of routing) and admission is closed: move the weights now. */
 export const UpdateBegunSchema = map({
   type: Type.Literal("update_begun"),
@@ -415,6 +418,8 @@ export const UpdateBegunSchema = map({
   in_flight: Count,
   /** The groups delivered under `version` and their ages; absent when none was. */
   ages: Type.Optional(AgeSummarySchema),
+  /** Of out_of_routing, those asked to /pause that refused or failed, with the reason. */
+  refused: Type.Array(ReplicaProblemSchema),
 });
 export type UpdateBegun = Static<typeof UpdateBegunSchema>;
 
@@ -423,6 +428,8 @@ export const UpdateEndedSchema = map({
   type: Type.Literal("update_ended"),
   id: Type.String(),
   version: VersionSchema,
+  /** Replicas still paused after /resume was retried: out of routing, with the reason. */
+  failed_to_resume: Type.Array(ReplicaProblemSchema),
 });
 export type UpdateEnded = Static<typeof UpdateEndedSchema>;
 

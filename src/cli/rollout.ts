@@ -170,6 +170,7 @@ function buildPolicy(config: RollgymConfig): Policy {
       countTokens: llm.count_tokens,
       requestSeeds: llm.request_seeds,
       cacheSalt: llm.cache_salt,
+      pauseClearCache: llm.pause_clear_cache,
     });
   }
   const options = { noise: policy.noise, malformed: policy.malformed };

@@ -350,6 +350,10 @@ export const CONFIG_KEYS = {
     "version",
     "version: once a trainer has named a weight version, vLLM requests carry cache_salt = its label, so KV cached under old weights is never reused for new ones (llama.cpp has no salt); off: no cache_salt",
   ),
+  "rollgym.llm.pause_clear_cache": bool(
+    false,
+    "vLLM's clear_cache, sent with every POST /pause of a weight update: false keeps the KV cache, so a keep pause's frozen requests go on after /resume from KV the old weights computed (no recompute); true drops the KV and prefix caches, so they are prefilled again under the new weights (about prompt + tokens so far per frozen request)",
+  ),
   "rollgym.context.truncation": choice(
     ["turns", "ragen"],
     "turns",

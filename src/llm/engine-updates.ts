@@ -1,17 +1,25 @@
 // Weight updates against real engines (issue #22): every replica is paused directly at its own
-// base URL (never through a router) with vLLM's POST /pause?mode=…, confirmed with GET
-// /is_paused, and resumed with POST /resume after the version label is published (POST
-// /update_weight_version, where the engine has it). An engine without /pause (llama.cpp, vLLM
-// without VLLM_SERVER_DEV_MODE or before 0.12: the route answers 404/405) gets the portable
-// fallback: its in-flight requests are interrupted, to be continued (token mode) or asked again
-// (chat mode) once the update is over. A replica that fails to pause or resume is taken out of
-// routing and its requests are interrupted the same way, so none is left half-updated.
+// base URL (never through a router) with vLLM's POST /pause?mode=…&clear_cache=…, confirmed with
+// GET /is_paused, and resumed with POST /resume after the version label is published (POST
+// /update_weight_version, where the engine has it), retried a few times until GET /is_paused
+// says false. An engine without /pause (llama.cpp, vLLM without VLLM_SERVER_DEV_MODE or before
+// 0.12: the route answers 404/405) gets the portable fallback: its in-flight requests are
+// interrupted, to be continued (token mode) or asked again (chat mode) once the update is over.
+// A replica that refuses to pause or fails to resume is taken out of routing with the reason
+// (update_begun.refused, update_ended.failed_to_resume) and its requests are interrupted the same
+// way, so none is left half-updated; its probe keeps it out while it is paused (checkNotPaused).
+import { setTimeout as sleep } from "node:timers/promises";
 import type { Version } from "../../protocol/messages.ts";
+import { messageOf } from "../errors/boundary.ts";
+import { RollgymError } from "../errors/catalogue.ts";
 import { onParentAbort } from "./deadline.ts";
 import { serverRoot } from "./engine.ts";
 import { EngineError } from "./http.ts";
 import { VersionBook } from "./version-book.ts";
-import type { EnginesPaused, PauseMode } from "./versions.ts";
+import type { EnginesPaused, EnginesResumed, PauseMode } from "./versions.ts";
+
+/** Waits between attempts at POST /resume: four tries over about four seconds, then the replica is out. */
+export const RESUME_RETRY_DELAYS_MS: readonly number[] = [250, 1000, 2500];
 
 /** What the updates need of the policy whose replicas they pause. */
 export interface UpdateHost {
@@ -19,8 +27,20 @@ export interface UpdateHost {
   /** One control request to a replica's server root, with the policy's headers and connections. */
   control(method: "GET" | "POST", url: string, body?: unknown): Promise<unknown>;
   isHealthy(url: string): boolean;
-  /** Takes the replica out of routing until a probe finds it answering again. */
-  takeOut(url: string): void;
+  /** Takes the replica out of routing, for `reason`, until a probe finds it answering (and not paused). */
+  takeOut(url: string, reason: string): void;
+}
+
+export interface EngineUpdateOptions {
+  /**
+   * vLLM's clear_cache, sent with every POST /pause (rollgym.llm.pause_clear_cache): true drops
+   * the KV and prefix caches, so a keep pause's frozen requests are prefilled again under the new
+   * weights after /resume; false (default) keeps them, and frozen requests go on from KV the old
+   * weights computed.
+   */
+  clearCache?: boolean;
+  /** Waits between POST /resume attempts (RESUME_RETRY_DELAYS_MS). */
+  resumeDelaysMs?: readonly number[];
 }
 
 /** The reason an in-flight request was ended by a weight update: continued or asked again after it, never a failure. */
@@ -56,6 +76,10 @@ function missingRoute(error: unknown): boolean {
 
 export class EngineUpdates extends VersionBook {
   readonly #host: UpdateHost;
+  readonly #clearCache: boolean;
+  readonly #resumeDelaysMs: readonly number[];
+  /** Replicas sent a /pause and not yet seen resumed: the ones the probe may resume itself. */
+  readonly #mayBePaused = new Set<string>();
   readonly #inflight = new Map<string, Set<Tracked>>();
   /** Replicas known to have no /pause (route 404/405): they get the abort-and-continue fallback. */
   readonly #noPause = new Set<string>();
@@ -69,9 +93,11 @@ export class EngineUpdates extends VersionBook {
   /** Token requests on replicas without /pause stream (so an interruption keeps what was sampled): from the first begin(), or from the start. */
   armed = false;
 
-  constructor(host: UpdateHost) {
+  constructor(host: UpdateHost, options: EngineUpdateOptions = {}) {
     super();
     this.#host = host;
+    this.#clearCache = options.clearCache ?? false;
+    this.#resumeDelaysMs = options.resumeDelaysMs ?? RESUME_RETRY_DELAYS_MS;
   }
 
   /** Starts tracking a request on `url` (the caller links `parent` for its own aborts). */
@@ -150,9 +176,48 @@ export class EngineUpdates extends VersionBook {
     return all.length;
   }
 
+  /**
+   * The probe's last check of a replica out of routing that answers again: it comes back only
+   * when not paused. One this policy paused is resumed (once, the probe retries) when no update
+   * is open; one paused by someone else stays out, with the reason, until it is resumed.
+   */
+  async checkNotPaused(url: string): Promise<void> {
+    if (this.#noPause.has(url)) return;
+    const root = serverRoot(url);
+    let answer: { is_paused?: unknown };
+    try {
+      answer = (await this.#host.control("GET", `${root}/is_paused`)) as { is_paused?: unknown };
+    } catch (error) {
+      if (missingRoute(error)) {
+        this.#noPause.add(url);
+        return;
+      }
+      // A gateway refusing the route says nothing of a pause; an engine failing it is not ready.
+      if (error instanceof EngineError && !error.retryable) return;
+      throw error;
+    }
+    if (answer?.is_paused !== true) {
+      this.#mayBePaused.delete(url);
+      return;
+    }
+    if (this.updating) throw new Error(`GET ${root}/is_paused answered true while a weight update is open`);
+    if (!this.#mayBePaused.has(url))
+      throw new Error(
+        `GET ${root}/is_paused answered true outside a weight update, and rollgym did not pause it: out of routing until it is resumed`,
+      );
+    const failure = await this.#resume(url, []);
+    if (failure !== null) throw new Error(`paused outside a weight update, and ${failure}`);
+  }
+
   protected override async pauseEngines(mode: PauseMode, inFlight: number): Promise<EnginesPaused> {
     this.armed = true;
-    const begun: EnginesPaused = { paused: 0, aborted: 0, out_of_routing: [], in_flight: inFlight };
+    const begun: EnginesPaused = {
+      paused: 0,
+      aborted: 0,
+      out_of_routing: [],
+      in_flight: inFlight,
+      refused: [],
+    };
     this.#paused = [];
     this.#failed = [];
     await Promise.all(
@@ -162,7 +227,9 @@ export class EngineUpdates extends VersionBook {
         const root = serverRoot(url);
         try {
           if (!this.#noPause.has(url)) {
-            await this.#host.control("POST", `${root}/pause?mode=${mode}`);
+            // Before the request: a /pause may land even when its answer is lost.
+            this.#mayBePaused.add(url);
+            await this.#host.control("POST", `${root}/pause?mode=${mode}&clear_cache=${this.#clearCache}`);
             const answer = (await this.#host.control("GET", `${root}/is_paused`)) as { is_paused?: unknown };
             if (answer?.is_paused !== true)
               throw new Error(`GET ${root}/is_paused answered ${JSON.stringify(answer)} after /pause`);
@@ -172,19 +239,32 @@ export class EngineUpdates extends VersionBook {
           }
         } catch (error) {
           if (!missingRoute(error)) {
+            const reason = `POST ${root}/pause: ${messageOf(error)}`;
             this.#failed.push(url);
-            this.#host.takeOut(url);
+            this.#host.takeOut(url, `refused to pause for a weight update: ${reason}`);
             begun.out_of_routing.push(url);
+            begun.refused.push({ url, reason });
             await this.interrupt(url);
             return;
           }
           this.#noPause.add(url);
+          this.#mayBePaused.delete(url);
         }
         await this.interrupt(url);
         begun.aborted++;
       }),
     );
     begun.out_of_routing.sort();
+    begun.refused.sort((a, b) => (a.url < b.url ? -1 : a.url > b.url ? 1 : 0));
+    if (begun.refused.length > 0 && begun.paused === 0 && begun.aborted === 0) {
+      // Nothing is held for the trainer: the update fails, and no replica is left paused.
+      const failed = this.#failed;
+      this.#failed = [];
+      await Promise.all(failed.map((url) => this.#resume(url, this.#resumeDelaysMs)));
+      throw new RollgymError("engine_failed", {
+        message: `no replica paused: ${begun.refused.map(({ url, reason }) => `${url} refused (${reason})`).join("; ")}`,
+      });
+    }
     return begun;
   }
 
@@ -192,33 +272,65 @@ export class EngineUpdates extends VersionBook {
     return this.#paused;
   }
 
-  protected override async resumeEngines(version: Version): Promise<void> {
+  protected override async resumeEngines(version: Version): Promise<EnginesResumed> {
     const paused = this.#paused;
     this.#paused = [];
-    // Best effort: one that failed half-way must not come back through its probe still paused.
+    // Out of routing already, and kept out by their probe while paused: a /pause may have landed.
     const failed = this.#failed;
     this.#failed = [];
-    for (const url of failed) void this.#host.control("POST", `${serverRoot(url)}/resume`).catch(() => {});
+    for (const url of failed) void this.#resume(url, this.#resumeDelaysMs);
+    const resumed: EnginesResumed = { failed_to_resume: [] };
     await Promise.all(
       paused.map(async (url) => {
-        const root = serverRoot(url);
-        try {
-          if (!this.#noLabel.has(url)) {
-            await this.#host
-              .control("POST", `${root}/update_weight_version`, { new_version: version.label })
-              .catch((error: unknown) => {
-                if (!missingRoute(error)) throw error;
-                this.#noLabel.add(url);
-              });
-          }
-          await this.#host.control("POST", `${root}/resume`);
-        } catch {
-          // Still paused: requests frozen on it would never finish. They go elsewhere.
-          this.#host.takeOut(url);
-          await this.interrupt(url);
-        }
+        const failure = await this.#resume(url, this.#resumeDelaysMs, version.label);
+        if (failure === null) return;
+        // Still paused: requests frozen on it would never finish. They go elsewhere.
+        resumed.failed_to_resume.push({ url, reason: failure });
+        this.#host.takeOut(url, `failed to resume after a weight update: ${failure}`);
+        await this.interrupt(url);
       }),
     );
+    resumed.failed_to_resume.sort((a, b) => (a.url < b.url ? -1 : a.url > b.url ? 1 : 0));
+    return resumed;
+  }
+
+  /**
+   * Publishes `label` (where the engine has the route) and POSTs /resume until GET /is_paused
+   * answers false, waiting `delays` between attempts; a 4xx would answer the same again and ends
+   * the attempts. Null once resumed, else what failed.
+   */
+  async #resume(url: string, delays: readonly number[], label?: string): Promise<string | null> {
+    const root = serverRoot(url);
+    let failure = "";
+    let attempts = 0;
+    while (attempts <= delays.length) {
+      if (attempts > 0) await sleep(delays[attempts - 1]);
+      attempts++;
+      let asked = `POST ${root}/update_weight_version`;
+      try {
+        if (label !== undefined && !this.#noLabel.has(url)) {
+          await this.#host
+            .control("POST", `${root}/update_weight_version`, { new_version: label })
+            .catch((error: unknown) => {
+              if (!missingRoute(error)) throw error;
+              this.#noLabel.add(url);
+            });
+        }
+        asked = `POST ${root}/resume`;
+        await this.#host.control("POST", `${root}/resume`);
+        asked = `GET ${root}/is_paused`;
+        const answer = (await this.#host.control("GET", `${root}/is_paused`)) as { is_paused?: unknown };
+        if (answer?.is_paused === false) {
+          this.#mayBePaused.delete(url);
+          return null;
+        }
+        failure = `${asked} answered ${JSON.stringify(answer)} after POST /resume`;
+      } catch (error) {
+        failure = `${asked}: ${messageOf(error)}`;
+        if (error instanceof EngineError && !error.retryable) break;
+      }
+    }
+    return `${failure} (${attempts} ${attempts === 1 ? "attempt" : "attempts"})`;
   }
 }
 

@@ -78,6 +78,12 @@ export interface ChatPolicyOptions {
    */
   cacheSalt?: "version" | "off";
   /**
+   * vLLM's clear_cache, sent with every POST /pause: false (default) keeps the KV cache, so a
+   * keep pause's frozen requests go on from KV the old weights computed; true drops it, and they
+   * are prefilled again under the new weights after /resume.
+   */
+  pauseClearCache?: boolean;
+  /**
    * Stream token requests to replicas without /pause from the start, so even the first weight
    * update continues their turns from the ids sampled; by default streaming starts at the first
    * update (whose interrupted token turns are asked again whole), and without updates nothing changes.
@@ -170,6 +176,7 @@ export class ChatPolicy implements Policy {
       countTokens: "engine",
       requestSeeds: true,
       cacheSalt: "version",
+      pauseClearCache: false,
       streamForUpdates: false,
       // An option given as undefined keeps its default.
       ...(Object.fromEntries(Object.entries(rest).filter(([, value]) => value !== undefined)) as typeof rest),
@@ -188,19 +195,24 @@ export class ChatPolicy implements Policy {
       probe: async (url, signal) => {
         const info = await describeEngine(url, this.dialect, this.headers, signal, this.connections);
         this.limit.note(url, info.contextLength);
+        // Answering is not enough: a paused replica would hold every request sent to it.
+        await this.weights.checkNotPaused(url);
       },
     });
-    this.weights = new EngineUpdates({
-      urls: this.urls,
-      control: (method, url, body) =>
-        requestJson(method, url, body, {
-          timeoutMs: this.options.timeoutMs,
-          headers: this.headers,
-          connections: this.connections,
-        }),
-      isHealthy: (url) => this.pool.isHealthy(url),
-      takeOut: (url) => this.pool.takeOutByURL(url),
-    });
+    this.weights = new EngineUpdates(
+      {
+        urls: this.urls,
+        control: (method, url, body) =>
+          requestJson(method, url, body, {
+            timeoutMs: this.options.timeoutMs,
+            headers: this.headers,
+            connections: this.connections,
+          }),
+        isHealthy: (url) => this.pool.isHealthy(url),
+        takeOut: (url, reason) => this.pool.takeOutByURL(url, reason),
+      },
+      { clearCache: this.options.pauseClearCache },
+    );
     this.weights.armed = this.options.streamForUpdates;
   }
 

@@ -3,6 +3,7 @@
 // pool does no HTTP itself: callers report each request's outcome through its lease, and a probe
 // function is injected, so the routing can be tested without a network.
 import { type Parked, WaitQueue } from "../concurrency/wait-queue.ts";
+import { messageOf } from "../errors/boundary.ts";
 import { RollgymError } from "../errors/catalogue.ts";
 
 export interface ReplicaSnapshot {
@@ -20,12 +21,14 @@ export interface ReplicaSnapshot {
   keys: number;
   /** Acquires waiting for a slot on this replica because their key sticks to it. */
   waiting: number;
+  /** Why it is out of routing (and what its last probe found); null while healthy. */
+  reason: string | null;
 }
 
 export interface ReplicaPoolOptions {
   /** Requests in flight per replica at most. */
   concurrency: number;
-  /** Checks one replica; resolves when it answers, rejects when not. */
+  /** Checks one replica; resolves when it answers, rejects (with the reason) when not. */
   probe: (url: string, signal: AbortSignal) => Promise<void>;
   /** Consecutive failures that take a replica out. Default 3. */
   failureThreshold?: number;
@@ -78,6 +81,9 @@ interface Replica {
   /** Bumped when it comes back, so outcomes of leases taken before it went out are not held against it. */
   epoch: number;
   probing: boolean;
+  /** What took it out, and what its last failed probe said; null while healthy. */
+  cause: string | null;
+  lastProbe: string | null;
   readonly keys: Set<string>;
   /** Waiters whose key sticks here. */
   readonly sticky: WaitQueue<Waiter>;
@@ -153,6 +159,8 @@ export class ReplicaPool {
       consecutiveFailures: 0,
       epoch: 0,
       probing: false,
+      cause: null,
+      lastProbe: null,
       keys: new Set(),
       sticky: new WaitQueue<Waiter>(),
     }));
@@ -198,12 +206,13 @@ export class ReplicaPool {
 
   /**
    * Takes a replica out of routing now (it failed to pause or resume for a weight update),
-   * as repeated failures would; its probe brings it back once it answers.
+   * as repeated failures would, for `reason`; its probe brings it back once it answers.
    */
-  takeOutByURL(url: string): void {
+  takeOutByURL(url: string, reason: string): void {
     const replica = this.replicas.find((r) => r.url === url);
     if (!replica) throw new RangeError(`${url} is not a replica of this pool`);
-    if (replica.healthy) this.takeOut(replica);
+    if (replica.healthy) this.takeOut(replica, reason);
+    else replica.cause = reason;
   }
 
   /** Whether `url` is in routing now. */
@@ -247,6 +256,10 @@ export class ReplicaPool {
       consecutiveFailures: replica.consecutiveFailures,
       keys: replica.keys.size,
       waiting: replica.sticky.size,
+      reason:
+        replica.cause === null || replica.lastProbe === null
+          ? replica.cause
+          : `${replica.cause}; last probe: ${replica.lastProbe}`,
     };
   }
 
@@ -350,7 +363,7 @@ export class ReplicaPool {
         if (epoch === replica.epoch && replica.healthy) {
           if (outcome === "ok") replica.consecutiveFailures = 0;
           else if (outcome === "failed" && ++replica.consecutiveFailures >= this.failureThreshold) {
-            this.takeOut(replica);
+            this.takeOut(replica, `${replica.consecutiveFailures} failed requests in a row`);
             return;
           }
         }
@@ -359,8 +372,10 @@ export class ReplicaPool {
     };
   }
 
-  private takeOut(replica: Replica): void {
+  private takeOut(replica: Replica, reason: string): void {
     replica.healthy = false;
+    replica.cause = reason;
+    replica.lastProbe = null;
     for (const key of replica.keys) this.affinity.delete(key);
     replica.keys.clear();
     // Its sticky waiters may go anywhere now, keeping their place in line.
@@ -375,6 +390,8 @@ export class ReplicaPool {
 
   private bringBack(replica: Replica): void {
     replica.healthy = true;
+    replica.cause = null;
+    replica.lastProbe = null;
     replica.consecutiveFailures = 0;
     replica.epoch++;
     this.pump();
@@ -387,10 +404,12 @@ export class ReplicaPool {
     try {
       for (;;) {
         if (!(await delay(wait, this.closing.signal))) return;
-        if (await this.probeOnce(replica.url)) {
+        const failed = await this.probeOnce(replica.url);
+        if (failed === null) {
           if (!this.closing.signal.aborted) this.bringBack(replica);
           return;
         }
+        replica.lastProbe = failed;
         wait = Math.min(wait * 2, this.probeMaxMs);
       }
     } finally {
@@ -398,21 +417,21 @@ export class ReplicaPool {
     }
   }
 
-  /** True when the probe resolved within probeTimeoutMs and before close(). */
-  private probeOnce(url: string): Promise<boolean> {
+  /** Null when the probe resolved within probeTimeoutMs and before close(); else why not. */
+  private probeOnce(url: string): Promise<string | null> {
     const controller = new AbortController();
     const closing = this.closing.signal;
-    if (closing.aborted) return Promise.resolve(false);
-    return new Promise<boolean>((resolve) => {
+    if (closing.aborted) return Promise.resolve("the pool is closed");
+    return new Promise<string | null>((resolve) => {
       // Settles on the probe or on abort, whichever comes first: a probe ignoring its signal cannot stall the loop.
-      const finish = (answered: boolean): void => {
+      const finish = (failure: string | null): void => {
         clearTimeout(timer);
         closing.removeEventListener("abort", onClose);
         controller.signal.removeEventListener("abort", onAbort);
-        resolve(answered);
+        resolve(failure);
       };
       const onClose = (): void => controller.abort(closing.reason);
-      const onAbort = (): void => finish(false);
+      const onAbort = (): void => finish(messageOf(controller.signal.reason));
       const timer = setTimeout(
         () => controller.abort(new Error(`probe of ${url} timed out after ${this.probeTimeoutMs} ms`)),
         this.probeTimeoutMs,
@@ -427,10 +446,10 @@ export class ReplicaPool {
       }
       probing.then(
         () => {
-          if (!controller.signal.aborted) finish(true);
+          if (!controller.signal.aborted) finish(null);
         },
-        () => {
-          if (!controller.signal.aborted) finish(false);
+        (error: unknown) => {
+          if (!controller.signal.aborted) finish(messageOf(error));
         },
       );
     });

@@ -8,6 +8,7 @@ import { RollgymError } from "../errors/catalogue.ts";
 import { onParentAbort, type PauseClock } from "./deadline.ts";
 import {
   type EnginesPaused,
+  type EnginesResumed,
   INITIAL_VERSION,
   type PauseMode,
   type TurnVersions,
@@ -142,18 +143,31 @@ export class VersionBook implements WeightUpdates, PauseClock {
       this.#open = resolve;
     });
     this.#holding = new Set();
-    const begun = await this.pauseEngines(mode, this.inFlight);
+    let begun: EnginesPaused;
+    try {
+      begun = await this.pauseEngines(mode, this.inFlight);
+    } catch (error) {
+      // Nothing was left paused: the held turns go on under the version in force.
+      this.#reopen();
+      throw error;
+    }
     if (mode !== "keep") this.#holding = new Set(this.pausedReplicas());
     return begun;
   }
 
-  async end(version: Version): Promise<void> {
+  async end(version: Version): Promise<EnginesResumed> {
     if (!this.#updating) throw new UpdateStateError("no update is open: begin() one first");
     const problem = versionProblem(version, this.#current);
     if (problem) throw new RangeError(problem);
     // Answers that complete after the engines resume are the new weights' (keep mode spans).
     this.#current = { label: version.label, ordinal: version.ordinal };
-    await this.resumeEngines(this.#current);
+    const resumed = await this.resumeEngines(this.#current);
+    this.#reopen();
+    return resumed;
+  }
+
+  /** Ends the update: the pause clock stops, held turns and resume waiters go on. */
+  #reopen(): void {
     this.#pausedTotal += Date.now() - (this.#pausedSince ?? Date.now());
     this.#pausedSince = null;
     this.#updating = false;
@@ -168,7 +182,7 @@ export class VersionBook implements WeightUpdates, PauseClock {
 
   /** Pauses the engines once admission is closed; here there are none. */
   protected async pauseEngines(_mode: PauseMode, inFlight: number): Promise<EnginesPaused> {
-    return { paused: 0, aborted: 0, out_of_routing: [], in_flight: inFlight };
+    return { paused: 0, aborted: 0, out_of_routing: [], in_flight: inFlight, refused: [] };
   }
 
   /** The replicas pauseEngines() paused with the engine's own pause; here there are none. */
@@ -177,5 +191,7 @@ export class VersionBook implements WeightUpdates, PauseClock {
   }
 
   /** Publishes `version` on the engines and resumes them; here there are none. */
-  protected async resumeEngines(_version: Version): Promise<void> {}
+  protected async resumeEngines(_version: Version): Promise<EnginesResumed> {
+    return { failed_to_resume: [] };
+  }
 }

@@ -43,7 +43,7 @@ export async function createCore(config: EngineConfig): Promise<EngineCore> {
     stats,
     slots: new Slots(config.maxConcurrency),
     scheduler,
-    pause: new EnginePause(scheduler),
+    pause: new EnginePause(scheduler, stats, prefixCache),
     weights: new EngineWeights(),
     prefixCache,
     startedAt: Math.floor(Date.now() / 1000),

@@ -1,9 +1,14 @@
-// vLLM's scheduler pause (facts §4.3: POST /pause?mode=abort|wait|keep, POST /resume): new
-// requests queue until resume, whatever the mode; "abort" ends every held request at once,
-// "wait" answers once the running ones are done, "keep" freezes running ones between tokens.
+// vLLM's scheduler pause (facts §4.3: POST /pause?mode=abort|wait|keep&clear_cache=…, POST
+// /resume): new requests queue until resume, whatever the mode; "abort" ends every held request
+// at once, "wait" answers once the running ones are done, "keep" freezes running ones between
+// tokens. clear_cache (vLLM's default true) drops the KV and prefix caches: a frozen request is
+// preempted and prefilled again after /resume (trainers-and-scale.md), which only the counts show
+// here. Tests may make /pause refuse and /resume fail.
 import { setTimeout as delay } from "node:timers/promises";
 import type { PauseMode } from "../../protocol/settings.ts";
+import type { PrefixCache } from "./prefix-cache.ts";
 import type { DecodeScheduler } from "./scheduler.ts";
+import type { MockEngineStats } from "./stats.ts";
 
 export type { PauseMode };
 
@@ -14,6 +19,8 @@ export interface Inflight {
   /** /pause?mode=abort ends it with what it generated so far. */
   engineAbort: AbortController;
   done: Promise<void>;
+  /** Tokens its KV cache holds now: the prompt and what it has generated. */
+  cachedTokens(): number;
 }
 
 /** A promise with its resolver, for the pause gate. */
@@ -39,9 +46,19 @@ export class EnginePause {
   // Settles at every pause or resume, so waiters re-check the mode (keep → wait unfreezes).
   #changed = deferred();
   readonly #scheduler: DecodeScheduler;
+  readonly #stats: MockEngineStats;
+  readonly #prefixCache: PrefixCache;
+  /** Frozen by a keep pause that dropped their KV: prefilled again at resume. */
+  readonly #evicted = new Set<Inflight>();
+  /** While set, /pause answers 500 with this reason and pauses nothing (tests). */
+  refusal: string | null = null;
+  /** The next this many /resume answer 500 and leave the engine paused (tests). */
+  resumeFailures = 0;
 
-  constructor(scheduler: DecodeScheduler) {
+  constructor(scheduler: DecodeScheduler, stats: MockEngineStats, prefixCache: PrefixCache) {
     this.#scheduler = scheduler;
+    this.#stats = stats;
+    this.#prefixCache = prefixCache;
   }
 
   get mode(): PauseMode | null {
@@ -59,8 +76,13 @@ export class EnginePause {
   }
 
   /** Resolves when vLLM's /pause would answer. */
-  async pause(mode: PauseMode): Promise<void> {
+  async pause(mode: PauseMode, clearCache = true): Promise<void> {
     this.#setMode(mode);
+    if (clearCache) {
+      this.#stats.pauseCacheClears++;
+      this.#prefixCache.clear();
+      if (mode === "keep") for (const r of this.inflight) if (r.running) this.#evicted.add(r);
+    }
     if (mode === "abort") {
       // Every request the engine holds, running or queued, ends now with what it has.
       const ending = [...this.inflight];
@@ -73,6 +95,11 @@ export class EnginePause {
   }
 
   resume(): void {
+    for (const r of this.#evicted) {
+      this.#stats.reprefills++;
+      this.#stats.reprefillTokens += r.cachedTokens();
+    }
+    this.#evicted.clear();
     this.#setMode(null);
   }
 

@@ -39,6 +39,11 @@ export class PrefixCache {
   /** Per salt ("" for requests without one). */
   readonly bySalt = new Map<string, PrefixCounts>();
 
+  /** Forgets every block (a /pause with clear_cache). */
+  clear(): void {
+    this.#blocks.clear();
+  }
+
   /** Looks `ids` up under `salt`, counts the hits, and caches its blocks. */
   lookup(salt: string | null, ids: readonly number[]): number {
     let key = saltSeed(salt);

@@ -49,10 +49,14 @@ export interface MockEngine {
    * `retryAfterS`, else the engine's option).
    */
   setOutage(kind: Outage, options?: { retryAfterS?: number | null }): void;
-  /** As POST /pause?mode=…: resolves when vLLM's route would answer. */
-  pause(mode?: PauseMode): Promise<void>;
+  /** As POST /pause?mode=…&clear_cache=… (default true, as vLLM's): resolves when vLLM's route would answer. */
+  pause(mode?: PauseMode, clearCache?: boolean): Promise<void>;
   /** As POST /resume. */
   resume(): void;
+  /** From now on POST /pause answers 500 with `reason` (vLLM's body) and pauses nothing; null: it pauses again. */
+  refusePause(reason: string | null): void;
+  /** The next `times` POST /resume answer 500 and leave the engine paused. */
+  failResume(times: number): void;
   isPaused(): boolean;
   /** As POST /mock/load_weights: a simulated trainer loads `version`, between decode steps. */
   loadWeights(version: string): void;
@@ -165,8 +169,19 @@ export async function startMockEngine(options: MockEngineOptions = {}): Promise<
       // Kept-alive sockets would otherwise carry on: the next request on them is reset too.
       if (kind === "reset") server.closeIdleConnections();
     },
-    pause: (mode: PauseMode = "abort"): Promise<void> => core.pause.pause(mode),
+    pause: (mode: PauseMode = "abort", clearCache = true): Promise<void> =>
+      core.pause.pause(mode, clearCache),
     resume: (): void => core.pause.resume(),
+    refusePause(reason: string | null): void {
+      if (reason !== null && (typeof reason !== "string" || reason === ""))
+        throw new RangeError(`refusePause takes a non-empty reason or null, got ${JSON.stringify(reason)}`);
+      core.pause.refusal = reason;
+    },
+    failResume(times: number): void {
+      if (!Number.isInteger(times) || times < 0)
+        throw new RangeError(`failResume takes a non-negative integer, got ${times}`);
+      core.pause.resumeFailures = times;
+    },
     isPaused: (): boolean => core.pause.mode !== null,
     loadWeights: (version: string): void => core.weights.load(version, () => core.scheduler.advance()),
     weights: () => ({ loaded: core.weights.loaded, label: core.weights.label }),

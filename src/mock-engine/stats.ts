@@ -30,6 +30,16 @@ export interface MockEngineStats {
   injectedAborts: number;
   /** Requests ended with finish_reason "abort" by /pause?mode=abort. */
   pauseAborts: number;
+  /** Pauses with clear_cache true (vLLM's default): the KV and prefix caches were dropped. */
+  pauseCacheClears: number;
+  /**
+   * Requests frozen by a keep pause that dropped the cache, prefilled again after /resume, and
+   * the tokens recomputed (prompt + generated so far). A keep pause with clear_cache false adds none.
+   */
+  reprefills: number;
+  reprefillTokens: number;
+  /** Generation requests that arrived while the engine was paused (vLLM queues them until /resume). */
+  arrivedWhilePaused: number;
   /** Generation requests in which at least one field took a generation-config default. */
   defaultsApplied: number;
   /** Per request field: how many generation requests took its generation-config default. */
@@ -79,6 +89,10 @@ export function emptyStats(): MockEngineStats {
     formatErrors: 0,
     injectedAborts: 0,
     pauseAborts: 0,
+    pauseCacheClears: 0,
+    reprefills: 0,
+    reprefillTokens: 0,
+    arrivedWhilePaused: 0,
     defaultsApplied: 0,
     defaultsAppliedByField: Object.fromEntries(DEFAULTED_FIELDS.map((f) => [f, 0])) as Record<
       DefaultedField,

@@ -13,7 +13,7 @@ import {
 import { errorFrame, messageOf } from "../errors/boundary.ts";
 import { RollgymError } from "../errors/catalogue.ts";
 import type { Policy } from "../llm/policy.ts";
-import { INITIAL_VERSION, type PauseMode, type WeightUpdates } from "../llm/versions.ts";
+import { type EnginesResumed, INITIAL_VERSION, type PauseMode, type WeightUpdates } from "../llm/versions.ts";
 import { DeliveredAges } from "./delivery/ages.ts";
 import type { ServerMetrics, UpdateGauges } from "./metrics.ts";
 import type { Session } from "./session.ts";
@@ -196,8 +196,11 @@ export class UpdateCoordinator {
       if (this.seen?.update === open) this.seen.held = { paused: begun.paused, aborted: begun.aborted };
       open.begun = true;
       this.changed();
+      for (const { url, reason } of begun.refused)
+        this.options.log?.warn({ update: id, replica: url }, `replica refused to pause: ${reason}`);
       return { type: "update_begun", id, version, ...begun, ...(ages ? { ages } : {}) };
     } catch (error) {
+      this.options.log?.warn({ update: id, err: error }, "pausing the engines failed");
       this.close(open);
       this.metrics?.weightUpdates.inc({ outcome: "failed" });
       throw new RollgymError("update_failed", {
@@ -219,8 +222,9 @@ export class UpdateCoordinator {
       throw new RollgymError("update_version", { id, got: version, announced });
     this.checkNewVersion(version, id, "end");
     open.ending = true;
+    let resumed: EnginesResumed;
     try {
-      await updates.end({ label: version.label, ordinal: version.ordinal });
+      resumed = await updates.end({ label: version.label, ordinal: version.ordinal });
     } catch (error) {
       open.ending = false;
       this.changed();
@@ -230,7 +234,9 @@ export class UpdateCoordinator {
     }
     this.metrics?.weightUpdates.inc({ outcome: "ended" });
     this.close(open);
-    return { type: "update_ended", id, version: { ...this.current } };
+    for (const { url, reason } of resumed.failed_to_resume)
+      this.options.log?.warn({ update: id, replica: url }, `replica failed to resume: ${reason}`);
+    return { type: "update_ended", id, version: { ...this.current }, ...resumed };
   }
 
   /** max_update_s passed with `open` still open: ended at the old version, the trainer told. */

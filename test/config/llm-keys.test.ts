@@ -52,6 +52,7 @@ describe("engine config keys", () => {
     ["rollgym.llm.retry_budget_s=0", /retry_budget_s.*> 0/],
     ["rollgym.llm.count_tokens=exact", /rollgym\.llm\.count_tokens.*one of engine, usage/],
     ["rollgym.llm.request_seeds=sometimes", /rollgym\.llm\.request_seeds/],
+    ["rollgym.llm.pause_clear_cache=maybe", /rollgym\.llm\.pause_clear_cache.*true or false/],
   ])("refuse %s naming the key and what is allowed", (override, message) => {
     expect(() => loadConfig({ overrides: [override] })).toThrow(ConfigError);
     expect(() => loadConfig({ overrides: [override] })).toThrow(message);

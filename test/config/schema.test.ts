@@ -82,6 +82,7 @@ describe("defaults", () => {
         api_key: null,
         model: null,
         cache_salt: "version",
+        pause_clear_cache: false,
         concurrency: 256,
         timeout_s: 120,
         retry_budget_s: 300,

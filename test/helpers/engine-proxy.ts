@@ -14,8 +14,10 @@ export interface Exchange {
 export interface EngineProxy {
   /** The proxy's root, e.g. `http://127.0.0.1:40123` (append `/v1`). */
   url: string;
-  /** Every POST answered with 200, in order, after any rewrite. */
+  /** Every POST with a JSON body answered with 200, in order, after any rewrite. */
   log: Exchange[];
+  /** Every request's method and path (with its query), in order. */
+  requests: { method: string; path: string }[];
   /** Requests seen on `path`. */
   hits(path: string): number;
   close(): Promise<void>;
@@ -27,12 +29,14 @@ export async function engineProxy(
   rewrite?: (exchange: Exchange) => void,
 ): Promise<EngineProxy> {
   const log: Exchange[] = [];
+  const requests: { method: string; path: string }[] = [];
   const counts = new Map<string, number>();
   const server: Server = createServer(async (req, res) => {
     const chunks: Buffer[] = [];
     for await (const chunk of req) chunks.push(chunk as Buffer);
     const body = Buffer.concat(chunks).toString("utf8");
     const path = req.url ?? "";
+    requests.push({ method: req.method ?? "", path });
     counts.set(path, (counts.get(path) ?? 0) + 1);
     const answer = await request(`${target}${path}`, {
       method: req.method as "GET" | "POST",
@@ -40,7 +44,8 @@ export async function engineProxy(
       body: req.method === "POST" ? body : undefined,
     });
     let text = await answer.body.text();
-    if (req.method === "POST" && answer.statusCode === 200) {
+    // Control routes (/pause, /resume) carry no body.
+    if (req.method === "POST" && answer.statusCode === 200 && body !== "") {
       const exchange = { path, request: JSON.parse(body), answer: JSON.parse(text) };
       rewrite?.(exchange);
       log.push(exchange);
@@ -54,6 +59,7 @@ export async function engineProxy(
   return {
     url: `http://127.0.0.1:${port}`,
     log,
+    requests,
     hits: (path) => counts.get(path) ?? 0,
     close: () => new Promise((resolve) => server.close(() => resolve())),
   };

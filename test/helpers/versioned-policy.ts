@@ -7,6 +7,7 @@ import { oraclePolicy } from "../../src/llm/builtin.ts";
 import type { Policy, PolicyRequest, PolicyResponse } from "../../src/llm/policy.ts";
 import {
   type EnginesPaused,
+  type EnginesResumed,
   INITIAL_VERSION,
   type PauseMode,
   type WeightUpdates,
@@ -67,13 +68,14 @@ export class VersionedPolicy implements Policy {
     }
     this.updating = true;
     this.begun.push(mode);
-    return { paused: 1, aborted: 0, out_of_routing: [], in_flight: this.inFlight };
+    return { paused: 1, aborted: 0, out_of_routing: [], in_flight: this.inFlight, refused: [] };
   }
 
-  private async end(version: Version): Promise<void> {
+  private async end(version: Version): Promise<EnginesResumed> {
     this.current = { ...version };
     this.ended.push({ ...version });
     this.updating = false;
     for (const wake of this.held.splice(0)) wake();
+    return { failed_to_resume: [] };
   }
 }

@@ -308,6 +308,37 @@ describe("health", () => {
     pool.close();
   });
 
+  it("says why a replica is out: what took it out, then what its last probe found; nothing once back", async () => {
+    vi.useFakeTimers();
+    let answer: Error | null = new Error("GET http://a/is_paused answered true outside a weight update");
+    const pool = new ReplicaPool(["http://a", "http://b"], {
+      concurrency: 4,
+      failureThreshold: 2,
+      probeIntervalMs: 100,
+      probe: async () => {
+        if (answer) throw answer;
+      },
+    });
+    expect(pool.snapshot()[0].reason).toBeNull();
+    pool.takeOutByURL("http://a", "failed to resume after a weight update: HTTP 500");
+    expect(pool.snapshot()[0]).toMatchObject({
+      healthy: false,
+      reason: "failed to resume after a weight update: HTTP 500",
+    });
+    await vi.advanceTimersByTimeAsync(100);
+    expect(pool.snapshot()[0].reason).toBe(
+      "failed to resume after a weight update: HTTP 500; last probe: GET http://a/is_paused answered true outside a weight update",
+    );
+    answer = null;
+    await vi.advanceTimersByTimeAsync(200);
+    expect(pool.snapshot()[0]).toMatchObject({ healthy: true, reason: null });
+    for (let i = 0; i < 2; i++) (await pool.acquire("ep")).release("failed");
+    expect(pool.snapshot().filter((r) => !r.healthy)).toEqual([
+      expect.objectContaining({ reason: "2 failed requests in a row" }),
+    ]);
+    pool.close();
+  });
+
   it("counts a probe that never settles as failed once it times out", async () => {
     vi.useFakeTimers();
     let calls = 0;

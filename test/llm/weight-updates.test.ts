@@ -89,7 +89,7 @@ describe("weight updates in each pause mode, chat turns in flight", () => {
     await waitFor("four running requests", () => mock.stats().running === 4);
 
     const begun = await updates.begin("keep");
-    expect(begun).toEqual({ paused: 1, aborted: 0, out_of_routing: [], in_flight: 4 });
+    expect(begun).toEqual({ paused: 1, aborted: 0, out_of_routing: [], in_flight: 4, refused: [] });
     expect(mock.isPaused()).toBe(true);
     expect(updates.updating).toBe(true);
     const late = policy.generate(chatTurn(9));
@@ -170,7 +170,13 @@ describe("weight updates in each pause mode, chat turns in flight", () => {
     const updates = policy.updates();
     const turns = [0, 1].map((i) => policy.generate(chatTurn(i)));
     await waitFor("two running requests", () => mock.stats().running === 2);
-    expect(await updates.begin("keep")).toEqual({ paused: 0, aborted: 1, out_of_routing: [], in_flight: 2 });
+    expect(await updates.begin("keep")).toEqual({
+      paused: 0,
+      aborted: 1,
+      out_of_routing: [],
+      in_flight: 2,
+      refused: [],
+    });
     await waitFor("the aborted requests to leave", () => mock.stats().running === 0);
     mock.loadWeights("step-1");
     await updates.end(STEP_1);
@@ -384,7 +390,13 @@ describe("paused time, failures and misuse", () => {
     const policy = await policyOn([mock]);
     const updates = policy.updates();
     await expect(updates.end(STEP_1)).rejects.toThrow(UpdateStateError);
-    expect(await updates.begin()).toEqual({ paused: 1, aborted: 0, out_of_routing: [], in_flight: 0 });
+    expect(await updates.begin()).toEqual({
+      paused: 1,
+      aborted: 0,
+      out_of_routing: [],
+      in_flight: 0,
+      refused: [],
+    });
     await expect(updates.begin()).rejects.toThrow(/already open/);
     await expect(updates.end({ label: "", ordinal: 1 })).rejects.toThrow(
       /version\.label "" is not a non-empty string/,

@@ -365,6 +365,60 @@ describe("aborts (abortRate) and /pause, /resume, /is_paused", () => {
     });
   });
 
+  it("clear_cache (default true, as vLLM's): a keep pause that clears the cache makes its frozen requests prefill again after resume; one that keeps it does not", async () => {
+    await withEngine({ tpotMs: 5 }, async (e) => {
+      const frozen = (query: string) => async () => {
+        const inflight = post(e, "/v1/chat/completions", chat({ seed: 4 }));
+        await until(() => e.stats().running === 1);
+        expect(await post(e, `/pause?mode=keep${query}`, {})).toMatchObject({ status: 200 });
+        e.resume();
+        return (await inflight).json.usage.prompt_tokens as number;
+      };
+      const prompt = await frozen("&clear_cache=false")();
+      expect(e.stats()).toMatchObject({ pauseCacheClears: 0, reprefills: 0, reprefillTokens: 0 });
+      await frozen("&clear_cache=true")();
+      expect(e.stats()).toMatchObject({ pauseCacheClears: 1, reprefills: 1 });
+      // The prompt and what was generated before the pause are computed again.
+      expect(e.stats().reprefillTokens).toBeGreaterThanOrEqual(prompt);
+      await frozen("")();
+      expect(e.stats()).toMatchObject({ pauseCacheClears: 2, reprefills: 2 });
+      // A pause of another mode clears the caches but freezes nothing.
+      await post(e, "/pause?mode=abort&clear_cache=1", {});
+      e.resume();
+      expect(e.stats()).toMatchObject({ pauseCacheClears: 3, reprefills: 2 });
+      const bad = await post(e, "/pause?mode=keep&clear_cache=maybe", {});
+      expect(bad.status).toBe(400);
+      expect(bad.json.error.message).toContain("'loc': ('query', 'clear_cache')");
+      expect(e.isPaused()).toBe(false);
+    });
+  });
+
+  it("refuses /pause and fails /resume when told to, with vLLM's 500 bodies; counts requests that arrive while paused", async () => {
+    await withEngine({}, async (e) => {
+      e.refusePause("CUDA out of memory");
+      expect(await post(e, "/pause?mode=keep", {})).toEqual({
+        status: 500,
+        headers: expect.anything(),
+        json: { error: "Failed to pause generation: CUDA out of memory" },
+      });
+      expect(e.isPaused()).toBe(false);
+      e.refusePause(null);
+      await post(e, "/pause?mode=keep", {});
+      e.failResume(2);
+      for (let i = 0; i < 2; i++)
+        expect((await post(e, "/resume", {})).json).toEqual({
+          error: "Failed to resume generation: injected failure",
+        });
+      expect(e.isPaused()).toBe(true);
+      const queued = post(e, "/v1/completions", { prompt: "Hello", max_tokens: 1 });
+      await until(() => e.stats().waiting === 1);
+      expect(e.stats().arrivedWhilePaused).toBe(1);
+      expect(await post(e, "/resume", {})).toMatchObject({ status: 200, json: { status: "resumed" } });
+      expect((await queued).status).toBe(200);
+      expect(() => e.failResume(-1)).toThrow("failResume takes a non-negative integer, got -1");
+    });
+  });
+
   it("refuses an unknown pause mode like FastAPI's query validation", async () => {
     await withEngine({}, async (e) => {
       const res = await post(e, "/pause?mode=later", {});

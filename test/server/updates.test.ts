@@ -94,7 +94,12 @@ describe("weight updates over the protocol", () => {
       { type: "end_update", id: "u1", version: { label: "step-1", ordinal: 1 } },
       "update_ended",
     );
-    expect(ended).toEqual({ type: "update_ended", id: "u1", version: { label: "step-1", ordinal: 1 } });
+    expect(ended).toEqual({
+      type: "update_ended",
+      id: "u1",
+      version: { label: "step-1", ordinal: 1 },
+      failed_to_resume: [],
+    });
     expect(policy.ended).toEqual([{ label: "step-1", ordinal: 1 }]);
     expect(server.state.updates.closed).toBe(false);
     // The rest of the rollout plays on.
@@ -333,7 +338,12 @@ describe("bounded ordinals (issue #28)", () => {
       "update_ended",
       "error",
     );
-    expect(ended).toEqual({ type: "update_ended", id: "u1", version: { label: "step-1", ordinal: 1 } });
+    expect(ended).toEqual({
+      type: "update_ended",
+      id: "u1",
+      version: { label: "step-1", ordinal: 1 },
+      failed_to_resume: [],
+    });
     expect(await bracket(trainer, "u2", "step-2", 2)).toMatchObject({
       type: "update_ended",
       version: { label: "step-2", ordinal: 2 },

@@ -1,5 +1,5 @@
-// vLLM's RL control routes (facts §4.3, async-rl.md §1.3): POST /pause?mode=abort|wait|keep,
-// POST /resume, GET /is_paused, and the weight version label (POST /update_weight_version
+// vLLM's RL control routes (facts §4.3, async-rl.md §1.3): POST
+// /pause?mode=abort|wait|keep&clear_cache=…, POST /resume, GET /is_paused, and the weight version label (POST /update_weight_version
 // {new_version}, GET /weight_info). Always on here unless `pauseRoutes: false` (llama.cpp, or
 // vLLM without VLLM_SERVER_DEV_MODE, which ≥ 0.16 needs). Plus the test-only routes of a
 // simulated trainer: POST /mock/load_weights {version} and GET /mock/generations.
@@ -29,6 +29,25 @@ function pauseMode(url: URL): PauseMode {
   return legacyWait ? "wait" : (raw as PauseMode);
 }
 
+const TRUE_WORDS = ["1", "on", "t", "true", "y", "yes"];
+const FALSE_WORDS = ["0", "off", "f", "false", "n", "no"];
+
+/** `clear_cache` as FastAPI parses a bool query parameter (default true, as vLLM's). */
+function clearCache(url: URL): boolean {
+  const raw = url.searchParams.get("clear_cache");
+  if (raw === null) return true;
+  if (TRUE_WORDS.includes(raw.toLowerCase())) return true;
+  if (FALSE_WORDS.includes(raw.toLowerCase())) return false;
+  throw validationError([
+    {
+      type: "bool_parsing",
+      loc: ["query", "clear_cache"],
+      msg: "Input should be a valid boolean, unable to interpret input",
+      input: raw,
+    },
+  ]);
+}
+
 /** A required non-empty string field of a body, refused as pydantic would (400, its loc). */
 function label(body: Record<string, unknown>, field: string): string {
   const value = body[field];
@@ -45,13 +64,25 @@ export function controlRoutes(core: EngineCore): Routes {
     "/pause": {
       methods: ["POST"],
       async handle({ res, url }) {
-        await core.pause.pause(pauseMode(url));
+        const mode = pauseMode(url);
+        const clear = clearCache(url);
+        // vLLM's answer when pause_generation raises.
+        if (core.pause.refusal !== null) {
+          sendJson(res, 500, { error: `Failed to pause generation: ${core.pause.refusal}` });
+          return;
+        }
+        await core.pause.pause(mode, clear);
         sendJson(res, 200, { status: "paused" });
       },
     },
     "/resume": {
       methods: ["POST"],
       handle({ res }) {
+        if (core.pause.resumeFailures > 0) {
+          core.pause.resumeFailures--;
+          sendJson(res, 500, { error: "Failed to resume generation: injected failure" });
+          return;
+        }
         core.pause.resume();
         sendJson(res, 200, { status: "resumed" });
       },

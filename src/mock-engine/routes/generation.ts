@@ -123,8 +123,10 @@ export function generationRoute<R extends GenerationRequest>(core: EngineCore, d
       done: new Promise<void>((r) => {
         finish = r;
       }),
+      cachedTokens: () => prompt.ids.length + (job?.produced ?? 0),
     };
     pause.inflight.add(entry);
+    if (pause.mode !== null) stats.arrivedWhilePaused++;
 
     const gens: Generation[] = [];
     let sentTokens = 0;

@@ -279,7 +279,13 @@ describe("a turn still on its way to the engine when the pause lands", () => {
       gateway.hold("/v1/completions");
       const turn = tokens.generate(prompt, { ...SAMPLING, max_tokens: 200, seed: 7 }, "t");
       await waitFor("the request held on its way", () => gateway.held === 1);
-      expect(await updates.begin(mode)).toEqual({ paused: 1, aborted: 0, out_of_routing: [], in_flight: 1 });
+      expect(await updates.begin(mode)).toEqual({
+        paused: 1,
+        aborted: 0,
+        out_of_routing: [],
+        in_flight: 1,
+        refused: [],
+      });
       const accepted = mock.stats().generations;
       gateway.release();
       await waitFor("the paused engine to take it", () => mock.stats().generations === accepted + 1);

@@ -453,7 +453,12 @@ describe("begin_update announces the version (issue #30)", () => {
         { type: "end_update", id: "u", version: { label: "step-4", ordinal: 4 } },
         "update_ended",
       ),
-    ).toEqual({ type: "update_ended", id: "u", version: { label: "step-4", ordinal: 4 } });
+    ).toEqual({
+      type: "update_ended",
+      id: "u",
+      version: { label: "step-4", ordinal: 4 },
+      failed_to_resume: [],
+    });
     trainer.close();
     await server.shutdown();
   });

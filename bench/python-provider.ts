@@ -56,7 +56,17 @@ function childrenOf(pid: number): number[] {
 async function startProvider(): Promise<{ child: ChildProcess; url: string }> {
   const child = spawn(
     "/usr/bin/python3",
-    ["-m", "rollgym_envs", "Null=provider_null_env:Null", "--port", "0", "--workers", String(workers), "--max-sessions", "1024"],
+    [
+      "-m",
+      "rollgym_envs",
+      "Null=provider_null_env:Null",
+      "--port",
+      "0",
+      "--workers",
+      String(workers),
+      "--max-sessions",
+      "1024",
+    ],
     {
       cwd: ROOT,
       env: { ...process.env, PYTHONPATH: `${ROOT}/python:${ROOT}/bench`, PYTHONDONTWRITEBYTECODE: "1" },
@@ -74,8 +84,13 @@ async function startProvider(): Promise<{ child: ChildProcess; url: string }> {
   return { child, url };
 }
 
+interface Session {
+  send: (frame: string) => Promise<string>;
+  close: () => void;
+}
+
 /** One session: a socket that answers one frame at a time. */
-async function openSession(url: string): Promise<(frame: string) => Promise<string>> {
+async function openSession(url: string): Promise<Session> {
   const ws = new WebSocket(url);
   await new Promise((resolve, reject) => {
     ws.once("open", resolve);
@@ -83,15 +98,17 @@ async function openSession(url: string): Promise<(frame: string) => Promise<stri
   });
   let waiting: ((text: string) => void) | null = null;
   ws.on("message", (data) => {
-    const done = waiting!;
+    const done = waiting;
+    if (!done) throw new Error(`an answer nothing asked for: ${String(data).slice(0, 300)}`);
     waiting = null;
     done(String(data));
   });
-  return (frame) =>
-    new Promise((resolve) => {
+  const send = (frame: string) =>
+    new Promise<string>((resolve) => {
       waiting = resolve;
       ws.send(frame);
     });
+  return { send, close: () => ws.close() };
 }
 
 interface Row {
@@ -107,7 +124,7 @@ interface Row {
 
 async function measure(url: string, provider: number, sessions: number): Promise<Row> {
   const sockets = await Promise.all(Array.from({ length: sessions }, () => openSession(url)));
-  await Promise.all(sockets.map((send, i) => send(JSON.stringify({ type: "reset", data: { seed: i } }))));
+  await Promise.all(sockets.map((s, i) => s.send(JSON.stringify({ type: "reset", data: { seed: i } }))));
   const step = JSON.stringify({ type: "step", data: { action: "go" } });
   const workerPids = childrenOf(provider);
   const cpuBefore = [cpuSeconds(provider), workerPids.reduce((sum, pid) => sum + cpuSeconds(pid), 0)];
@@ -115,7 +132,7 @@ async function measure(url: string, provider: number, sessions: number): Promise
   const started = performance.now();
   let roundTrips = 0;
   await Promise.all(
-    sockets.map(async (send) => {
+    sockets.map(async ({ send }) => {
       for (let i = 0; i < steps; i++) {
         const sent = performance.now();
         const answer = await send(step);
@@ -129,6 +146,7 @@ async function measure(url: string, provider: number, sessions: number): Promise
   const client = process.cpuUsage(clientBefore);
   const providerCpu = cpuSeconds(provider) - cpuBefore[0]!;
   const workersCpu = workerPids.reduce((sum, pid) => sum + cpuSeconds(pid), 0) - cpuBefore[1]!;
+  for (const session of sockets) session.close();
   return {
     sessions,
     steps: total,
@@ -155,7 +173,9 @@ try {
 } finally {
   child.kill("SIGTERM");
 }
-console.log("\n| sessions | steps/s | mean round trip | provider CPU/step | workers CPU/step | client CPU/step |");
+console.log(
+  "\n| sessions | steps/s | mean round trip | provider CPU/step | workers CPU/step | client CPU/step |",
+);
 console.log("|---|---|---|---|---|---|");
 for (const sessions of sessionCounts) {
   const mine = rows.filter((r) => r.sessions === sessions);

@@ -5,8 +5,8 @@ state {episode_id, step_count, env, seed, done}.
 Each env NAME answers at /NAME/ws (and at /ws when it is the only one), plus GET /health,
 /NAME/health, /NAME/schema, /NAME/metadata and /NAME/state. One socket is one session with its
 own env instance. The envs run in a pool of worker processes, a session pinned to the least busy
-one, so a slow env only delays the sessions on its own worker, and a worker that dies ends its
-sessions with SESSION_ERROR instead of hanging them.
+one, so a slow env only delays the sessions on its own worker; a worker that dies is replaced at
+once and each session whose env it held ends with SESSION_ERROR naming the death (workers.py).
 
 A socket holds a session place (max_sessions) and an env instance only from its first reset:
 until then it is pending, closed after hello_timeout_s, and the oldest pending socket is closed
@@ -508,7 +508,7 @@ def provider_parser(description: str, prog: Optional[str] = None) -> argparse.Ar
     parser.add_argument("--max-depth", metavar="N", type=_at_least(3), default=d["max_depth"], help=f"nesting of arrays and objects a frame may have; deeper gets INVALID_JSON (default: {d['max_depth']})")
     parser.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN", type=_origin, help="a browser origin (https://lab.example:8443) that may use the provider besides its own page; repeatable")
     parser.add_argument("--allow-host", action="append", default=[], metavar="NAME", help="a host name browsers may reach the provider by besides IP addresses, localhost and this machine's name; repeatable")
-    parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info", help="debug adds the traceback of each env failure (default: info)")
+    parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info", help="warning keeps env failures (with their tracebacks) and worker deaths (default: info)")
     return parser
 
 

@@ -416,6 +416,14 @@ class OpenEnvProvider:
         if self.active >= self.max_sessions:  # others took the places since this socket connected
             await self._refuse_full(session.ws)
             return False
+        self.active += 1  # before any wait, so that sockets opening together count each other
+        if not await self._pin(session):
+            self.active -= 1
+            return False
+        return True
+
+    async def _pin(self, session: _Session) -> bool:
+        """Opens the session's env in the least busy live worker; False once the socket is ended."""
         name = session.state["env"]
         while True:
             worker = self._least_busy()
@@ -423,19 +431,24 @@ class OpenEnvProvider:
                 message = f"no worker process is alive: {self.worker_deaths} died and none could take their place"
                 await _end(session.ws, "SESSION_ERROR", message, "no worker")
                 return False
+            worker.sessions.add(session)  # counted at once, so concurrent opens spread out
             try:
                 await worker.call(session.id, "open", name)
-                break
             except WorkerDied:  # died before this session had an env in it: another one takes it
+                worker.sessions.discard(session)
                 self._worker_died(worker)
+                if session.ending is None:
+                    continue
             except EnvFailed as error:
+                worker.sessions.discard(session)
                 self._log_env_failure(session, "open", error)
                 await _end(session.ws, "FACTORY_ERROR", f"Environment factory '{name}' failed to create instance: {error.reason}", "factory failed", factory_name=name)
                 return False
-        self.active += 1
-        worker.sessions.add(session)
-        session.worker = worker
-        return True
+            if session.ending is not None:  # its worker died while the env opened: told so
+                worker.sessions.discard(session)
+                return False
+            session.worker = worker
+            return True
 
     def _least_busy(self) -> Optional[Worker]:
         """The live worker with the fewest sessions (a dead one found here leaves the pool first)."""

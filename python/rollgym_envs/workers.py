@@ -69,6 +69,8 @@ def _watch_parent(parent: int) -> None:
 
 
 def _exit_with_parent(parent: int) -> None:
+    # Linux sends the signal when the *thread* that forked ends: the provider forks from the thread
+    # it is built and served in, which lives as long as it serves.
     _set_parent_death_signal()
     # Also where prctl worked: the parent may have died before it was set.
     threading.Thread(target=_watch_parent, args=(parent,), name="watch-parent", daemon=True).start()

@@ -5,8 +5,8 @@ state {episode_id, step_count, env, seed, done}.
 Each env NAME answers at /NAME/ws (and at /ws when it is the only one), plus GET /health,
 /NAME/health, /NAME/schema, /NAME/metadata and /NAME/state. One socket is one session with its
 own env instance. The envs run in a pool of worker processes, a session pinned to the least busy
-one, so a slow env only delays the sessions on its own worker, and a worker that dies ends its
-sessions with SESSION_ERROR instead of hanging them.
+one, so a slow env only delays the sessions on its own worker; a worker that dies is replaced at
+once and each session whose env it held ends with SESSION_ERROR naming the death (workers.py).
 
 A socket holds a session place (max_sessions) and an env instance only from its first reset:
 until then it is pending, closed after hello_timeout_s, and the oldest pending socket is closed
@@ -27,9 +27,9 @@ import logging
 import math
 import multiprocessing
 import random
+import signal
 import uuid
 import warnings
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 import websockets.exceptions as wsx
@@ -41,117 +41,15 @@ with warnings.catch_warnings():
     from websockets.legacy.server import WebSocketServerProtocol
     from websockets.legacy.server import serve as ws_serve
 
-from .env import TextEnv
 from .messages import MAX_SEED, MODELS, check_message, error_frame, parse_frame
 from .origin import OriginPolicy, normal_origin
+from .workers import EnvFactory, EnvFailed, Worker, WorkerDied, stop_workers
 
 # Frames websockets reads ahead of the handler per socket: with max_frame_bytes, what one
 # socket may make the provider hold (OpenEnv clients send one request and wait for its answer).
 MAX_QUEUE = 4
 
-EnvFactory = Callable[[], TextEnv]
 log = logging.getLogger("rollgym_envs")
-
-
-# --------------------------------------------------------------------------- worker processes
-
-
-def _worker_main(conn: Any, factories: Dict[str, EnvFactory]) -> None:
-    """One worker: envs by session id, one request at a time, answers (ok, value)."""
-    envs: Dict[str, TextEnv] = {}
-    names: Dict[str, str] = {}
-    while True:
-        try:
-            request = conn.recv()
-        except EOFError:
-            return
-        if request is None:
-            return
-        session, op, arg = request
-        if op == "open":
-            names[session] = arg
-        try:
-            conn.send((True, _run(envs, factories, session, op, arg)))
-        except Exception as error:  # the env's own failure: the session hears of it, the log too
-            text = f"{type(error).__name__}: {error}"
-            log.warning("env %s (session %s) failed in %s: %s", names.get(session), session[:8], op, text)
-            log.debug("the env's traceback", exc_info=True)
-            conn.send((False, text))
-        if op == "close":
-            names.pop(session, None)
-
-
-def _run(envs: Dict[str, TextEnv], factories: Dict[str, EnvFactory], session: str, op: str, arg: Any) -> Any:
-    if op == "open":
-        envs[session] = factories[arg]()
-        return None
-    if op == "close":
-        env = envs.pop(session, None)
-        if env is not None:
-            env.close()
-        return None
-    env = envs[session]
-    if op == "reset":
-        text = env.reset(arg)
-        if not isinstance(text, str):
-            raise TypeError(f"reset() returned {type(text).__name__}, not the observation text (str)")
-        return text, _names(env)
-    if op == "step":
-        outcome = tuple(env.step(arg))
-        if len(outcome) == 3:
-            outcome = (*outcome, {})
-        if len(outcome) != 4:
-            raise TypeError(f"step() returned {len(outcome)} values, not (observation, reward, done, info)")
-        text, reward, done, info = outcome
-        if not isinstance(text, str):
-            raise TypeError(f"step() returned observation of type {type(text).__name__}, not str")
-        if isinstance(reward, bool) or not isinstance(reward, (int, float)) or not math.isfinite(reward):
-            raise TypeError(f"step() returned reward {reward!r}, not a finite number")
-        if not isinstance(info, dict):
-            raise TypeError(f"step() returned info of type {type(info).__name__}, not dict")
-        return text, float(reward), bool(done), info, _names(env)
-    raise ValueError(f"unknown worker operation {op!r}")
-
-
-def _names(env: TextEnv) -> Optional[List[str]]:
-    names = env.action_names
-    return None if names is None else [str(n) for n in names]
-
-
-class WorkerDied(Exception):
-    pass
-
-
-class _Worker:
-    """A worker process and the one thread that talks to it (requests to one worker go in turn)."""
-
-    def __init__(self, context: Any, factories: Dict[str, EnvFactory]):
-        self.conn, child = context.Pipe()
-        self.process = context.Process(target=_worker_main, args=(child, factories), daemon=True)
-        self.process.start()
-        child.close()
-        self.thread = ThreadPoolExecutor(max_workers=1)
-        self.sessions = 0
-
-    def _roundtrip(self, request: Tuple[str, str, Any]) -> Tuple[bool, Any]:
-        try:
-            self.conn.send(request)
-            return self.conn.recv()
-        except (EOFError, OSError) as error:
-            raise WorkerDied(f"worker process {self.process.pid} died (exit code {self.process.exitcode})") from error
-
-    async def call(self, session: str, op: str, arg: Any = None) -> Tuple[bool, Any]:
-        return await asyncio.get_running_loop().run_in_executor(self.thread, self._roundtrip, (session, op, arg))
-
-    def stop(self) -> None:
-        try:
-            self.conn.send(None)
-        except (EOFError, OSError):
-            pass
-        self.process.join(timeout=5)
-        if self.process.is_alive():
-            self.process.kill()
-        self.thread.shutdown(wait=False)
 
 
 # --------------------------------------------------------------------------- the server
@@ -173,7 +71,9 @@ class _Session:
     def __init__(self, ws: Any, name: Optional[str]):
         self.ws = ws
         self.id = uuid.uuid4().hex
-        self.worker: Optional[_Worker] = None
+        self.worker: Optional[Worker] = None
+        # Set when the session's worker died: the frame that tells the client, being sent.
+        self.ending: Optional["asyncio.Future[None]"] = None
         self.state: Dict[str, Any] = {"episode_id": None, "step_count": 0, "env": name, "seed": None, "done": False}
         self.touched = 0.0
 
@@ -249,14 +149,21 @@ class OpenEnvProvider:
         self.idle_s = float(idle_s)
         self.max_depth = max_depth
         self.origins = OriginPolicy(allow_origins, allow_hosts)
-        context = multiprocessing.get_context("fork")
-        self.workers = [_Worker(context, self.envs) for _ in range(workers)]
         self.active = 0
         # Connections without a session place yet, oldest first (dicts keep insertion order).
         self.pending: Dict[_Protocol, None] = {}
         self.closing: Set["asyncio.Future[None]"] = set()
         self.server: Any = None
         self.port = 0
+        self.context = multiprocessing.get_context("fork")
+        # The live workers; a dead one leaves the list and a new one takes its place.
+        self.workers: List[Worker] = []
+        for _ in range(workers):
+            self.workers.append(self._spawn_worker())
+        self.worker_count = workers
+        self.worker_deaths = 0
+        self.worker_restarts = 0
+        self.stopping = False
 
     def _env_of(self, path: str) -> Tuple[Optional[str], str]:
         """(env name, route) of a path: route is "ws", "health", "schema", "metadata", "state" or ""."""
@@ -284,7 +191,7 @@ class OpenEnvProvider:
         if route == "ws" and name is not None:
             return None
         if route == "health" and (name is not None or path.rstrip("/") == "/health"):
-            return self._json(http.HTTPStatus.OK, {"status": "healthy"})
+            return self._health()
         if name is None:
             known = ", ".join(self.envs)
             return self._json(http.HTTPStatus.NOT_FOUND, {"detail": f"no route {path[:100]}; envs: {known} (each at /NAME/ws, /NAME/schema, /NAME/metadata, /NAME/state)"})
@@ -296,6 +203,21 @@ class OpenEnvProvider:
         if route == "state":
             return self._json(http.HTTPStatus.OK, {"episode_id": None, "step_count": 0, "env": name, "seed": None, "done": False})
         return self._json(http.HTTPStatus.NOT_FOUND, {"detail": f"no route {path[:100]}; {name} answers at /{name}/ws, /{name}/schema, /{name}/metadata, /{name}/state"})
+
+    def _health(self) -> Any:
+        """OpenEnv's {"status"}: healthy with every worker alive, degraded with some, unhealthy
+        (503) with none; and the workers' count, deaths and restarts."""
+        for worker in list(self.workers):  # a death the loop has not heard of yet counts now
+            if not worker.alive():
+                self._worker_died(worker)
+        alive = len(self.workers)
+        status = "healthy" if alive >= self.worker_count else "degraded" if alive else "unhealthy"
+        body = {
+            "status": status,
+            "workers": {"alive": alive, "configured": self.worker_count, "died": self.worker_deaths, "restarted": self.worker_restarts},
+            "sessions": {"active": self.active, "max": self.max_sessions},
+        }
+        return self._json(http.HTTPStatus.OK if alive else http.HTTPStatus.SERVICE_UNAVAILABLE, body)
 
     @staticmethod
     def _json(status: http.HTTPStatus, body: Any) -> Any:
@@ -314,9 +236,85 @@ class OpenEnvProvider:
             max_queue=MAX_QUEUE,
         )
         self.port = self.server.sockets[0].getsockname()[1]
+        for worker in self.workers:
+            self._watch(worker)
         return self
 
+    def _watch(self, worker: Worker) -> None:
+        """Hears a worker's end as it happens (its sentinel becomes readable), not at its next call."""
+        loop = asyncio.get_running_loop()
+        sentinel = worker.sentinel
+
+        def ended() -> None:
+            loop.remove_reader(sentinel)
+            if not self.stopping:
+                self._worker_died(worker)
+
+        loop.add_reader(sentinel, ended)
+
+    def _worker_died(self, worker: Worker) -> None:
+        """Takes a dead worker out of the pool, starts one in its place, and ends each session
+        whose env lived in it with a SESSION_ERROR naming the death (once per worker)."""
+        if worker not in self.workers:
+            return
+        self.workers.remove(worker)
+        self.worker_deaths += 1
+        asyncio.get_running_loop().remove_reader(worker.sentinel)
+        death = worker.bury()
+        if self.stopping:
+            for session in worker.sessions:
+                self._tell_lost(session, "the provider is stopping")
+            return
+        replacement = self._restart(death)
+        log.error("%s; %d session(s) lost their env; %s", death, len(worker.sessions), replacement)
+        for session in worker.sessions:
+            self._tell_lost(session, death)
+
+    @staticmethod
+    def _tell_lost(session: _Session, why: str) -> None:
+        """Ends a session whose env ended with its worker: SESSION_ERROR saying why, then 1000."""
+        if session.ending is None:
+            message = f"{why}, and this session's env with it; the episode cannot go on"
+            session.ending = asyncio.ensure_future(_end(session.ws, "SESSION_ERROR", message, "worker died"))
+
+    def _restart(self, death: str) -> str:
+        try:
+            worker = self._spawn_worker()
+        except (OSError, ValueError) as error:  # no fork to be had: the pool serves with one less
+            return f"no worker could take its place ({type(error).__name__}: {error}); {len(self.workers)} of {self.worker_count} left"
+        self.workers.append(worker)
+        self.worker_restarts += 1
+        self._watch(worker)
+        return f"worker process {worker.pid} started in its place"
+
+    def _spawn_worker(self) -> Worker:
+        # Once serving, a fork from the loop's thread while the other workers' threads wait on their
+        # pipes: they hold no lock the child needs (it runs only the worker loop).
+        return Worker(self.context, self.envs, self._descriptors())
+
+    def _descriptors(self) -> List[int]:
+        """The provider's own file descriptors a new worker must not keep: pipes, sockets."""
+        fds = [fd for worker in self.workers for fd in worker.fds()]
+        if self.server is None:
+            return fds
+        fds += [sock.fileno() for sock in self.server.sockets]
+        for connection in {*self.server.websockets, *self.pending}:
+            sock = connection.transport.get_extra_info("socket") if connection.transport is not None else None
+            if sock is not None and sock.fileno() >= 0:
+                fds.append(sock.fileno())
+        return fds
+
     async def stop(self) -> None:
+        self.stopping = True
+        loop = asyncio.get_running_loop()
+        workers = list(self.workers)
+        for worker in workers:
+            loop.remove_reader(worker.sentinel)
+        # The workers first: an env in the middle of a step would hold its session's handler, and
+        # so the server's close, until it returned. Their sessions hear why.
+        stop_workers(workers)
+        for worker in workers:
+            self._worker_died(worker)
         if self.server is not None:
             # websockets would wait out the handshake of a connection that sends no request, and
             # trips over one that answered HTTP but is not unregistered yet: both end first.
@@ -328,8 +326,6 @@ class OpenEnvProvider:
                 await asyncio.wait([c.handler_task for c in ending])
             self.server.close()
             await self.server.wait_closed()
-        for worker in self.workers:
-            worker.stop()
 
     def _add_pending(self, connection: _Protocol) -> None:
         self.pending[connection] = None
@@ -354,21 +350,29 @@ class OpenEnvProvider:
             await self._serve(session)
         except wsx.ConnectionClosed:
             pass
-        except WorkerDied as error:
-            await _end(ws, "SESSION_ERROR", str(error), "worker died")
+        except WorkerDied:
+            worker = session.worker
+            assert worker is not None  # _open handles a death before the session has a worker
+            self._worker_died(worker)  # ends the sessions it held; this one too, unless it came late
+            self._tell_lost(session, worker.bury())
         except Exception as error:  # a bug of ours fails this session, never the provider
             log.error("session %s of %s failed: %s: %s", session.id[:8], name, type(error).__name__, error)
             log.debug("the session's traceback", exc_info=True)
             await _end(ws, "SESSION_ERROR", f"the provider failed on this session: {type(error).__name__}", "internal error")
         finally:
             self.pending.pop(ws, None)
-            if session.worker is not None:
+            worker = session.worker
+            if worker is not None:
                 self.active -= 1
-                session.worker.sessions -= 1
+                worker.sessions.discard(session)
                 try:
-                    await session.worker.call(session.id, "close")
+                    await worker.call(session.id, "close")
                 except WorkerDied:
                     pass
+                except EnvFailed as error:
+                    self._log_env_failure(session, "close", error)
+            if session.ending is not None:
+                await session.ending  # the worker's death, told before the close
             await ws.close()
 
     async def _refuse_full(self, ws: Any) -> None:
@@ -412,16 +416,49 @@ class OpenEnvProvider:
         if self.active >= self.max_sessions:  # others took the places since this socket connected
             await self._refuse_full(session.ws)
             return False
-        self.active += 1
-        worker = min(self.workers, key=lambda w: w.sessions)
-        worker.sessions += 1
-        session.worker = worker
-        name = session.state["env"]
-        ok, value = await worker.call(session.id, "open", name)
-        if not ok:
-            await _end(session.ws, "FACTORY_ERROR", f"Environment factory '{name}' failed to create instance: {value}", "factory failed", factory_name=name)
+        self.active += 1  # before any wait, so that sockets opening together count each other
+        if not await self._pin(session):
+            self.active -= 1
             return False
         return True
+
+    async def _pin(self, session: _Session) -> bool:
+        """Opens the session's env in the least busy live worker; False once the socket is ended."""
+        name = session.state["env"]
+        while True:
+            worker = self._least_busy()
+            if worker is None:
+                message = f"no worker process is alive: {self.worker_deaths} died and none could take their place"
+                await _end(session.ws, "SESSION_ERROR", message, "no worker")
+                return False
+            worker.sessions.add(session)  # counted at once, so concurrent opens spread out
+            try:
+                await worker.call(session.id, "open", name)
+            except WorkerDied:  # died before this session had an env in it: another one takes it
+                worker.sessions.discard(session)
+                self._worker_died(worker)
+                if session.ending is None:
+                    continue
+            except EnvFailed as error:
+                worker.sessions.discard(session)
+                self._log_env_failure(session, "open", error)
+                await _end(session.ws, "FACTORY_ERROR", f"Environment factory '{name}' failed to create instance: {error.reason}", "factory failed", factory_name=name)
+                return False
+            if session.ending is not None:  # its worker died while the env opened: told so
+                worker.sessions.discard(session)
+                return False
+            session.worker = worker
+            return True
+
+    def _least_busy(self) -> Optional[Worker]:
+        """The live worker with the fewest sessions (a dead one found here leaves the pool first)."""
+        for worker in list(self.workers):
+            if not worker.alive():
+                self._worker_died(worker)
+        return min(self.workers, key=lambda w: len(w.sessions), default=None)
+
+    def _log_env_failure(self, session: _Session, op: str, error: EnvFailed) -> None:
+        log.warning("env %s (session %s) failed in %s: %s\n%s", session.state["env"], session.id[:8], op, error.reason, error.trace.rstrip())
 
     async def _answer(self, message: Dict[str, Any], session: _Session) -> str:
         """The reply to one valid message other than close."""
@@ -434,18 +471,20 @@ class OpenEnvProvider:
         assert worker is not None  # a reset opened the session; a step before one is answered above
         if kind == "reset":
             seed = message["seed"] if message["seed"] is not None else random.randint(0, MAX_SEED)
-            ok, value = await worker.call(session.id, "reset", seed)
-            if not ok:
-                return error_frame("EXECUTION_ERROR", value)
-            text, names = value
+            try:
+                text, names = await worker.call(session.id, "reset", seed)
+            except EnvFailed as error:
+                self._log_env_failure(session, "reset", error)
+                return error_frame("EXECUTION_ERROR", error.reason)
             state.update(episode_id=message["episode_id"] or uuid.uuid4().hex, step_count=0, seed=seed, done=False)
             return json.dumps({"type": "observation", "data": {"observation": {"text": text, "actions": names, "info": {}}, "reward": None, "done": False}})
         if state["done"]:
             return error_frame("EXECUTION_ERROR", "the episode is over (done); send reset for a new one")
-        ok, value = await worker.call(session.id, "step", message["action"])
-        if not ok:
-            return error_frame("EXECUTION_ERROR", value)
-        text, reward, done, info, names = value
+        try:
+            text, reward, done, info, names = await worker.call(session.id, "step", message["action"])
+        except EnvFailed as error:
+            self._log_env_failure(session, "step", error)
+            return error_frame("EXECUTION_ERROR", error.reason)
         state.update(step_count=state["step_count"] + 1, done=done)
         try:
             observation = json.dumps({"text": text, "actions": names, "info": info}, allow_nan=False)
@@ -482,7 +521,7 @@ def provider_parser(description: str, prog: Optional[str] = None) -> argparse.Ar
     parser.add_argument("--max-depth", metavar="N", type=_at_least(3), default=d["max_depth"], help=f"nesting of arrays and objects a frame may have; deeper gets INVALID_JSON (default: {d['max_depth']})")
     parser.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN", type=_origin, help="a browser origin (https://lab.example:8443) that may use the provider besides its own page; repeatable")
     parser.add_argument("--allow-host", action="append", default=[], metavar="NAME", help="a host name browsers may reach the provider by besides IP addresses, localhost and this machine's name; repeatable")
-    parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info", help="debug adds the traceback of each env failure (default: info)")
+    parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info", help="warning keeps env failures (with their tracebacks) and worker deaths (default: info)")
     return parser
 
 
@@ -530,11 +569,16 @@ def serve_openenv(envs: Dict[str, EnvFactory], host: str = "127.0.0.1", port: in
     provider = OpenEnvProvider(envs, **options)
 
     async def main() -> None:
-        await provider.start(host, port)
-        for name in envs:
-            print(f"serving {name} as an OpenEnv environment at http://{host}:{provider.port}/{name}", flush=True)
+        # SIGTERM, SIGINT and SIGHUP all stop the provider the same way, its workers with it.
+        loop = asyncio.get_running_loop()
+        stopped: "asyncio.Future[str]" = loop.create_future()
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            loop.add_signal_handler(sig, lambda name=sig.name: stopped.done() or stopped.set_result(name))
         try:
-            await asyncio.Future()
+            await provider.start(host, port)
+            for name in envs:
+                print(f"serving {name} as an OpenEnv environment at http://{host}:{provider.port}/{name}", flush=True)
+            log.info("stopping on %s", await stopped)
         finally:
             await provider.stop()
 

@@ -9,6 +9,10 @@ import http.client
 import json
 import math
 import os
+import signal
+import subprocess
+import sys
+import tempfile
 import time
 import unittest
 import urllib.request
@@ -50,6 +54,15 @@ class NanReward(TextEnv):
 
     def step(self, action: str) -> StepOutcome:
         return StepOutcome("nan", math.nan, False, {})
+
+
+class NoFork(OpenEnvProvider):
+    """A provider that cannot start a worker once serving (as when fork fails)."""
+
+    def _spawn_worker(self):
+        if self.server is not None:
+            raise OSError("fork refused in this test")
+        return super()._spawn_worker()
 
 
 class Failing(OpenEnvProvider):
@@ -113,10 +126,98 @@ async def play_remote(base_url: str, seed: int):
             low, high = (guess + 1, high) if "higher" in result.observation["text"] else (low, guess - 1)
 
 
+def get_json(url: str):
+    """(status, body) of a GET."""
+    try:
+        with urllib.request.urlopen(url, timeout=30) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+def health_once_dead(url: str, died: int):
+    """/health once it counts `died` dead workers (a SIGKILL lands soon, not at once)."""
+    for _ in range(300):
+        status, body = get_json(f"{url}/health")
+        if body["workers"]["died"] >= died:
+            return status, body
+        time.sleep(0.1)
+    raise AssertionError(f"/health never counted {died} dead workers: {body}")
+
+
+def alive(pid: int) -> bool:
+    """Whether any thread of process `pid` still runs (a zombie has ended)."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except FileNotFoundError:
+        return False
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/stat") as file:
+                if file.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X"):
+                    return True
+        except (FileNotFoundError, ProcessLookupError):
+            pass
+    return False
+
+
+def children(pid: int):
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as file:
+                    if int(file.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        found.append(int(entry))
+            except (FileNotFoundError, ProcessLookupError):
+                pass
+    return found
+
+
+def run_and_signal(command, sig):
+    """Starts a provider, holds a session mid-step in a worker, sends `sig` to the provider; the
+    worker pids still running once it has exited (after a grace the workers' own poll fits in)."""
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    # stderr to a file: a worker left behind would hold a pipe open, and reading it would hang.
+    log = tempfile.TemporaryFile("w+")
+    provider = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, env=env, text=True)
+    try:
+        url = provider.stdout.readline().split(" at ")[-1].strip()  # http://127.0.0.1:PORT/Slow
+        workers = children(provider.pid)
+
+        async def hold_a_step():
+            client = await OpenEnvClient(url).connect()
+            await client.reset(seed=1)
+            await client.ws.send(json.dumps({"type": "step", "data": {"action": "60"}}))
+            return client
+
+        async def signal_then_wait():
+            client = await hold_a_step()
+            await asyncio.sleep(0.3)  # the step reaches its worker
+            provider.send_signal(sig)
+            await asyncio.get_running_loop().run_in_executor(None, provider.wait, 30)
+            await client.ws.close()
+
+        asyncio.run(signal_then_wait())
+        for _ in range(100):
+            left = [pid for pid in workers if alive(pid)]
+            if not left:
+                break
+            time.sleep(0.1)
+        log.seek(0)
+        return left, f"workers {workers}; provider stderr: {log.read()[-2000:]}"
+    finally:
+        if provider.poll() is None:
+            provider.kill()
+        provider.wait()
+        provider.stdout.close()
+        log.close()
+
+
 class ProviderTest(unittest.TestCase):
     def serve(self, envs, coroutine, provider_class=OpenEnvProvider, **options):
         """Starts a provider (workers fork here, before the loop), runs `coroutine(url)`, stops it."""
-        provider = provider_class(envs, **options)
+        provider = self.provider = provider_class(envs, **options)
 
         async def go():
             await provider.start("127.0.0.1", 0)
@@ -164,7 +265,8 @@ class ProviderTest(unittest.TestCase):
                 result = await env.step({"action": "0"})
                 return codes, result.observation["text"]
 
-        codes, text = self.serve({"Slow": Slow}, run)
+        with self.assertLogs("rollgym_envs", "WARNING"):
+            codes, text = self.serve({"Slow": Slow}, run)
         self.assertEqual([c for c, _ in codes], ["INVALID_JSON", "UNKNOWN_TYPE", "EXECUTION_ERROR", "VALIDATION_ERROR", "VALIDATION_ERROR", "EXECUTION_ERROR"])
         self.assertIn("reset, step, state, close", codes[1][1])
         self.assertIn("reset first", codes[2][1])
@@ -180,7 +282,8 @@ class ProviderTest(unittest.TestCase):
                     await env.reset(seed=1)
                 return caught.exception
 
-        error = self.serve({"Broken": Broken, "Slow": Slow}, run)
+        with self.assertLogs("rollgym_envs", "WARNING"):
+            error = self.serve({"Broken": Broken, "Slow": Slow}, run)
         self.assertEqual(error.code, "EXECUTION_ERROR")
         self.assertIn("reset() returned int", str(error))
 
@@ -191,7 +294,8 @@ class ProviderTest(unittest.TestCase):
                     await env.step({"action": "x"})  # NaN is not JSON: the client could not read it
                 return caught.exception
 
-        error = self.serve({"NanReward": NanReward, "Slow": Slow}, nan)
+        with self.assertLogs("rollgym_envs", "WARNING"):
+            error = self.serve({"NanReward": NanReward, "Slow": Slow}, nan)
         self.assertIn("not a finite number", str(error))
 
     def test_a_slow_env_delays_only_its_own_worker(self):
@@ -223,9 +327,11 @@ class ProviderTest(unittest.TestCase):
             await other.close()
             return caught.exception, result
 
-        error, result = self.serve({"Slow": Slow, "GuessNumber": GuessNumber}, run, workers=2)
+        with self.assertLogs("rollgym_envs", "ERROR") as logged:
+            error, result = self.serve({"Slow": Slow, "GuessNumber": GuessNumber}, run, workers=2)
         self.assertEqual(error.code, "SESSION_ERROR")
-        self.assertIn("died", str(error))
+        self.assertRegex(str(error), r"worker process \d+ died \(exit code 3\)")
+        self.assertRegex(logged.output[0], r"died \(exit code 3\); 1 session\(s\) lost their env; worker process \d+ started in its place")
         self.assertIn("50", result.observation["text"])
 
     def test_past_max_sessions_a_new_session_gets_capacity_reached(self):
@@ -258,7 +364,9 @@ class ProviderTest(unittest.TestCase):
             )
 
         health, schema, metadata, state, unknown = self.serve({"GuessNumber": GuessNumber, "Slow": Slow}, run)
-        self.assertEqual(health, (200, {"status": "healthy"}))
+        self.assertEqual(health[0], 200)
+        self.assertEqual(health[1]["status"], "healthy")
+        self.assertEqual(health[1]["workers"], {"alive": 2, "configured": 2, "died": 0, "restarted": 0})
         self.assertEqual(schema[1]["action"]["required"], ["action"])
         self.assertEqual(metadata[1]["name"], "GuessNumber")
         self.assertIn("higher, lower or correct", metadata[1]["description"])
@@ -435,6 +543,114 @@ class ProviderTest(unittest.TestCase):
         self.assertIn("KeyError", data["message"])
         self.assertEqual(played, "slept 0")
         self.assertIn("a bug of the provider", logged.output[0])
+
+    # -------------------------------------------------------------------- worker deaths (issue 31.4)
+
+    def test_an_env_exception_is_logged_with_its_traceback_and_named_in_the_reason(self):
+        async def run(url):
+            async with OpenEnvClient(f"{url}/Slow") as env:
+                await env.reset(seed=1)
+                with self.assertRaises(ServerError) as caught:
+                    await env.step({"action": "raise"})
+                return caught.exception
+
+        with self.assertLogs("rollgym_envs", "WARNING") as logged:
+            error = self.serve({"Slow": Slow}, run)
+        self.assertEqual(error.code, "EXECUTION_ERROR")
+        self.assertRegex(str(error), r"RuntimeError: the env failed on purpose \(raised in step, test_provider.py line \d+\)")
+        line = next(out for out in logged.output if "the env failed on purpose" in out)
+        self.assertIn("env Slow (session ", line)
+        self.assertIn("failed in step", line)
+        self.assertIn("Traceback (most recent call last)", line)
+        self.assertIn('raise RuntimeError("the env failed on purpose")', line)
+
+    def test_a_killed_worker_fails_each_of_its_sessions_by_name_and_no_later_session_goes_to_it(self):
+        async def run(url):
+            provider = self.provider
+            clients = [await OpenEnvClient(f"{url}/Slow").connect() for _ in range(4)]
+            for seed, client in enumerate(clients):
+                await client.reset(seed=seed)
+            victim = provider.workers[0]
+            on_victim = {session.state["seed"] for session in victim.sessions}
+            doomed = [c for seed, c in enumerate(clients) if seed in on_victim]
+            spared = [c for seed, c in enumerate(clients) if seed not in on_victim]
+            stepping = asyncio.ensure_future(doomed[0].step({"action": "60"}))  # in its worker when killed
+            await asyncio.sleep(0.3)
+            os.kill(victim.pid, signal.SIGKILL)
+            with self.assertRaises(ServerError) as mid_step:
+                await asyncio.wait_for(stepping, 30)
+            idle = await asyncio.wait_for(error_then_close(doomed[1].ws), 30)  # told unasked
+            spared_steps = [(await c.step({"action": "0"})).observation["text"] for c in spared]
+            later = []
+            for seed in range(10, 18):
+                async with OpenEnvClient(f"{url}/Slow") as env:
+                    await env.reset(seed=seed)
+                    later.append((await env.step({"action": "0"})).observation["text"])
+            health = await asyncio.get_running_loop().run_in_executor(None, get_json, f"{url}/health")
+            for client in spared:
+                await client.close()
+            return victim.pid, len(on_victim), mid_step.exception, idle, spared_steps, later, health, [w.pid for w in provider.workers]
+
+        with self.assertLogs("rollgym_envs", "ERROR"):
+            pid, lost, mid_step, (idle, code), spared_steps, later, health, pids = self.serve({"Slow": Slow}, run, workers=2)
+        self.assertEqual(lost, 2)
+        death = f"worker process {pid} died (killed by SIGKILL), and this session's env with it"
+        self.assertEqual(mid_step.code, "SESSION_ERROR")
+        self.assertIn(death, str(mid_step))
+        self.assertEqual((idle["code"], code), ("SESSION_ERROR", 1000))
+        self.assertIn(death, idle["message"])
+        self.assertEqual(spared_steps, ["slept 0", "slept 0"])
+        self.assertEqual(later, ["slept 0"] * 8)
+        self.assertEqual(health[1]["status"], "healthy")
+        self.assertEqual(health[1]["workers"], {"alive": 2, "configured": 2, "died": 1, "restarted": 1})
+        self.assertNotIn(pid, pids)
+
+    def test_without_a_replacement_dead_workers_leave_the_pool_and_health_says_so(self):
+        async def run(url):
+            provider = self.provider
+            loop = asyncio.get_running_loop()
+            first, second = provider.workers
+            os.kill(first.pid, signal.SIGKILL)
+            degraded = await loop.run_in_executor(None, health_once_dead, url, 1)
+            played = []
+            for seed in range(4):
+                async with OpenEnvClient(f"{url}/Slow") as env:
+                    await env.reset(seed=seed)
+                    played.append((await env.step({"action": "0"})).observation["text"])
+            os.kill(second.pid, signal.SIGKILL)
+            unhealthy = await loop.run_in_executor(None, health_once_dead, url, 2)
+            env = await OpenEnvClient(f"{url}/Slow").connect()
+            await env.ws.send(json.dumps({"type": "reset", "data": {"seed": 1}}))
+            refused = await asyncio.wait_for(error_then_close(env.ws), 30)
+            return degraded, played, unhealthy, refused
+
+        with self.assertLogs("rollgym_envs", "ERROR") as logged:
+            degraded, played, unhealthy, (refused, code) = self.serve({"Slow": Slow}, run, NoFork, workers=2)
+        self.assertEqual(degraded[0], 200)
+        self.assertEqual(degraded[1]["status"], "degraded")
+        self.assertEqual(degraded[1]["workers"], {"alive": 1, "configured": 2, "died": 1, "restarted": 0})
+        self.assertEqual(played, ["slept 0"] * 4)
+        self.assertEqual(unhealthy[0], 503, unhealthy)
+        self.assertEqual(unhealthy[1]["status"], "unhealthy")
+        self.assertEqual((refused["code"], code), ("SESSION_ERROR", 1000))
+        self.assertIn("no worker process is alive: 2 died", refused["message"])
+        self.assertIn("no worker could take its place (OSError: fork refused in this test); 1 of 2 left", logged.output[0])
+
+    def test_signals_and_the_providers_death_leave_no_worker_behind(self):
+        serve = [sys.executable, "-m", "rollgym_envs", "Slow=test_provider:Slow", "--port", "0", "--workers", "3"]
+        # The portable fallback alone: without prctl, workers notice their parent's pid change.
+        no_prctl = "import runpy, sys, rollgym_envs.workers as w; w._set_parent_death_signal = lambda: False; sys.argv[0] = 'rollgym_envs'; runpy.run_module('rollgym_envs', run_name='__main__')"
+        cases = [
+            ("SIGTERM", serve, signal.SIGTERM),
+            ("SIGINT", serve, signal.SIGINT),
+            ("SIGHUP", serve, signal.SIGHUP),
+            ("SIGKILL", serve, signal.SIGKILL),
+            ("SIGKILL without prctl", [sys.executable, "-c", no_prctl, *serve[3:]], signal.SIGKILL),
+        ]
+        for name, command, sig in cases:
+            with self.subTest(name):
+                left, log_tail = run_and_signal(command, sig)
+                self.assertEqual(left, [], log_tail)
 
     def test_snapshot_is_optional(self):
         self.assertTrue(GuessNumber.supports_snapshot())

@@ -23,8 +23,13 @@ import {
   type ObservationAnswer,
   OpenEnvCapacity,
   OpenEnvFailure,
+  OpenEnvRefused,
   OpenEnvSession,
+  shownUrl,
 } from "./openenv-session.ts";
+
+/** What the seed check steps with in a free-text env, unless seed_check_actions says. */
+const TEXT_PROBES = ["50", "25", "75"];
 
 export interface OpenEnvConfig {
   /** Base URL of the server (OpenEnv's EnvClient base_url: http://host:port[/path]); or `urls`. */
@@ -51,10 +56,18 @@ export interface OpenEnvConfig {
   step_timeout_s: number;
   /** Seconds to open a session before the episode fails with openenv_connect. */
   connect_timeout_s: number;
-  /** Seconds an episode waits out CAPACITY_REACHED before it fails with openenv_capacity. */
+  /**
+   * Seconds an episode waits out the server's CAPACITY_REACHED before it fails with
+   * openenv_capacity (and how long a queue behind sessions that nothing steps may stand still).
+   */
   capacity_wait_s: number;
-  /** Reset the first episode twice with its seed and refuse an env whose two resets differ. */
+  /**
+   * Play the first episode's seed twice (reset, then a few steps) and refuse an env whose two
+   * plays differ; false plays such an env anyway, with a warning.
+   */
   check_seed: boolean;
+  /** The actions the seed check steps with (null: up to 3 listed action names, or 50, 25, 75 as text). */
+  seed_check_actions: string[] | null;
   /** The largest answer a session takes (bytes); a larger one fails its episode with openenv_garbage. */
   max_answer_bytes: number;
 }
@@ -78,6 +91,7 @@ function defaults(): OpenEnvConfig {
     connect_timeout_s: 10,
     capacity_wait_s: 60,
     check_seed: true,
+    seed_check_actions: null,
     max_answer_bytes: DEFAULT_MAX_ANSWER_BYTES,
   };
 }
@@ -134,6 +148,12 @@ function poolOf(config: OpenEnvConfig): SessionPool {
       downMs: config.connect_timeout_s * 1000,
     });
     pools.set(config, pool);
+    if (!config.check_seed)
+      process.emitWarning(
+        `the openenv env at ${bases.map(shownUrl).join(", ")} plays without its seed check (check_seed: false): ` +
+          "if it ignores the seed, a group's episodes each play a different episode and their advantages compare different problems",
+        { code: "ROLLGYM_SEED_UNCHECKED" },
+      );
   }
   return pool;
 }
@@ -184,8 +204,9 @@ export class RemoteEnv implements AsyncEnv {
   async reset(seed: number): Promise<string> {
     if (this.closed) throw new EnvUsageError("the remote env was closed");
     this.release();
-    const answer = await this.openAndReset(seed);
-    await this.checkSeed(seed, answer);
+    let answer = await this.openAndReset(seed);
+    if (await this.checkSeed(seed, answer))
+      answer = await this.ask({ type: "reset", data: { seed } }, "reset");
     // Closed while the session opened (an env session disposed, a batch cancelled): let it go.
     if (this.closed) {
       this.release();
@@ -224,15 +245,20 @@ export class RemoteEnv implements AsyncEnv {
     this.release();
   }
 
-  /** Opens a session on the least loaded server and resets it, waiting out a full server. */
+  /**
+   * Opens a session on the least loaded server and resets it. Waiting in rollgym's own queue
+   * never counts against capacity_wait_s; the wait starts with the server's first
+   * CAPACITY_REACHED that rollgym's own sessions there do not explain.
+   */
   private async openAndReset(seed: number): Promise<ObservationAnswer> {
-    const giveUp = Date.now() + this.config.capacity_wait_s * 1000;
-    for (let pause = 100; ; pause = Math.min(pause * 2, 2000)) {
-      const server = await this.pool.acquire(Math.max(0, giveUp - Date.now()));
+    const waitMs = this.config.capacity_wait_s * 1000;
+    let giveUp: number | null = null;
+    for (let pause = 100; ; ) {
+      const server = await this.pool.acquire(waitMs);
       if (server === null)
         throw new OpenEnvFailure(
           "openenv_capacity",
-          `no session of the tag's ${this.pool.counts.limit} (max_sessions over its addresses) came free within capacity_wait_s (${this.config.capacity_wait_s} s)`,
+          `no session of the tag's ${this.pool.counts.limit} (max_sessions over its addresses) came free, and none answered, within capacity_wait_s (${this.config.capacity_wait_s} s): the episodes holding them are not being stepped (an env_open with more episodes than sessions?)`,
         );
       if (this.closed) {
         this.pool.release(server);
@@ -257,53 +283,112 @@ export class RemoteEnv implements AsyncEnv {
         return await this.ask({ type: "reset", data: { seed } }, "reset");
       } catch (error) {
         if (!(error instanceof OpenEnvCapacity)) throw error;
-        this.pool.full(server);
+        // Full of rollgym's own sessions: the episode waits for one of them, in the queue.
+        const ours = this.pool.full(server, { maxSessions: error.maxSessions });
         this.server = null;
         this.release();
+        if (ours) continue;
+        giveUp ??= Date.now() + waitMs;
         if (Date.now() + pause > giveUp)
           throw new OpenEnvFailure(
             "openenv_capacity",
             `${error.detail}; waited ${this.config.capacity_wait_s} s (capacity_wait_s) for a session`,
           );
         await sleep(pause);
+        pause = Math.min(pause * 2, 2000);
       }
     }
   }
 
   /**
-   * The first episode of the tag resets twice with its seed: an env that ignores the seed (its
-   * reset takes none, and OpenEnv drops it without a word) gives two different episodes, and
-   * then every episode of the tag fails saying so.
+   * The first episode of the tag plays its seed twice: reset, then the same few steps. An env
+   * that ignores the seed (its reset takes none, and OpenEnv drops it without a word) plays two
+   * different episodes, often from the same first observation (a hidden number, a shuffled
+   * deck), and then every episode of the tag fails saying so. Whether it checked (the session
+   * then needs a fresh reset).
    */
-  private async checkSeed(seed: number, first: ObservationAnswer): Promise<void> {
-    if (!this.config.check_seed) return;
-    let problem: string | null;
-    if (this.pool.seedVerdict === null) {
-      const url = this.session!.url;
-      const probe = this.ask({ type: "reset", data: { seed } }, "reset").then((second) =>
-        JSON.stringify(second.observation) === JSON.stringify(first.observation)
-          ? null
-          : `two resets of ${url} with seed ${seed} gave different observations: the env ignores ` +
-            "the seed (an OpenEnv env whose reset takes no seed drops it without a word) or is not " +
-            "deterministic, and a group's episodes must all play the same episode (set check_seed: false " +
-            "to play it anyway)",
-      );
-      // A probe that failed on the wire says nothing: the next episode checks again.
+  private async checkSeed(seed: number, first: ObservationAnswer): Promise<boolean> {
+    if (!this.config.check_seed) return false;
+    // Another episode's check under way: its verdict holds for this one too, unless it failed
+    // on the wire (undefined), which says nothing: then this episode checks.
+    let problem: string | null | undefined;
+    while (this.pool.seedVerdict !== null) {
+      problem = await this.pool.seedVerdict;
+      if (problem !== undefined) break;
+    }
+    const checking = problem === undefined;
+    if (checking) {
+      const probe = this.seedProbe(seed, first).catch((error) => {
+        if (!(error instanceof OpenEnvFailure)) throw error;
+        throw new OpenEnvFailure(error.reason, `${error.detail} (in the seed check: check_seed)`);
+      });
       this.pool.seedVerdict = probe.catch(() => {
         this.pool.seedVerdict = null;
-        return null;
+        return undefined;
       });
       problem = await probe;
-    } else problem = await this.pool.seedVerdict;
-    if (problem !== null) throw new OpenEnvFailure("openenv_seed_ignored", problem);
+    }
+    if (problem) {
+      this.release();
+      throw new OpenEnvFailure("openenv_seed_ignored", problem);
+    }
+    return checking;
+  }
+
+  /** Two plays of `seed` from `first` (already reset): why they differ, or null. */
+  private async seedProbe(seed: number, first: ObservationAnswer): Promise<string | null> {
+    const url = this.session!.url;
+    const actions = this.config.seed_check_actions ?? this.listedNames(first)?.slice(0, 3) ?? TEXT_PROBES;
+    const one = await this.probeSteps(first, actions);
+    const again = await this.ask({ type: "reset", data: { seed } }, "reset");
+    const two = await this.probeSteps(again, actions);
+    const at = one.findIndex((seen, i) => seen !== two[i]);
+    if (at < 0 && one.length === two.length) return null;
+    const where = at === 0 ? "after the reset" : `after step ${at} (${JSON.stringify(actions[at - 1])})`;
+    return (
+      `the seed check (check_seed) failed: two plays of ${url} with seed ${seed} (reset, then ` +
+      `${actions.map((a) => JSON.stringify(a)).join(", ")}) gave different observations ${where}: the env ` +
+      "ignores the seed (an OpenEnv env whose reset takes no seed drops it without a word) or is not " +
+      "deterministic, and a group's episodes must all play the same episode (seed_check_actions " +
+      "chooses the steps; check_seed: false plays it anyway)"
+    );
+  }
+
+  /** What `first` and each of `actions` after it show (up to the episode's end), as text. */
+  private async probeSteps(first: ObservationAnswer, actions: readonly string[]): Promise<string[]> {
+    const seen = [JSON.stringify(first)];
+    for (const action of actions) {
+      try {
+        const answer = await this.ask({ type: "step", data: { [this.config.action_field]: action } }, "step");
+        seen.push(JSON.stringify(answer));
+        if (answer.done) break;
+      } catch (error) {
+        // A refused step is an answer too (the same refusal both times for a seeded env).
+        if (!(error instanceof OpenEnvRefused)) throw error;
+        seen.push(error.message);
+      }
+    }
+    return seen;
+  }
+
+  /** The action names an observation lists, or the configured ones. */
+  private listedNames(answer: ObservationAnswer): string[] | null {
+    const listed =
+      this.config.actions_field === null ? undefined : answer.observation[this.config.actions_field];
+    return Array.isArray(listed) && listed.every((n) => typeof n === "string")
+      ? (listed as string[])
+      : this.config.actions;
   }
 
   /** One request on this episode's session; a failure on the wire ends the session. */
   private async ask(message: Record<string, unknown>, what: string): Promise<ObservationAnswer> {
     try {
-      return await this.session!.request(message, what, this.config.step_timeout_s * 1000);
+      const answer = await this.session!.request(message, what, this.config.step_timeout_s * 1000);
+      this.pool.progressed();
+      return answer;
     } catch (error) {
-      if (error instanceof OpenEnvFailure) this.release();
+      // A full server's refusal gives its slot back through the pool's full() instead.
+      if (error instanceof OpenEnvFailure && !(error instanceof OpenEnvCapacity)) this.release();
       throw error;
     }
   }
@@ -333,17 +418,13 @@ export class RemoteEnv implements AsyncEnv {
         throw missing(`text field ${JSON.stringify(field)} (observation_field)`);
       this.text = text ?? "";
     }
-    const listed = this.config.actions_field === null ? undefined : observation[this.config.actions_field];
-    this.names =
-      Array.isArray(listed) && listed.every((n) => typeof n === "string")
-        ? (listed as string[])
-        : this.config.actions;
+    this.names = this.listedNames(answer);
   }
 
   private release(): void {
-    this.session?.close();
+    const closed = this.session?.close();
     this.session = null;
-    if (this.server) this.pool.release(this.server);
+    if (this.server) this.pool.release(this.server, closed);
     this.server = null;
   }
 }
@@ -388,6 +469,17 @@ export const openenv: EnvType<OpenEnvConfig> = {
       connect_timeout_s: numberIn(0.001, 3_600),
       capacity_wait_s: numberIn(0, 86_400),
       check_seed: oneOf(true, false),
+      seed_check_actions: (field, value) => {
+        if (value === null) return null;
+        if (
+          !Array.isArray(value) ||
+          value.length === 0 ||
+          value.length > 16 ||
+          value.some((v) => typeof v !== "string")
+        )
+          throw new EnvConfigError(field, `${JSON.stringify(value)} is not a list of 1 to 16 action texts`);
+        return [...value];
+      },
       max_answer_bytes: integerIn(1024, 256 << 20),
     });
     if ((config.url === null) === (config.urls === null))

@@ -31,12 +31,24 @@ export class OpenEnvFailure extends Error {
   }
 }
 
-/** A full server's CAPACITY_REACHED, with the counts it gave. */
+/** A full server's CAPACITY_REACHED, with the session limit it reported (OpenEnv's max_sessions). */
 export class OpenEnvCapacity extends OpenEnvFailure {
-  constructor(url: string, message: string) {
+  readonly maxSessions: number | null;
+  constructor(url: string, message: string, maxSessions: number | null) {
     super("openenv_capacity", `${url} answered CAPACITY_REACHED: ${message}`);
+    this.maxSessions = maxSessions;
   }
 }
+
+/** A session URL as messages show it: a token in its path (/t/TOKEN/) or query never appears. */
+export function shownUrl(url: string): string {
+  return url.replace(/\/t\/[^/?#]*/g, "/t/[redacted]").replace(/([?&]token=)[^&#]*/gi, "$1[redacted]");
+}
+
+/** How long rollgym waits for the server to close a session it let go before closing it itself. */
+const SERVER_CLOSE_MS = 1_000;
+/** How long a slot waits for a session rollgym let go to be closed before it is offered again. */
+const CLOSE_WAIT_MS = 2_000;
 
 /**
  * The server refused one request and the session goes on (EXECUTION_ERROR: the env raised, or
@@ -75,8 +87,11 @@ interface Pending {
 }
 
 export class OpenEnvSession {
+  /** The session's URL as messages show it (shownUrl). */
   readonly url: string;
   private readonly ws: WebSocket;
+  /** Settles once the socket has closed (at most CLOSE_WAIT_MS after close() is called). */
+  private readonly socketClosed: Promise<void>;
   private pending: Pending | null = null;
   /** A frame that came before any request (a full server's CAPACITY_REACHED), answered to the next one. */
   private early: string | null = null;
@@ -84,8 +99,10 @@ export class OpenEnvSession {
   private gone: OpenEnvFailure | null = null;
 
   private constructor(url: string, ws: WebSocket, options: SessionOptions) {
-    this.url = url;
+    this.url = shownUrl(url);
     this.ws = ws;
+    this.socketClosed = new Promise((resolve) => ws.once("close", () => resolve()));
+    url = this.url;
     ws.on("message", (data, isBinary) => {
       options.charge?.(rawBytes(data));
       this.received(isBinary ? null : data.toString());
@@ -119,7 +136,9 @@ export class OpenEnvSession {
         ws.removeAllListeners();
         ws.on("error", () => {});
         ws.terminate();
-        reject(new OpenEnvFailure("openenv_connect", `cannot open a session on ${url}: ${message}`));
+        reject(
+          new OpenEnvFailure("openenv_connect", `cannot open a session on ${shownUrl(url)}: ${message}`),
+        );
       };
       ws.once("open", () => {
         ws.removeAllListeners();
@@ -158,14 +177,24 @@ export class OpenEnvSession {
     });
   }
 
-  /** Ends the session as OpenEnv's client does (a close message, then the socket). */
-  close(): void {
-    if (this.gone) return;
+  /**
+   * Ends the session with OpenEnv's close message, and lets the server close the socket: an
+   * OpenEnv server ends the session first, so once the socket is closed the server no longer
+   * counts it and the next session there is not refused. Settles then, or after CLOSE_WAIT_MS;
+   * a server that keeps the socket open is closed on after SERVER_CLOSE_MS.
+   */
+  close(): Promise<void> {
+    const closed = Promise.race([
+      this.socketClosed,
+      new Promise<void>((resolve) => setTimeout(resolve, CLOSE_WAIT_MS).unref()),
+    ]);
+    if (this.gone) return closed;
     const why = new OpenEnvFailure("openenv_closed", `rollgym closed the session on ${this.url}`);
     this.gone = why;
     if (this.ws.readyState === WebSocket.OPEN) {
       this.ws.send(JSON.stringify({ type: "close" }));
-      this.ws.close(1000);
+      const ours = setTimeout(() => this.ws.close(1000), SERVER_CLOSE_MS).unref();
+      void this.socketClosed.then(() => clearTimeout(ours));
     } else this.ws.terminate();
     const pending = this.pending;
     this.pending = null;
@@ -173,6 +202,7 @@ export class OpenEnvSession {
       clearTimeout(pending.timer);
       pending.reject(why);
     }
+    return closed;
   }
 
   private received(frame: string | null): void {
@@ -224,7 +254,7 @@ export class OpenEnvSession {
       // Both end up in an episode's failure reason: kept to a line.
       const code = clip(data.code, 40);
       const message = clip(data.message, 500);
-      if (code === "CAPACITY_REACHED") return new OpenEnvCapacity(this.url, message);
+      if (code === "CAPACITY_REACHED") return new OpenEnvCapacity(this.url, message, reportedMax(data));
       if (REQUEST_ERRORS.has(code)) return new OpenEnvRefused(this.url, code, message);
       return new OpenEnvFailure("openenv_session_error", `${code || "error"} from ${this.url}: ${message}`);
     }
@@ -255,4 +285,10 @@ export class OpenEnvSession {
 function rawBytes(data: WebSocket.RawData): number {
   if (Array.isArray(data)) return data.reduce((sum, chunk) => sum + chunk.byteLength, 0);
   return data.byteLength;
+}
+
+/** The max_sessions a CAPACITY_REACHED reports, when it is a count. */
+function reportedMax(data: Record<string, unknown>): number | null {
+  const max = data.max_sessions;
+  return typeof max === "number" && Number.isInteger(max) && max > 0 ? max : null;
 }

@@ -262,7 +262,7 @@ function attachSockets({ app, state, guard, origins, wss, openenv }: ServerParts
     const foreign = origins.refusal(request, state.options.token !== null);
     if (foreign !== null)
       return refuseUpgrade(socket, new RollgymError("foreign_origin", { message: foreign }));
-    if (!authorized(request, state.options.token))
+    if (!authorized(request, state.options.token) && !openenv.pathAuthorized(path, state.options.token))
       return refuseUpgrade(socket, new RollgymError("unauthorized", { query: false }));
     // A storm of handshakes is spread over turns of the event loop (connections.ts).
     guard.upgrade(() => {
@@ -353,7 +353,7 @@ function refuseUpgrade(socket: Duplex, error: RollgymError): void {
   );
 }
 
-/** Request logs name the URL without its `token` parameter (the page's way to send the token). */
+/** Request logs name the URL without its token (the page's `token` parameter, OpenEnv's /t/TOKEN). */
 function withoutSecrets(logger: boolean | { level: string }): boolean | object {
   if (logger === false) return false;
   return {
@@ -369,7 +369,9 @@ function withoutSecrets(logger: boolean | { level: string }): boolean | object {
 }
 
 export function redactToken(url: string): string {
-  return url.replace(/([?&]token=)[^&#]*/gi, "$1[redacted]");
+  return url
+    .replace(/([?&]token=)[^&#]*/gi, "$1[redacted]")
+    .replace(/^(\/openenv\/[^/?#]+\/t\/)[^/?#]*/, "$1[redacted]");
 }
 
 function pickLimits(options: ServerOptions): Partial<ServerLimits> {

@@ -1,7 +1,9 @@
 // rollgym's tags as OpenEnv environments (docs/openenv.md): each registered tag answers at
 // /openenv/TAG the way an OpenEnv server answers at its root — WebSocket sessions on
 // /openenv/TAG/ws and the HTTP routes health, schema, metadata, state, reset, step — so an
-// OpenEnv client given the base URL http://HOST:PORT/openenv/TAG plays it. One process serves
+// OpenEnv client given the base URL http://HOST:PORT/openenv/TAG plays it; behind `serve --token`,
+// the base URL http://HOST:PORT/openenv/TAG/t/TOKEN carries the token in the socket's path
+// (OpenEnv's client sends no headers and appends /ws after any query). One process serves
 // many sessions of every tag at once, each with its own env. The upgrade goes through app.ts's
 // checks (closing, Origin/Host, token, connection caps); frames are capped at max_frame_bytes
 // and replies go out through Outbound's backpressure like every other socket's.
@@ -32,6 +34,7 @@ import { type LimitValues, MAX_SEED } from "../../protocol/settings.ts";
 import { messageOf } from "../errors/boundary.ts";
 import { RollgymError } from "../errors/catalogue.ts";
 import { mapActions } from "../rollout/parse.ts";
+import { sameSecret } from "./auth.ts";
 import { type ConnectionGuard, type ConnectionTicket, closeWithin, heartbeat } from "./connections.ts";
 import { limitDefaults } from "./limits.ts";
 import { OPENENV_SESSION_BYTES } from "./memory-costs.ts";
@@ -180,6 +183,15 @@ export class OpenEnvServer {
         message: unknownTagMessage(tag, this.state.registry.tagNames()),
       });
     return this.wss;
+  }
+
+  /**
+   * Whether `path` carries `expected` as its /t/TOKEN segment (OpenEnv's client can send the
+   * token no other way); compared in constant time.
+   */
+  pathAuthorized(path: string, expected: string | null): boolean {
+    const token = sessionPath(path)?.token;
+    return expected !== null && token !== undefined && token !== null && sameSecret(token, expected);
   }
 
   /** Closes every session (at shutdown); each promise says whether its client had to be dropped. */
@@ -345,6 +357,13 @@ export class OpenEnvServer {
       const tag = tagOf(request.params.tag, reply);
       return tag ? freshState(tag) : reply;
     });
+    // The /t/TOKEN form is the socket's alone; answered here, not by fastify's 404, whose log
+    // line would name the URL, token and all.
+    app.all(`${PREFIX}/:tag/t/*`, async (_request, reply) =>
+      reply.code(404).send({
+        detail: `${PREFIX}/TAG/t/TOKEN is a base URL for WebSocket sessions only (upgrade on …/ws); the HTTP routes are at ${PREFIX}/TAG/…`,
+      }),
+    );
     // OpenEnv's HTTP reset builds a fresh env for the call: the first observation of a seed.
     app.post<TagRequest & { Body: unknown }>(`${PREFIX}/:tag/reset`, async (request, reply) => {
       const tag = tagOf(request.params.tag, reply);
@@ -367,12 +386,23 @@ export class OpenEnvServer {
 
 /** The tag a /openenv/TAG/ws path names (percent-decoded), or null for any other path. */
 function tagInPath(path: string): string | null {
-  const match = /^\/openenv\/([^/]+)\/ws$/.exec(path);
+  return sessionPath(path)?.tag ?? null;
+}
+
+/**
+ * The tag and token of a session's path, /openenv/TAG/ws or /openenv/TAG/t/TOKEN/ws (both
+ * percent-decoded; token null in the first form), or null for any other path.
+ */
+function sessionPath(path: string): { tag: string; token: string | null } | null {
+  const match = /^\/openenv\/([^/]+)(?:\/t\/([^/]+))?\/ws$/.exec(path);
   if (match === null) return null;
   try {
-    return decodeURIComponent(match[1]);
+    return {
+      tag: decodeURIComponent(match[1]),
+      token: match[2] === undefined ? null : decodeURIComponent(match[2]),
+    };
   } catch {
-    return null; // a malformed escape (%E0) names no tag
+    return null; // a malformed escape (%E0) names nothing
   }
 }
 

@@ -118,7 +118,12 @@ export type FakeFault =
   /** Resets ignore the seed (an OpenEnv env whose reset takes none). */
   | { kind: "no_seed" }
   /** Holds at most `sessions` sessions; more get CAPACITY_REACHED and are closed. */
-  | { kind: "capacity"; sessions: number };
+  | { kind: "capacity"; sessions: number }
+  /**
+   * Resets ignore the seed but show the same first observation (as GuessNumber's "I am thinking
+   * of a number"); later observations show the hidden number each reset drew.
+   */
+  | { kind: "hidden_seed" };
 
 /**
  * A small OpenEnv server in Node: "Walk", whose episode at seed s shows "seed s, step n" and
@@ -131,9 +136,13 @@ export class FakeOpenEnv {
   most = 0;
   /** Connections answered CAPACITY_REACHED. */
   refused = 0;
+  /** Most sessions with a step in progress at once. */
+  busiest = 0;
   private resets = 0;
+  private stepping = 0;
 
-  private constructor(wss: WebSocketServer, fault: FakeFault) {
+  /** `stepMs`: how long each step takes to answer (a healthy but slow env). */
+  private constructor(wss: WebSocketServer, fault: FakeFault, stepMs: number) {
     this.wss = wss;
     wss.on("connection", (ws) => {
       if (fault.kind === "capacity" && this.open >= fault.sessions) {
@@ -150,23 +159,39 @@ export class FakeOpenEnv {
       }
       this.open++;
       this.most = Math.max(this.most, this.open);
-      ws.once("close", () => this.open--);
+      // As OpenEnv's server: the session ends at the close message, before the socket closes.
+      let ended = false;
+      const end = () => {
+        if (!ended) this.open--;
+        ended = true;
+      };
+      ws.once("close", end);
       let seed = 0;
       let step = 0;
       const observation = (reward: number | null, done: boolean) =>
         JSON.stringify({
           type: "observation",
           data: {
-            observation: { text: `seed ${seed}, step ${step}`, actions: ["Go", "Stay"] },
+            observation: {
+              text:
+                fault.kind === "hidden_seed" && step === 0 ? "guess my number" : `seed ${seed}, step ${step}`,
+              actions: ["Go", "Stay"],
+            },
             reward,
             done,
           },
         });
       ws.on("message", (raw) => {
         const message = JSON.parse(raw.toString()) as { type: string; data?: Record<string, unknown> };
-        if (message.type === "close") return ws.close(1000);
+        if (message.type === "close") {
+          end();
+          return ws.close(1000);
+        }
         if (message.type === "reset") {
-          seed = fault.kind === "no_seed" ? ++this.resets : Number(message.data?.seed ?? 0);
+          seed =
+            fault.kind === "no_seed" || fault.kind === "hidden_seed"
+              ? ++this.resets
+              : Number(message.data?.seed ?? 0);
           step = 0;
           return ws.send(observation(null, false));
         }
@@ -174,15 +199,21 @@ export class FakeOpenEnv {
         if (fault.kind === "hang" && step === fault.at) return;
         if (fault.kind === "garbage" && step === fault.at) return ws.send("}{ this is not OpenEnv");
         const go = message.data?.action === "Go";
-        ws.send(observation(go ? 1 : 0, step >= 5));
+        const answer = observation(go ? 1 : 0, step >= 5);
+        if (stepMs === 0) return ws.send(answer);
+        this.busiest = Math.max(this.busiest, ++this.stepping);
+        setTimeout(() => {
+          this.stepping--;
+          if (ws.readyState === ws.OPEN) ws.send(answer);
+        }, stepMs);
       });
     });
   }
 
-  static async start(fault: FakeFault): Promise<FakeOpenEnv> {
+  static async start(fault: FakeFault, stepMs = 0): Promise<FakeOpenEnv> {
     const wss = new WebSocketServer({ host: "127.0.0.1", port: 0 });
     await new Promise((resolve) => wss.once("listening", resolve));
-    return new FakeOpenEnv(wss, fault);
+    return new FakeOpenEnv(wss, fault, stepMs);
   }
 
   get base(): string {

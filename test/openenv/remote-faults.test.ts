@@ -79,7 +79,9 @@ function sessionsGivenBack(registry: EnvRegistry): void {
 
 describe("remote env faults", () => {
   it("a server that hangs a step: the episodes fail with openenv_timeout after step_timeout_s", async () => {
-    const registry = await goodAndBad({ kind: "hang", at: 2 });
+    // The seed check's own steps would meet the hang at reset (the next case): here the
+    // episodes' turns meet it.
+    const registry = await goodAndBad({ kind: "hang", at: 2 }, { check_seed: false });
     const { result, reported } = await play(registry);
     const bad = result.episodes.filter((e) => e.tag === "Bad");
     for (const e of bad) {
@@ -93,7 +95,7 @@ describe("remote env faults", () => {
   });
 
   it("a server that answers garbage: the episodes fail with openenv_garbage naming what came", async () => {
-    const registry = await goodAndBad({ kind: "garbage", at: 1 });
+    const registry = await goodAndBad({ kind: "garbage", at: 1 }, { check_seed: false });
     const { result, reported } = await play(registry);
     for (const e of result.episodes.filter((e) => e.tag === "Bad"))
       expect(e.failure).toMatch(
@@ -103,12 +105,25 @@ describe("remote env faults", () => {
     sessionsGivenBack(registry);
   });
 
+  it("a step that hangs in the seed check: the episodes fail at reset, naming the check", async () => {
+    const registry = await goodAndBad({ kind: "hang", at: 2 });
+    const { result, reported } = await play(registry);
+    for (const e of result.episodes.filter((e) => e.tag === "Bad")) {
+      expect(e.failure).toMatch(
+        /^reset: openenv_timeout: no answer to step from ws:\/\/127\.0\.0\.1:\d+\/ws within 0\.5 s \(step_timeout_s\) \(in the seed check: check_seed\)$/,
+      );
+      expect(e.turns).toHaveLength(0);
+    }
+    othersFinished(result, reported);
+    sessionsGivenBack(registry);
+  });
+
   it("an env whose reset ignores the seed is detected: every episode fails with openenv_seed_ignored", async () => {
     const registry = await goodAndBad({ kind: "no_seed" });
     const { result, reported } = await play(registry);
     for (const e of result.episodes.filter((e) => e.tag === "Bad")) {
       expect(e.failure).toMatch(
-        /^reset: openenv_seed_ignored: two resets of \S+ with seed 5\d gave different observations: the env ignores the seed/,
+        /^reset: openenv_seed_ignored: the seed check \(check_seed\) failed: two plays of \S+ with seed 5\d \(reset, then "Go", "Stay"\) gave different observations after the reset: the env ignores the seed/,
       );
       expect(e.turns).toHaveLength(0);
     }

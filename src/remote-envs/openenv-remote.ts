@@ -10,6 +10,7 @@ import { integerIn, numberIn, oneOf, overlayConfig, stringMap } from "../../envs
 import type { AsyncEnv, ChargeBytes, EnvType, StepInfo, StepResult } from "../../envs/types.ts";
 import { EnvConfigError, EnvUsageError } from "../../envs/types.ts";
 import { isPlainObject } from "../../protocol/plain-object.ts";
+import { withoutSecrets } from "../../protocol/secret-urls.ts";
 import {
   parseSuccessRule,
   parseTemplate,
@@ -25,7 +26,6 @@ import {
   OpenEnvFailure,
   OpenEnvRefused,
   OpenEnvSession,
-  shownUrl,
 } from "./openenv-session.ts";
 
 /** What the seed check steps with in a free-text env, unless seed_check_actions says. */
@@ -150,7 +150,7 @@ function poolOf(config: OpenEnvConfig): SessionPool {
     pools.set(config, pool);
     if (!config.check_seed)
       process.emitWarning(
-        `the openenv env at ${bases.map(shownUrl).join(", ")} plays without its seed check (check_seed: false): ` +
+        `the openenv env at ${bases.map(withoutSecrets).join(", ")} plays without its seed check (check_seed: false): ` +
           "if it ignores the seed, a group's episodes each play a different episode and their advantages compare different problems",
         { code: "ROLLGYM_SEED_UNCHECKED" },
       );

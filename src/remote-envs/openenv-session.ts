@@ -6,6 +6,7 @@ import WebSocket from "ws";
 import { type ChargeBytes, EnvUsageError } from "../../envs/types.ts";
 import { clip, JsonTooDeepError, parseJson, preview } from "../../protocol/bounded-json.ts";
 import { checkAnswer } from "../../protocol/openenv.ts";
+import { withoutSecrets } from "../../protocol/secret-urls.ts";
 
 /** Why a remote episode could not go on; each starts the failure's message. */
 export type OpenEnvReason =
@@ -38,11 +39,6 @@ export class OpenEnvCapacity extends OpenEnvFailure {
     super("openenv_capacity", `${url} answered CAPACITY_REACHED: ${message}`);
     this.maxSessions = maxSessions;
   }
-}
-
-/** A session URL as messages show it: a token in its path (/t/TOKEN/) or query never appears. */
-export function shownUrl(url: string): string {
-  return url.replace(/\/t\/[^/?#]*/g, "/t/[redacted]").replace(/([?&]token=)[^&#]*/gi, "$1[redacted]");
 }
 
 /** How long rollgym waits for the server to close a session it let go before closing it itself. */
@@ -87,7 +83,7 @@ interface Pending {
 }
 
 export class OpenEnvSession {
-  /** The session's URL as messages show it (shownUrl). */
+  /** The session's URL as messages show it (withoutSecrets). */
   readonly url: string;
   private readonly ws: WebSocket;
   /** Settles once the socket has closed (at most CLOSE_WAIT_MS after close() is called). */
@@ -99,7 +95,7 @@ export class OpenEnvSession {
   private gone: OpenEnvFailure | null = null;
 
   private constructor(url: string, ws: WebSocket, options: SessionOptions) {
-    this.url = shownUrl(url);
+    this.url = withoutSecrets(url);
     this.ws = ws;
     this.socketClosed = new Promise((resolve) => ws.once("close", () => resolve()));
     url = this.url;
@@ -137,7 +133,10 @@ export class OpenEnvSession {
         ws.on("error", () => {});
         ws.terminate();
         reject(
-          new OpenEnvFailure("openenv_connect", `cannot open a session on ${shownUrl(url)}: ${message}`),
+          new OpenEnvFailure(
+            "openenv_connect",
+            `cannot open a session on ${withoutSecrets(url)}: ${message}`,
+          ),
         );
       };
       ws.once("open", () => {

@@ -12,6 +12,7 @@ import type { EnvRegistry } from "../../envs/registry.ts";
 import { deeperThan, MAX_JSON_DEPTH } from "../../protocol/bounded-json.ts";
 import { CLOSE_CODES, encodeMessage } from "../../protocol/codec.ts";
 import { MAX_TRAINER_TOKEN_LENGTH } from "../../protocol/messages.ts";
+import { withoutSecrets } from "../../protocol/secret-urls.ts";
 import { defaultConfig, type RollgymConfig } from "../config/index.ts";
 import { httpRefusal } from "../errors/boundary.ts";
 import { RollgymError } from "../errors/catalogue.ts";
@@ -102,7 +103,7 @@ const VERSION = (
 export async function buildServer(options: ServerOptions = {}): Promise<RollgymServer> {
   const guard = new ConnectionGuard(options.connections);
   const app = Fastify({
-    logger: withoutSecrets(options.logger ?? false),
+    logger: loggerWithoutSecrets(options.logger ?? false),
     ...httpServerOptions(guard.limits),
   });
   guard.attach(app.server);
@@ -117,6 +118,12 @@ export async function buildServer(options: ServerOptions = {}): Promise<RollgymS
   });
   securityHeaders(app, origins);
   boundJsonBodies(app);
+  // fastify's own 404 logs the URL as sent, a token in its query included.
+  app.setNotFoundHandler((request, reply) => {
+    const message = `Route ${request.method}:${withoutSecrets(request.url)} not found`;
+    request.log.info(message);
+    return reply.code(404).send({ message, error: "Not Found", statusCode: 404 });
+  });
   const limits: ServerLimits = { ...DEFAULT_LIMITS, ...pickLimits(options) };
   const wss = new WebSocketServer({
     noServer: true,
@@ -233,10 +240,19 @@ function registerRoutes(app: FastifyInstance, state: ServerState): void {
         env_type: t.spec.env_type,
         max_actions_per_traj: t.spec.max_actions_per_traj,
         max_tokens: t.spec.max_tokens,
-        config: t.config,
+        config: withoutUrlSecrets(t.config),
       };
     }),
   }));
+}
+
+/** A tag's config as the page sees it: a remote tag's url/urls without their tokens. */
+function withoutUrlSecrets(config: object): object {
+  const shown: Record<string, unknown> = { ...config };
+  if (typeof shown.url === "string") shown.url = withoutSecrets(shown.url);
+  if (Array.isArray(shown.urls))
+    shown.urls = shown.urls.map((u) => (typeof u === "string" ? withoutSecrets(u) : u));
+  return shown;
 }
 
 /** What the socket and shutdown steps share. */
@@ -354,24 +370,18 @@ function refuseUpgrade(socket: Duplex, error: RollgymError): void {
 }
 
 /** Request logs name the URL without its token (the page's `token` parameter, OpenEnv's /t/TOKEN). */
-function withoutSecrets(logger: boolean | { level: string }): boolean | object {
+function loggerWithoutSecrets(logger: boolean | { level: string }): boolean | object {
   if (logger === false) return false;
   return {
     ...(logger === true ? {} : logger),
     serializers: {
       req: (request: { method: string; url: string; ip?: string }) => ({
         method: request.method,
-        url: redactToken(request.url),
+        url: withoutSecrets(request.url),
         remoteAddress: request.ip,
       }),
     },
   };
-}
-
-export function redactToken(url: string): string {
-  return url
-    .replace(/([?&]token=)[^&#]*/gi, "$1[redacted]")
-    .replace(/^(\/openenv\/[^/?#]+\/t\/)[^/?#]*/, "$1[redacted]");
 }
 
 function pickLimits(options: ServerOptions): Partial<ServerLimits> {

@@ -9,9 +9,9 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { withoutSecrets } from "../../protocol/secret-urls.ts";
 import { servingUrl } from "../../src/bench/children.ts";
 import { randomPolicy } from "../../src/llm/builtin.ts";
-import { shownUrl } from "../../src/remote-envs/openenv-session.ts";
 import { runBatch } from "../../src/rollout/batch.ts";
 import { defaultBatchRequest } from "../../src/rollout/request.ts";
 import { ROOT } from "../helpers/cli.ts";
@@ -102,7 +102,7 @@ describe("serve --token, reached by an OpenEnv client that sends no headers", { 
         /^reset: openenv_connect: cannot open a session on ws:\/\/127\.0\.0\.1:\d+\/openenv\/CoordSokoban\/t\/\[redacted\]\/ws: HTTP 401 at the upgrade$/,
       );
     }
-    expect(shownUrl(`ws://h/openenv/T/t/${SEGMENT}/ws?token=abc&x=1`)).toBe(
+    expect(withoutSecrets(`ws://h/openenv/T/t/${SEGMENT}/ws?token=abc&x=1`)).toBe(
       "ws://h/openenv/T/t/[redacted]/ws?token=[redacted]&x=1",
     );
   });
@@ -111,12 +111,17 @@ describe("serve --token, reached by an OpenEnv client that sends no headers", { 
     // A plain GET of the session path is an HTTP request fastify logs (404).
     const get = await fetch(`${server!.url}/openenv/CoordSokoban/t/${SEGMENT}/ws`);
     expect(get.status).toBe(404);
+    // So is a page-style ?token= on a path nothing serves (fastify's own 404 would log it).
+    const stray = await fetch(`${server!.url}/no/such/page?token=${SEGMENT}`);
+    expect(stray.status).toBe(404);
+    expect(await stray.text()).not.toContain(SEGMENT);
     const metrics = await (
       await fetch(`${server!.url}/metrics`, { headers: { authorization: `Bearer ${TOKEN}` } })
     ).text();
     expect(metrics).toContain("rollgym_");
     // The log has seen the requests above (trace level names each one).
     expect(server!.output()).toMatch(/\/openenv\/CoordSokoban\/t\/\[redacted\]\/ws/);
+    expect(server!.output()).toMatch(/\/no\/such\/page\?token=\[redacted\]/);
     for (const text of [metrics, server!.output()]) {
       expect(text).not.toContain(TOKEN);
       expect(text).not.toContain(SEGMENT);

@@ -5,7 +5,9 @@
 import { request as httpRequest, type IncomingMessage } from "node:http";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import WebSocket from "ws";
-import { buildServer, type RollgymServer, redactToken } from "../../src/server/app.ts";
+import { withoutSecrets } from "../../protocol/secret-urls.ts";
+import { buildServer, type RollgymServer } from "../../src/server/app.ts";
+import { remoteRegistry } from "../helpers/openenv-remote.ts";
 
 let server: RollgymServer;
 let url: string;
@@ -213,7 +215,22 @@ describe("tokens and uploads before any body is read", () => {
   });
 
   it("never logs the token of a request URL", () => {
-    expect(redactToken("/v1/web?token=s3cret&x=1")).toBe("/v1/web?token=[redacted]&x=1");
-    expect(redactToken("/?a=1&token=s3cret")).toBe("/?a=1&token=[redacted]");
+    expect(withoutSecrets("/v1/web?token=s3cret&x=1")).toBe("/v1/web?token=[redacted]&x=1");
+    expect(withoutSecrets("/?a=1&token=s3cret")).toBe("/?a=1&token=[redacted]");
+    expect(withoutSecrets("http://me:s3cret@h:8000/openenv/T")).toBe("http://[redacted]@h:8000/openenv/T");
+  });
+
+  it("/v1/envs shows a remote tag's URLs without their tokens", async () => {
+    const registry = await remoteRegistry("Far", "CoordSokoban", {
+      urls: ["http://h:1/openenv/CoordSokoban/t/s3cret", "http://me:s3cret@h:2/x?token=s3cret"],
+    });
+    const s = await buildServer({ registry });
+    try {
+      const body = (await s.app.inject({ method: "GET", url: "/v1/envs" })).body;
+      expect(body).not.toContain("s3cret");
+      expect(body).toContain("http://h:1/openenv/CoordSokoban/t/[redacted]");
+    } finally {
+      await s.shutdown();
+    }
   });
 });

@@ -3,7 +3,7 @@
 // the fitted request, rendering fields /tokenize must see, per-request seeds, a gateway without
 // /tokenize, and a context limit that shrinks while a server runs.
 import { once } from "node:events";
-import { createServer, request as httpRequest } from "node:http";
+import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import { setTimeout as sleep } from "node:timers/promises";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -13,6 +13,7 @@ import { ChatPolicy } from "../../src/llm/openai-chat.ts";
 import { type MockEngine, startMockEngine } from "../../src/mock-engine/server.ts";
 import { type BatchRequest, runBatch } from "../../src/rollout/batch.ts";
 import { resolveRequest } from "../../src/rollout/request.ts";
+import { type Gateway, startGateway } from "../helpers/gateway.ts";
 import { recordingPolicy, singleRequest } from "../helpers/recording-policy.ts";
 
 const registry = createRegistry();
@@ -130,47 +131,6 @@ describe("rendering fields vLLM's /tokenize has no field for", () => {
   });
 });
 
-/** A gateway that forwards only /v1/* to `target` (as many API gateways do) and answers 404 elsewhere. */
-async function v1Gateway(
-  target: string,
-): Promise<{ url: string; paths: string[]; close: () => Promise<void> }> {
-  const upstream = new URL(target);
-  const paths: string[] = [];
-  const server = createServer((req, res) => {
-    paths.push(req.url ?? "");
-    if (!req.url?.startsWith("/v1/")) {
-      res.writeHead(404, { "content-type": "text/plain" }).end("Not Found");
-      return;
-    }
-    const forward = httpRequest(
-      {
-        host: upstream.hostname,
-        port: upstream.port,
-        path: req.url,
-        method: req.method,
-        headers: req.headers,
-      },
-      (answer) => {
-        res.writeHead(answer.statusCode ?? 502, answer.headers);
-        answer.pipe(res);
-      },
-    );
-    forward.on("error", () => res.writeHead(502).end());
-    req.pipe(forward);
-  });
-  server.listen(0, "127.0.0.1");
-  await once(server, "listening");
-  const port = (server.address() as AddressInfo).port;
-  return {
-    url: `http://127.0.0.1:${port}/v1`,
-    paths,
-    close: async () => {
-      server.closeAllConnections();
-      server.close();
-    },
-  };
-}
-
 function tenTurns(window: number, extra: string[] = []): BatchRequest {
   const { config } = loadConfig({
     overrides: [
@@ -188,10 +148,10 @@ function tenTurns(window: number, extra: string[] = []): BatchRequest {
 
 describe("behind a gateway that forwards only /v1/*", () => {
   let engine: MockEngine;
-  let gateway: Awaited<ReturnType<typeof v1Gateway>>;
+  let gateway: Gateway;
   beforeAll(async () => {
     engine = await startMockEngine({ model: "mock", seed: 7, maxModelLen: 4096 });
-    gateway = await v1Gateway(engine.url);
+    gateway = await startGateway(engine.url, { v1Only: true });
   });
   afterAll(async () => {
     await gateway?.close();
@@ -219,12 +179,12 @@ describe("behind a gateway that forwards only /v1/*", () => {
       countTokens: "usage",
     });
     await chat.preflight();
-    const before = gateway.paths.length;
+    const before = gateway.seen.length;
     const { policy, requests } = recordingPolicy(chat);
     const batch = await runBatch(registry, tenTurns(window), policy);
     await chat.close();
     expect(batch.failed).toBe(0);
-    expect(gateway.paths.slice(before).every((p) => p.startsWith("/v1/"))).toBe(true);
+    expect(gateway.seen.slice(before).every(({ path }) => path.startsWith("/v1/"))).toBe(true);
     expect(chat.countRequests).toBe(0);
     expect(requests.length).toBeGreaterThan(20);
     for (const r of requests) {

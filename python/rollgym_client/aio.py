@@ -1013,8 +1013,9 @@ class AsyncClient:
         verdict (RAGEN's filter over that window; it also sets ``kept`` on the window's groups
         not yet handed out). Pacing options: ``in_flight`` (groups running at once),
         ``max_staleness`` and ``groups_per_step`` (the capacity rule of PROTOCOL.md
-        "Staleness"), ``drop_older_than``. Groups carry ``min_version``/``max_version``
-        (0 until a trainer has begun an update).
+        "Staleness"), ``strict_staleness`` (with ``max_staleness``: no group arrives older
+        than S, by holding finished groups back, never by dropping them), ``drop_older_than``.
+        Groups carry ``min_version``/``max_version`` (0 until a trainer has begun an update).
         """
         r = self._new_rollout(True, tags, tag, groups, group_size, mode, step, seed, delivery, rollout_id, on_progress, options)
         return RolloutStream(self, r)

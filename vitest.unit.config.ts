@@ -32,6 +32,7 @@ export default defineConfig({
       "test/server/entry-fuzz.test.ts",
       "test/server/async-acceptance.test.ts",
       "test/server/strict-staleness.test.ts",
+      "test/server/update-failures.test.ts",
       "test/server/keepalive-attack.test.ts",
     ],
   },

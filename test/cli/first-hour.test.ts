@@ -319,7 +319,9 @@ describe.concurrent("the first hour", () => {
     const readme = readFileSync(join(ROOT, "python", "README.md"), "utf8");
     const read = [...readme.matchAll(/metrics\["([^"]+)"\]/g)].map((m) => m[1]);
     expect(read.length).toBeGreaterThan(0);
-    const r = await runInProcess(["rollout", "--json"]);
+    // Half a second as a rule; it once ran past vitest's 60 s in CI, not seen again: the deadline
+    // makes a repeat say where it stood.
+    const r = await runInProcess(["rollout", "--json"], "", 45_000);
     const { metrics } = JSON.parse(r.stdout) as { metrics: Record<string, number> };
     for (const key of read) expect(metrics).toHaveProperty([key]);
   });

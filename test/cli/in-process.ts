@@ -15,13 +15,39 @@ function sink(): { stream: Writable; text: () => string } {
   return { stream, text: () => Buffer.concat(chunks).toString("utf8") };
 }
 
-export async function runInProcess(argv: readonly string[], stdin = ""): Promise<CliResult> {
+/**
+ * Runs `rollgym argv` in this process. With `deadlineMs`, a command still running then fails
+ * with what it wrote to stderr so far and the process's active resources, so a hang says
+ * where it stood (vitest's own timeout says nothing of it).
+ */
+export async function runInProcess(
+  argv: readonly string[],
+  stdin = "",
+  deadlineMs?: number,
+): Promise<CliResult> {
   const out = sink();
   const err = sink();
-  const code = await run(argv, {
+  const running = run(argv, {
     stdout: out.stream,
     stderr: err.stream,
     stdin: Readable.from(stdin === "" ? [] : [Buffer.from(stdin)]),
   });
-  return { code, stdout: out.text(), stderr: err.text() };
+  let timer: NodeJS.Timeout | undefined;
+  const overdue = new Promise<never>((_, reject) => {
+    if (deadlineMs === undefined) return;
+    timer = setTimeout(() => {
+      const resources = process.getActiveResourcesInfo().join(", ");
+      reject(
+        new Error(
+          `rollgym ${argv.join(" ")}: still running after ${deadlineMs} ms; stderr so far:\n${err.text()}\nactive resources: ${resources}`,
+        ),
+      );
+    }, deadlineMs);
+  });
+  try {
+    const code = await Promise.race([running, overdue]);
+    return { code, stdout: out.text(), stderr: err.text() };
+  } finally {
+    clearTimeout(timer);
+  }
 }

@@ -30,6 +30,10 @@ interface OpenUpdate {
   dropped: "abandoned" | "expired" | null;
   /** Ends it at max_update_s. */
   timer: NodeJS.Timeout | null;
+  /** When begin_update came (Date.now()), for its age on /healthz, /metrics and in the log. */
+  since: number;
+  /** What pausing held: update_begun's counts, 0 until it is answered. */
+  held: { paused: number; aborted: number };
 }
 
 /** How long an update may stay open, and where the server says what it did about one that did not end. */
@@ -57,13 +61,6 @@ export interface OpenUpdateStatus {
   trainer_gone_s?: number;
 }
 
-/** When the open update began and what pausing held: observability only, kept beside OpenUpdate. */
-interface UpdateSeen {
-  update: OpenUpdate;
-  since: number;
-  held: { paused: number; aborted: number };
-}
-
 /** What a trainer's welcome says about updates. */
 export interface TrainerWelcome {
   version: Version;
@@ -84,8 +81,6 @@ export class UpdateCoordinator {
   private readonly options: UpdateOptions;
   /** The last update that expired: a late end_update for it is told so. */
   private expired: { id: string; version: Version } | null = null;
-  /** The open update's age and pause counts (for /healthz, /metrics, the log). */
-  private seen: UpdateSeen | null = null;
   /** When the trainer's connection went, and which one (a resumed trainer is on another). */
   private trainerLost: { at: number; out: Session["outbound"] } | null = null;
 
@@ -180,10 +175,11 @@ export class UpdateCoordinator {
       ending: false,
       dropped: null,
       timer: null,
+      since: Date.now(),
+      held: { paused: 0, aborted: 0 },
     };
     // The gate closes before any engine is asked to pause, so no new group slips in meanwhile.
     this.open = open;
-    this.seen = { update: open, since: Date.now(), held: { paused: 0, aborted: 0 } };
     this.used = true;
     this.expired = null;
     open.timer = setTimeout(() => void this.expire(open), this.options.maxUpdateMs);
@@ -193,7 +189,7 @@ export class UpdateCoordinator {
     const ages = this.delivered.take();
     try {
       const begun = await updates.begin(mode);
-      if (this.seen?.update === open) this.seen.held = { paused: begun.paused, aborted: begun.aborted };
+      open.held = { paused: begun.paused, aborted: begun.aborted };
       open.begun = true;
       this.changed();
       for (const { url, reason } of begun.refused)
@@ -309,15 +305,14 @@ export class UpdateCoordinator {
   /** The open update for /healthz; null when none is open (or one nobody will end is resuming the engines). */
   status(now = Date.now()): OpenUpdateStatus | null {
     const open = this.open;
-    const seen = this.seen;
-    if (open === null || open.dropped !== null || seen?.update !== open) return null;
+    if (open === null || open.dropped !== null) return null;
     const gone = this.trainerGoneMs(now);
     return {
       id: open.id,
-      age_s: seconds(now - seen.since),
+      age_s: seconds(now - open.since),
       state: open.ending ? "ending" : open.begun ? "paused" : "pausing",
-      paused: seen.held.paused,
-      aborted: seen.held.aborted,
+      paused: open.held.paused,
+      aborted: open.held.aborted,
       version: { ...this.current },
       trainer: gone === null ? "connected" : "disconnected",
       ...(gone === null ? {} : { trainer_gone_s: seconds(gone) }),

@@ -2,13 +2,15 @@
 // what `update_begun` reports for the step it closes. A group's age is the ordinal in force when
 // it was delivered minus its min_version (0 when no turn of it carries a version yet), as the
 // clients define it; a trainer that trains on a group later than that sees it older still.
-import type { AgeSummary } from "../../../protocol/messages.ts";
-import type { EpisodeRecord } from "../../record/episode-record.ts";
-import { versionRange } from "../group-frame.ts";
+import type { AgeSummary, GroupFrame } from "../../../protocol/messages.ts";
 
-/** The age of a group of `episodes` delivered while ordinal `current` is in force. */
-export function ageAt(current: number, episodes: readonly EpisodeRecord[]): number {
-  return current - (versionRange(episodes)?.min ?? 0);
+/**
+ * The age of a group delivered in `frame` while ordinal `current` is in force. The frame's
+ * min_version is the range its builder already walked; a frame without one was built before any
+ * update, when every ordinal is 0.
+ */
+export function ageAt(current: number, frame: Pick<GroupFrame, "min_version">): number {
+  return current - (frame.min_version ?? 0);
 }
 
 export class DeliveredAges {

@@ -79,7 +79,7 @@ export class BatchDelivery implements Delivery {
       const frame = groupFrame(this.host.id, g.group_id, episodes, true, g.score, {
         versions: this.setup.updates.used,
       });
-      this.setup.updates.delivered.add(ageAt(this.setup.updates.current.ordinal, episodes));
+      this.setup.updates.delivered.add(ageAt(this.setup.updates.current.ordinal, frame));
       this.host.queue(g.group_id, frame, episodes.length);
     }
     this.finished.clear();

@@ -180,7 +180,7 @@ export class StreamDelivery implements Delivery {
     // A held group's play stays on the memory meter until its frame is queued (and charged).
     const send = () => {
       host.meter.release(group);
-      setup.updates.delivered.add(ageAt(setup.updates.current.ordinal, episodes));
+      setup.updates.delivered.add(ageAt(setup.updates.current.ordinal, frame));
       if (slot) slot.state = "queued";
       host.queue(group, frame, episodes.length);
     };

@@ -70,6 +70,11 @@ interface Tracked {
   settle(): void;
 }
 
+/** Replicas listed in update frames, in URL order. */
+function byUrl(a: { url: string }, b: { url: string }): number {
+  return a.url < b.url ? -1 : a.url > b.url ? 1 : 0;
+}
+
 function missingRoute(error: unknown): boolean {
   return error instanceof EngineError && (error.status === 404 || error.status === 405);
 }
@@ -186,7 +191,7 @@ export class EngineUpdates extends VersionBook {
     const root = serverRoot(url);
     let answer: { is_paused?: unknown };
     try {
-      answer = (await this.#host.control("GET", `${root}/is_paused`)) as { is_paused?: unknown };
+      answer = await this.#pausedAnswer(root);
     } catch (error) {
       if (missingRoute(error)) {
         this.#noPause.add(url);
@@ -230,7 +235,7 @@ export class EngineUpdates extends VersionBook {
             // Before the request: a /pause may land even when its answer is lost.
             this.#mayBePaused.add(url);
             await this.#host.control("POST", `${root}/pause?mode=${mode}&clear_cache=${this.#clearCache}`);
-            const answer = (await this.#host.control("GET", `${root}/is_paused`)) as { is_paused?: unknown };
+            const answer = await this.#pausedAnswer(root);
             if (answer?.is_paused !== true)
               throw new Error(`GET ${root}/is_paused answered ${JSON.stringify(answer)} after /pause`);
             this.#paused.push(url);
@@ -255,7 +260,7 @@ export class EngineUpdates extends VersionBook {
       }),
     );
     begun.out_of_routing.sort();
-    begun.refused.sort((a, b) => (a.url < b.url ? -1 : a.url > b.url ? 1 : 0));
+    begun.refused.sort(byUrl);
     if (begun.refused.length > 0 && begun.paused === 0 && begun.aborted === 0) {
       // Nothing is held for the trainer: the update fails, and no replica is left paused.
       const failed = this.#failed;
@@ -290,8 +295,13 @@ export class EngineUpdates extends VersionBook {
         await this.interrupt(url);
       }),
     );
-    resumed.failed_to_resume.sort((a, b) => (a.url < b.url ? -1 : a.url > b.url ? 1 : 0));
+    resumed.failed_to_resume.sort(byUrl);
     return resumed;
+  }
+
+  /** GET /is_paused at a replica's server root: `{is_paused: bool}` from vLLM, whatever else from others. */
+  async #pausedAnswer(root: string): Promise<{ is_paused?: unknown }> {
+    return (await this.#host.control("GET", `${root}/is_paused`)) as { is_paused?: unknown };
   }
 
   /**
@@ -319,7 +329,7 @@ export class EngineUpdates extends VersionBook {
         asked = `POST ${root}/resume`;
         await this.#host.control("POST", `${root}/resume`);
         asked = `GET ${root}/is_paused`;
-        const answer = (await this.#host.control("GET", `${root}/is_paused`)) as { is_paused?: unknown };
+        const answer = await this.#pausedAnswer(root);
         if (answer?.is_paused === false) {
           this.#mayBePaused.delete(url);
           return null;

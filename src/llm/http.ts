@@ -53,6 +53,19 @@ export class UnusableAnswer extends EngineError {
   }
 }
 
+/**
+ * A request body already serialised as JSON, sent as is: a caller that extends one history
+ * turn after turn keeps its text instead of serialising the whole history again.
+ */
+export class JsonText {
+  constructor(readonly text: string) {}
+}
+
+/** The JSON text of a request body. */
+function bodyText(body: unknown): string {
+  return body instanceof JsonText ? body.text : JSON.stringify(body);
+}
+
 export interface RequestOptions {
   signal?: AbortSignal;
   timeoutMs: number;
@@ -203,7 +216,7 @@ async function exchange(
       method,
       headers:
         body === undefined ? options.headers : { "content-type": "application/json", ...options.headers },
-      body: body === undefined ? undefined : JSON.stringify(body),
+      body: body === undefined ? undefined : bodyText(body),
       signal: limit.signal,
     });
     const status = response.statusCode;

@@ -10,8 +10,11 @@ import type { AddressInfo } from "node:net";
 export interface Gateway {
   /** The gateway's base URL, ending in /v1 like an engine's. */
   url: string;
-  /** Every request that arrived, in order: its path and its JSON body (null when none). */
-  seen: { path: string; body: unknown }[];
+  /**
+   * Every request that arrived, in order: its path, its JSON body (null when none) and, once
+   * the engine's answer has passed through whole, its status and text.
+   */
+  seen: Exchange[];
   /** From now on, POSTs to paths ending in `suffix` wait in the gateway until release(). */
   hold(suffix: string): void;
   /** Requests waiting in the gateway now. */
@@ -21,13 +24,19 @@ export interface Gateway {
   close(): Promise<void>;
 }
 
+export interface Exchange {
+  path: string;
+  body: unknown;
+  answer?: { status: number; text: string };
+}
+
 export async function startGateway(target: string, options: { v1Only?: boolean } = {}): Promise<Gateway> {
   const upstream = new URL(target);
   const seen: Gateway["seen"] = [];
   let holding: string | null = null;
   let waiting: (() => void)[] = [];
 
-  const forward = (req: IncomingMessage, res: ServerResponse, body: Buffer): void => {
+  const forward = (req: IncomingMessage, res: ServerResponse, body: Buffer, exchange: Exchange): void => {
     const out = httpRequest(
       {
         host: upstream.hostname,
@@ -37,7 +46,13 @@ export async function startGateway(target: string, options: { v1Only?: boolean }
         headers: req.headers,
       },
       (answer) => {
-        res.writeHead(answer.statusCode ?? 502, answer.headers);
+        const status = answer.statusCode ?? 502;
+        res.writeHead(status, answer.headers);
+        const parts: Buffer[] = [];
+        answer.on("data", (part: Buffer) => parts.push(part));
+        answer.on("end", () => {
+          exchange.answer = { status, text: Buffer.concat(parts).toString("utf8") };
+        });
         answer.pipe(res);
       },
     );
@@ -57,16 +72,17 @@ export async function startGateway(target: string, options: { v1Only?: boolean }
     for await (const chunk of req) chunks.push(chunk as Buffer);
     const body = Buffer.concat(chunks);
     const path = req.url ?? "";
-    seen.push({ path, body: body.length > 0 ? JSON.parse(body.toString("utf8")) : null });
+    const exchange: Exchange = { path, body: body.length > 0 ? JSON.parse(body.toString("utf8")) : null };
+    seen.push(exchange);
     if (options.v1Only && !path.startsWith("/v1/")) {
       res.writeHead(404, { "content-type": "text/plain" }).end("Not Found");
       return;
     }
     if (holding !== null && req.method === "POST" && path.endsWith(holding)) {
-      waiting.push(() => forward(req, res, body));
+      waiting.push(() => forward(req, res, body, exchange));
       return;
     }
-    forward(req, res, body);
+    forward(req, res, body, exchange);
   });
   server.listen(0, "127.0.0.1");
   await once(server, "listening");

@@ -58,7 +58,11 @@ export class UnusableAnswer extends EngineError {
  * turn after turn keeps its text instead of serialising the whole history again.
  */
 export class JsonText {
-  constructor(readonly text: string) {}
+  readonly text: string;
+  // Not a parameter property: Node's type stripping refuses them (erasableSyntaxOnly).
+  constructor(text: string) {
+    this.text = text;
+  }
 }
 
 /** The JSON text of a request body. */

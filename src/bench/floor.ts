@@ -16,8 +16,9 @@ const FLOOR_CHILD = fileURLToPath(
 /** One floor client's run in a forked child; rejects with the child's error or exit. */
 export function runFloorChild(job: FloorJob): Promise<FloorResult> {
   const child = fork(FLOOR_CHILD, ["--floor-child"], {
-    // Node's defaults, as the serve child gets them: no inspector or profiler flags of the bench.
+    // A client on Node's defaults: no inspector, profiler or heap flags of the bench's own.
     execArgv: [],
+    env: { ...process.env, NODE_OPTIONS: "" },
     stdio: ["ignore", "ignore", "pipe", "ipc"],
   });
   let stderr = "";

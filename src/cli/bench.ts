@@ -162,6 +162,9 @@ export const BENCH_DETAILS =
   "their own CPU per request, and server CPU per request ÷ each, are reported. --mode chat,tokens runs\n" +
   "each case in both modes side by side: engine requests per turn (every HTTP request the engines got,\n" +
   "/tokenize and /detokenize included) and server CPU per turn, token mode ÷ chat mode.\n" +
+  "RSS is the serve process's VmHWM and VmRSS after the drain, beside the bound docs/server.md derives\n" +
+  "from the limits at the case's settings; serve runs on the runtime the bench was started with\n" +
+  "(ROLLGYM_RUNTIME, NODE_OPTIONS: Node's defaults unless set; the JSON records them as server_runtime).\n" +
   "With GPUs: --llm URL[,URL…] --model M drives real engines (vLLM's /metrics gives requests and tokens).\n" +
   "Seconds per training step, sync against async: rollgym bench async (--async is its old spelling).";
 

@@ -83,7 +83,7 @@ function rawConnection(target: Target, requests: readonly Buffer[]): { send: Sen
     let complete: boolean;
     if (length) complete = data.length >= headEnd + 4 + Number(length[1]);
     else if (/\r\ntransfer-encoding:\s*chunked/i.test(head)) complete = chunkedEnd(data, headEnd + 4);
-    else return finish(`no Content-Length or chunked encoding in the answer: ${head.slice(0, 200)}`);
+    else return finish(`HTTP ${status} without Content-Length or chunked encoding: ${head.slice(0, 200)}`);
     if (!complete) return;
     finish(status === 200 ? null : `HTTP ${status}: ${data.toString("utf8", headEnd + 4, headEnd + 204)}`);
   };

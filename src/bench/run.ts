@@ -129,6 +129,12 @@ export interface CaseResult {
   floor: Record<"raw" | "undici", FloorResult | null> | null;
   /** Server CPU per request ÷ each floor client's CPU per request. */
   server_over_floor: { raw: number | null; undici: number | null } | null;
+  /**
+   * How long the /metrics reads at the window's start and end took, ms: the engines' counters
+   * are as of their answer, so answers much slower than the server's (an engine short of CPU)
+   * shift the engine-side figures (requests, tokens, requests per turn) against the window.
+   */
+  metrics_answer_ms: { start: { engines: number; server: number }; end: { engines: number; server: number } };
   episodes_total: number;
   episodes_finished: number;
   episodes_failed: number;
@@ -148,6 +154,8 @@ interface Snapshot {
   benchCpu: number;
   engine: EngineCounters;
   server: Map<string, number>;
+  /** How long the engines' and the server's /metrics took to answer, ms. */
+  answeredMs: { engines: number; server: number };
 }
 
 export async function runCase(
@@ -217,8 +225,13 @@ export async function runCase(
       const serverCpu = serverPid === null ? null : cpuSeconds(serverPid);
       const engine = enginesCpu();
       const usage = process.cpuUsage();
-      const [counters, server] = await Promise.all([scrapeEngines(urls), scrape(`${serverUrl}/metrics`)]);
+      const timed = async <T>(read: Promise<T>): Promise<[T, number]> => [await read, performance.now() - at];
+      const [[counters, enginesMs], [server, serverMs]] = await Promise.all([
+        timed(scrapeEngines(urls)),
+        timed(scrape(`${serverUrl}/metrics`)),
+      ]);
       return {
+        answeredMs: { engines: round(enginesMs, 1), server: round(serverMs, 1) },
         at,
         serverCpu,
         engineCpu: engine,
@@ -445,6 +458,7 @@ export async function runCase(
       saturation_ratio: load && load.tokens_per_s > 0 ? round(tokensPerS / load.tokens_per_s, 3) : null,
       floor,
       server_over_floor: floor ? { raw: over(floor.raw), undici: over(floor.undici) } : null,
+      metrics_answer_ms: { start: windowStart.answeredMs, end: windowEnd.answeredMs },
       episodes_total: total,
       episodes_finished: total - failed,
       episodes_failed: failed,

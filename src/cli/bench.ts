@@ -174,6 +174,9 @@ export const ASYNC_BENCH_DETAILS =
   "step, update; S=s = an endless stream with max_staleness s that plays on while the trainer steps.\n" +
   "Reports seconds per step, speedup, the age of every trained group and the time paused per update.";
 
+/** A /metrics read slower than this shifts the engine-side figures noticeably against the window. */
+const LATE_METRICS_MS = 1000;
+
 /** Parses `argv` with `own`; a flag only the other bench takes is named as the other's, not as unknown. */
 function parseBench(
   command: string,
@@ -400,6 +403,12 @@ export async function benchCommand(argv: readonly string[]): Promise<number> {
       continue;
     }
     results.push(result);
+    const late = Math.max(result.metrics_answer_ms.start.engines, result.metrics_answer_ms.end.engines);
+    if (late > LATE_METRICS_MS)
+      progress.note(
+        `rollgym: bench: the engines' /metrics answered after up to ${Math.round(late)} ms (engines short of CPU?): ` +
+          "requests/s, tokens/s, engine requests per turn and CPU per request are shifted against the window",
+      );
     progress.note(
       `${result.mode}, ${result.episodes_in_flight} in flight, ${result.replicas} replica(s), ${result.latency_model}: ` +
         `${result.episodes_per_s} episodes/s, ${result.requests_per_s} requests/s, server ${result.server_cpu_ms_per_request ?? "–"} ms CPU/request, ` +

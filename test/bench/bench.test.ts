@@ -64,6 +64,10 @@ function expectSane(r: CaseResult, fromMocks: boolean): void {
   if (fromMocks) expect(r.engine_cpu_cores).toBeGreaterThan(0);
   else expect(r.engine_cpu_cores).toBeNull();
   expect(r.server_cpu_ms_per_turn).toBeGreaterThan(0);
+  for (const at of [r.metrics_answer_ms.start, r.metrics_answer_ms.end]) {
+    expect(at.engines).toBeGreaterThan(0);
+    expect(at.server).toBeGreaterThan(0);
+  }
   if (r.mode === "chat") expectFloor(r);
   if (fromMocks) {
     // The mock engines count every request by route: a chat turn is one chat completion, plus a

@@ -3,11 +3,17 @@
 // them (/proc/PID/stat CPU time, /proc/PID/status memory).
 import { type ChildProcess, execFileSync, spawn } from "node:child_process";
 import { readFileSync } from "node:fs";
+import { join, resolve } from "node:path";
 import { createInterface } from "node:readline";
 import type { Readable } from "node:stream";
 import { fileURLToPath } from "node:url";
 
 const ROLLGYM = fileURLToPath(new URL("../../bin/rollgym.js", import.meta.url));
+
+/** The CLI entry of the checkout at `dir` (an A/B run's other tree). */
+export function rollgymEntry(dir: string): string {
+  return join(resolve(dir), "bin", "rollgym.js");
+}
 
 /**
  * Children still running: killed when this process exits, also by a crash or a SIGINT/SIGTERM,
@@ -46,9 +52,15 @@ export interface Child {
 /**
  * Starts `rollgym ARGS` and resolves once a stdout line matches `listening` (its first group is
  * the URL; the match should run to the line's end). Rejects with the child's stderr if it exits first.
+ * `entry` is the CLI to run: this checkout's unless given.
  */
-export function startRollgym(name: string, args: readonly string[], listening: RegExp): Promise<Child> {
-  const child = spawn(process.execPath, [ROLLGYM, ...args], {
+export function startRollgym(
+  name: string,
+  args: readonly string[],
+  listening: RegExp,
+  entry: string = ROLLGYM,
+): Promise<Child> {
+  const child = spawn(process.execPath, [entry, ...args], {
     stdio: ["ignore", "pipe", "pipe"],
     env: {
       ...process.env,
@@ -129,13 +141,15 @@ export async function startMockEngines(
 
 /**
  * Starts `rollgym serve` against `urls` serving `model`, playing `groupConcurrency` groups of a
- * rollout at once, with the extra arguments `args` (flags, key=value overrides).
+ * rollout at once, with the extra arguments `args` (flags, key=value overrides), from the CLI
+ * `entry` (this checkout's unless given).
  */
 export function startServe(
   urls: readonly string[],
   model: string,
   groupConcurrency: number,
   args: readonly string[],
+  entry?: string,
 ): Promise<Child> {
   return startRollgym(
     "rollgym serve",
@@ -152,6 +166,7 @@ export function startServe(
       ...args,
     ],
     /rollgym serving on (\S+).*\n/,
+    entry,
   );
 }
 

@@ -39,16 +39,7 @@ export async function generateLoad(options: LoadOptions): Promise<LoadResult> {
         maxFreeSockets: options.concurrency,
       }),
   );
-  const bodies = options.prompts.map((messages) =>
-    JSON.stringify({
-      model: options.model,
-      messages:
-        options.prefill === null ? messages : [...messages, { role: "assistant", content: options.prefill }],
-      max_tokens: options.maxTokens,
-      temperature: 1,
-      ...(options.prefill === null ? {} : { continue_final_message: true, add_generation_prompt: false }),
-    }),
-  );
+  const bodies = chatBodies(options, options.prompts);
   const targets = options.urls.map((url) => new URL(`${url.replace(/\/+$/, "")}/chat/completions`));
   const result: LoadResult = { requests: 0, failures: 0, firstError: null };
   let next = 0;
@@ -74,6 +65,14 @@ export async function generateLoad(options: LoadOptions): Promise<LoadResult> {
     for (const agent of agents) agent.destroy();
   }
   return result;
+}
+
+/** The generator's request bodies, one per prompt (the floor clients send the same). */
+export function chatBodies(
+  options: Pick<LoadOptions, "model" | "maxTokens" | "prefill">,
+  prompts: readonly ChatMessages[],
+): string[] {
+  return prompts.map((messages) => chatBody(options, messages));
 }
 
 /** A chat request as rollgym's policy words it: the prefill continued, max_tokens, temperature 1. */

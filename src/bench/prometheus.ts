@@ -1,5 +1,6 @@
 // Reading Prometheus text (the server's /metrics, an engine's /metrics): one number per metric
-// name, summed over its label sets, which is all a bench needs from a counter or a gauge.
+// name, summed over its label sets, which is all a bench needs from a counter or a gauge; and
+// each series under its own text (`name{label="value",…}`) for the few read by label.
 import { serverRoot } from "../llm/engine.ts";
 
 export type Samples = Map<string, number>;
@@ -15,6 +16,7 @@ export function parsePrometheus(text: string): Samples {
     const value = Number(line.slice(space + 1));
     if (!Number.isFinite(value)) continue;
     samples.set(name, (samples.get(name) ?? 0) + value);
+    if (brace >= 0 && brace < space) samples.set(line.slice(0, space), value);
   }
   return samples;
 }
@@ -45,6 +47,21 @@ export interface EngineCounters {
   promptTokens: number;
   /** Requests in the engine's batch at the moment of the scrape (a gauge). */
   running: number;
+  /**
+   * Every HTTP request the engine received by route, the bench's own scrapes left out (the mock
+   * engine's mock_engine:http_requests_total; empty for engines that do not count them).
+   */
+  routes: Record<string, number>;
+}
+
+const HTTP_REQUESTS = /^mock_engine:http_requests_total\{(?:.*,)?route="([^"]*)"/;
+/** The bench's reads, not requests of the server under test. */
+const BENCH_ROUTES = new Set(["/metrics", "/mock/stats"]);
+
+/** Engine requests by route, summed over engines; null if no engine counted any. */
+export function engineRequests(counters: EngineCounters): number | null {
+  const values = Object.values(counters.routes);
+  return values.length === 0 ? null : values.reduce((a, b) => a + b, 0);
 }
 
 export function engineCounters(samples: Samples): EngineCounters {
@@ -53,7 +70,23 @@ export function engineCounters(samples: Samples): EngineCounters {
     generatedTokens: samples.get("vllm:generation_tokens_total") ?? 0,
     promptTokens: samples.get("vllm:prompt_tokens_total") ?? 0,
     running: samples.get("vllm:num_requests_running") ?? 0,
+    routes: routesOf(samples),
   };
+}
+
+function routesOf(samples: Samples): Record<string, number> {
+  const routes: Record<string, number> = {};
+  for (const [key, value] of samples) {
+    const route = HTTP_REQUESTS.exec(key)?.[1];
+    if (route !== undefined && !BENCH_ROUTES.has(route)) routes[route] = (routes[route] ?? 0) + value;
+  }
+  return routes;
+}
+
+function addRoutes(a: Record<string, number>, b: Record<string, number>): Record<string, number> {
+  const sum = { ...a };
+  for (const [route, n] of Object.entries(b)) sum[route] = (sum[route] ?? 0) + n;
+  return sum;
 }
 
 /** Sums the counters of several engines (replicas), scraped at once. */
@@ -65,8 +98,9 @@ export async function scrapeEngines(urls: readonly string[]): Promise<EngineCoun
       generatedTokens: sum.generatedTokens + c.generatedTokens,
       promptTokens: sum.promptTokens + c.promptTokens,
       running: sum.running + c.running,
+      routes: addRoutes(sum.routes, c.routes),
     }),
-    { requests: 0, generatedTokens: 0, promptTokens: 0, running: 0 },
+    { requests: 0, generatedTokens: 0, promptTokens: 0, running: 0, routes: {} },
   );
 }
 

@@ -4,13 +4,18 @@ import type { CaseResult } from "./run.ts";
 
 interface Column {
   title: string;
+  /** A shorter title for the terminal's tables, where the title is the column's width. */
+  short?: string;
   value: (r: CaseResult) => string;
 }
 
 const fixed = (v: number | null | undefined, digits: number): string => (v == null ? "–" : v.toFixed(digits));
-const mib = (bytes: number | null): string => (bytes === null ? "–" : `${Math.round(bytes / 2 ** 20)}`);
+const mib = (bytes: number | null | undefined): string =>
+  bytes == null ? "–" : `${Math.round(bytes / 2 ** 20)}`;
 
 const COLUMNS: Column[] = [
+  // Results written before modes were all chat mode.
+  { title: "mode", value: (r) => r.mode ?? "chat" },
   { title: "in flight", value: (r) => String(r.episodes_in_flight) },
   { title: "replicas", value: (r) => String(r.replicas) },
   { title: "model", value: (r) => r.latency_model },
@@ -36,9 +41,46 @@ const COLUMNS: Column[] = [
   },
   { title: "finished/failed", value: (r) => `${r.episodes_finished}/${r.episodes_failed}` },
   { title: "window s", value: (r) => fixed(r.window_s, 1) },
+  { title: "engine req/turn", value: (r) => fixed(r.engine_requests_per_turn, 2) },
+  { title: "server CPU ms/turn", short: "CPU ms/turn", value: (r) => fixed(r.server_cpu_ms_per_turn, 3) },
+  {
+    title: "tokens/chat CPU/turn",
+    short: "tok/chat CPU",
+    value: (r) => fixed(r.tokens_over_chat?.server_cpu_per_turn, 2),
+  },
+  {
+    title: "floor raw ms/req",
+    short: "raw ms/req",
+    value: (r) => fixed(r.floor?.raw?.cpu_ms_per_request, 4),
+  },
+  {
+    title: "floor undici ms/req",
+    short: "undici ms/req",
+    value: (r) => fixed(r.floor?.undici?.cpu_ms_per_request, 4),
+  },
+  { title: "server ÷ raw", short: "server ÷raw", value: (r) => fixed(r.server_over_floor?.raw, 2) },
+  { title: "server ÷ undici", short: "server ÷undici", value: (r) => fixed(r.server_over_floor?.undici, 2) },
+  { title: "RSS now MiB", value: (r) => mib(r.server_rss_bytes) },
+  { title: "RSS bound MiB", short: "bound MiB", value: (r) => mib(r.server_rss_bound_bytes) },
 ];
 
-/** Columns after the case's key (in flight, replicas, model) that make up the throughput table. */
+/** The case's key: the first columns of every table. */
+const KEY = 4;
+
+/** Columns after the key that make up the cost table (modes, floor, memory bound). */
+const COST = new Set([
+  "engine req/turn",
+  "server CPU ms/turn",
+  "tokens/chat CPU/turn",
+  "floor raw ms/req",
+  "floor undici ms/req",
+  "server ÷ raw",
+  "server ÷ undici",
+  "RSS now MiB",
+  "RSS bound MiB",
+]);
+
+/** Columns after the key that make up the throughput table. */
 const THROUGHPUT = new Set([
   "episodes/s",
   "turns/s",
@@ -50,14 +92,15 @@ const THROUGHPUT = new Set([
 ]);
 
 /**
- * For a terminal: two tables (throughput, then resources), each keyed by the case, with titles
- * over two lines, so each fits about 120 columns instead of one row of ~290.
+ * For a terminal: three tables (throughput, resources, cost against the floor and between
+ * modes), each keyed by the case, with titles over two lines, so each fits about 120 columns
+ * instead of one row of ~400.
  */
 export function textTable(results: readonly CaseResult[]): string {
-  const key = COLUMNS.slice(0, 3);
-  const rest = COLUMNS.slice(3);
+  const key = COLUMNS.slice(0, KEY);
+  const rest = COLUMNS.slice(KEY);
   const block = (name: string, columns: Column[]): string[] => {
-    const titles = columns.map((c) => splitTitle(c.title));
+    const titles = columns.map((c) => splitTitle(c.short ?? c.title));
     const rows = [
       titles.map((t) => t[0]),
       titles.map((t) => t[1]),
@@ -77,7 +120,11 @@ export function textTable(results: readonly CaseResult[]): string {
   return [
     ...block("Throughput", [...key, ...rest.filter((c) => THROUGHPUT.has(c.title))]),
     "",
-    ...block("Resources", [...key, ...rest.filter((c) => !THROUGHPUT.has(c.title))]),
+    ...block("Resources", [...key, ...rest.filter((c) => !THROUGHPUT.has(c.title) && !COST.has(c.title))]),
+    "",
+    ...block("Cost", [...key, ...rest.filter((c) => COST.has(c.title))]),
+    "Cost: engine requests and server CPU per turn; tok/chat = token mode ÷ chat mode; raw, undici = the floor",
+    "clients' own CPU per request; server ÷ = server CPU per request ÷ theirs; bound = the docs' RSS bound.",
     "",
     ...describeModels(results),
   ].join("\n");
@@ -112,7 +159,33 @@ function describeModels(results: readonly CaseResult[]): string[] {
         `Episodes: group_size ${first.group_size}, max_turn ${first.max_turn}, max_tokens ${first.max_tokens}, ${first.clients} trainer connection${first.clients > 1 ? "s" : ""}.`,
       ]
     : [];
-  return [...[...seen].map(([name, text]) => `Latency model ${name}: ${text}.`), ...shape];
+  const bounds = [
+    ...new Set(
+      results.flatMap((r) =>
+        r.server_rss_bound_derivation
+          ? [`${r.episodes_in_flight} in flight: ${r.server_rss_bound_derivation}`]
+          : [],
+      ),
+    ),
+  ];
+  return [
+    ...[...seen].map(([name, text]) => `Latency model ${name}: ${text}.`),
+    ...shape,
+    ...(bounds.length > 0 ? wrap(`RSS bound, ${bounds.join("; ")}.`, 110) : []),
+  ];
+}
+
+/** `text` in lines of at most `width` characters, broken at spaces. */
+function wrap(text: string, width: number): string[] {
+  const lines: string[] = [];
+  let line = "";
+  for (const word of text.split(" ")) {
+    if (line !== "" && line.length + 1 + word.length > width) {
+      lines.push(line);
+      line = word;
+    } else line = line === "" ? word : `${line} ${word}`;
+  }
+  return line === "" ? lines : [...lines, line];
 }
 
 interface Chart {

@@ -1,6 +1,7 @@
 // One bench case: engines and a server (started here or attached to), trainers holding a number
 // of episodes in flight, a measurement window, the drain, then the plain load generator at the
-// same concurrency against the same engines for the saturation ratio.
+// same concurrency against the same engines for the saturation ratio, then (chat mode) the floor
+// clients (src/bench/floor.ts) with the generator's bodies for the floor multiples.
 //
 // In flight: the server plays `group_concurrency` groups of a rollout at once, so each of the
 // C trainers asks for one stream rollout with many groups and the server runs with
@@ -9,10 +10,20 @@
 // end of the first wave (the warm-up rollout before it sized the queue) to the first whole wave
 // after --duration, or the last one before a queue runs dry.
 import { describeLatencyModel, LATENCY_PRESETS, type LatencyPresetName } from "../mock-engine/latency.ts";
-import { type Child, cpuSeconds, memoryOf, startMockEngines, startServe, stopAll } from "./children.ts";
-import { chatOnce, generateLoad } from "./load-generator.ts";
+import {
+  type Child,
+  cpuSeconds,
+  memoryOf,
+  rollgymEntry,
+  startMockEngines,
+  startServe,
+  stopAll,
+} from "./children.ts";
+import { FLOOR_CLIENTS, type FloorResult, runFloorChild } from "./floor.ts";
+import { chatBodies, chatOnce, generateLoad } from "./load-generator.ts";
+import { rssBound } from "./memory-bound.ts";
 import type { Progress } from "./progress.ts";
-import { type EngineCounters, RunningSampler, scrape, scrapeEngines } from "./prometheus.ts";
+import { type EngineCounters, engineRequests, RunningSampler, scrape, scrapeEngines } from "./prometheus.ts";
 import { median, quantile, round } from "./stats.ts";
 import { type ArrivedGroup, type ChatMessages, type RolloutResult, TrainerClient } from "./trainer.ts";
 
@@ -36,15 +47,31 @@ export interface BenchSettings {
   token: string | null;
   /** Run the plain load generator after the rollout (the saturation ratio needs it). */
   saturation: boolean;
+  /** Run the floor clients after it (chat mode; the floor multiples need them). */
+  floor: boolean;
+  /** Another checkout whose bin/rollgym.js starts serve (A/B runs); null = this one. */
+  serveFrom: string | null;
 }
+
+export const BENCH_MODES = ["chat", "tokens"] as const;
+/** chat: rollgym's chat mode; tokens: token in, token out (the rollout frame's `tokens: true`). */
+export type BenchMode = (typeof BENCH_MODES)[number];
 
 export interface BenchCase {
   episodes: number;
   replicas: number;
   latencyModel: LatencyPresetName | null;
+  mode: BenchMode;
+}
+
+/** Token mode against chat mode in the same case, from their rows of one run. */
+export interface ModeRatios {
+  server_cpu_per_turn: number | null;
+  engine_requests_per_turn: number | null;
 }
 
 export interface CaseResult {
+  mode: BenchMode;
   episodes_in_flight: number;
   replicas: number;
   latency_model: string;
@@ -63,11 +90,26 @@ export interface CaseResult {
   engine_running_mean: number | null;
   group_latency_ms: { p50: number; p99: number; max: number; groups: number };
   server_cpu_ms_per_request: number | null;
+  /** The serve process's CPU over the window ÷ the turns the server applied in it. */
+  server_cpu_ms_per_turn: number | null;
   server_cpu_cores: number | null;
+  /** Every HTTP request the engines received in the window (scrapes aside) ÷ turns; null on engines that do not count them. */
+  engine_requests_per_turn: number | null;
+  /** Those requests by route over the window. */
+  engine_requests_by_route: Record<string, number>;
+  /** Set on a token-mode row when the same case ran in chat mode in the same run: tokens ÷ chat. */
+  tokens_over_chat: ModeRatios | null;
   event_loop_lag_p99_ms: number | null;
   event_loop_lag_max_ms: number | null;
+  /** VmHWM of the serve process after the drain. */
   server_rss_peak_bytes: number | null;
+  /** VmRSS of the serve process after the drain. */
   server_rss_bytes: number | null;
+  /** The RSS bound of docs/server.md at this case's settings (null for an attached server). */
+  server_rss_bound_bytes: number | null;
+  server_rss_bound_derivation: string | null;
+  /** How serve was started: ROLLGYM_RUNTIME and NODE_OPTIONS as the bench passed them on (null: attached). */
+  server_runtime: { rollgym_runtime: string; node_options: string } | null;
   engine_cpu_cores: number | null;
   bench_cpu_cores: number;
   load_generator: {
@@ -80,6 +122,19 @@ export interface CaseResult {
     first_error: string | null;
   } | null;
   saturation_ratio: number | null;
+  /**
+   * The floor clients with the load generator's bodies at the same concurrency, each in its own
+   * process (CPU per request is theirs alone); null when not run (token mode, --no-floor).
+   */
+  floor: Record<"raw" | "undici", FloorResult | null> | null;
+  /** Server CPU per request ÷ each floor client's CPU per request. */
+  server_over_floor: { raw: number | null; undici: number | null } | null;
+  /**
+   * How long the /metrics reads at the window's start and end took, ms: the engines' counters
+   * are as of their answer, so answers much slower than the server's (an engine short of CPU)
+   * shift the engine-side figures (requests, tokens, requests per turn) against the window.
+   */
+  metrics_answer_ms: { start: { engines: number; server: number }; end: { engines: number; server: number } };
   episodes_total: number;
   episodes_finished: number;
   episodes_failed: number;
@@ -99,6 +154,8 @@ interface Snapshot {
   benchCpu: number;
   engine: EngineCounters;
   server: Map<string, number>;
+  /** How long the engines' and the server's /metrics took to answer, ms. */
+  answeredMs: { engines: number; server: number };
 }
 
 export async function runCase(
@@ -120,7 +177,13 @@ export async function runCase(
       description = `real engines (${urls.join(", ")})`;
     } else {
       const model = bench.latencyModel ?? "default";
-      const engines = await startMockEngines(bench.replicas, MOCK_MODEL, ["--latency-model", model]);
+      // Token mode renders through the engine's chat template, with the real Qwen3 tokenizer as
+      // bench/tokens.ts runs it; chat mode keeps the fast toy tokenizer it only counts with.
+      const engines = await startMockEngines(bench.replicas, MOCK_MODEL, [
+        "--latency-model",
+        model,
+        ...(bench.mode === "tokens" ? ["--tokenizer", "qwen3"] : []),
+      ]);
       children.push(...engines);
       urls = engines.map((e) => e.url);
       description = describeLatencyModel(LATENCY_PRESETS[model]);
@@ -138,14 +201,20 @@ export async function runCase(
       serverUrl = settings.server.replace(/\/+$/, "");
       serverPid = settings.serverPid;
     } else {
-      const server = await startServe(urls, settings.llm ? settings.model : MOCK_MODEL, perClient, [
-        // The trainers ack every group at once; the bound must never be what holds a rollout back.
-        "--max-buffered-groups",
-        String(Math.max(64, perClient * 2)),
-        `rollgym.llm.concurrency=${bench.episodes}`,
-        `rollgym.limits.max_groups_per_rollout=${MAX_ROLLOUT_GROUPS}`,
-        `rollgym.limits.max_episodes_in_flight=${MAX_ROLLOUT_GROUPS * settings.groupSize * settings.clients * 2}`,
-      ]);
+      const server = await startServe(
+        urls,
+        settings.llm ? settings.model : MOCK_MODEL,
+        perClient,
+        [
+          // The trainers ack every group at once; the bound must never be what holds a rollout back.
+          "--max-buffered-groups",
+          String(bufferedGroups(perClient)),
+          `rollgym.llm.concurrency=${bench.episodes}`,
+          `rollgym.limits.max_groups_per_rollout=${MAX_ROLLOUT_GROUPS}`,
+          `rollgym.limits.max_episodes_in_flight=${MAX_ROLLOUT_GROUPS * settings.groupSize * settings.clients * 2}`,
+        ],
+        settings.serveFrom === null ? undefined : rollgymEntry(settings.serveFrom),
+      );
       children.push(server);
       serverUrl = server.url;
       serverPid = server.pid;
@@ -156,8 +225,13 @@ export async function runCase(
       const serverCpu = serverPid === null ? null : cpuSeconds(serverPid);
       const engine = enginesCpu();
       const usage = process.cpuUsage();
-      const [counters, server] = await Promise.all([scrapeEngines(urls), scrape(`${serverUrl}/metrics`)]);
+      const timed = async <T>(read: Promise<T>): Promise<[T, number]> => [await read, performance.now() - at];
+      const [[counters, enginesMs], [server, serverMs]] = await Promise.all([
+        timed(scrapeEngines(urls)),
+        timed(scrape(`${serverUrl}/metrics`)),
+      ]);
       return {
+        answeredMs: { engines: round(enginesMs, 1), server: round(serverMs, 1) },
         at,
         serverCpu,
         engineCpu: engine,
@@ -172,16 +246,18 @@ export async function runCase(
     }
     // The generator's requests: every turn's chat of some episodes, played the way the server plays them.
     const model = settings.llm ? settings.model : MOCK_MODEL;
-    const prompts = settings.saturation
-      ? await trainers[0].promptMix(
-          settings.tag,
-          Math.min(64, bench.episodes),
-          settings.seed,
-          settings.maxTurn,
-          (m) => chatOnce(urls[0], { model, maxTokens: settings.maxTokens, prefill: PREFILL }, m),
-        )
-      : [];
-    const label = `${bench.episodes} in flight, ${bench.replicas} replica${bench.replicas > 1 ? "s" : ""}${bench.latencyModel ? `, ${bench.latencyModel}` : ""}`;
+    const floorRuns = settings.floor && bench.mode === "chat";
+    const prompts =
+      settings.saturation || floorRuns
+        ? await trainers[0].promptMix(
+            settings.tag,
+            Math.min(64, bench.episodes),
+            settings.seed,
+            settings.maxTurn,
+            (m) => chatOnce(urls[0], { model, maxTokens: settings.maxTokens, prefill: PREFILL }, m),
+          )
+        : [];
+    const label = `${bench.mode}, ${bench.episodes} in flight, ${bench.replicas} replica${bench.replicas > 1 ? "s" : ""}${bench.latencyModel ? `, ${bench.latencyModel}` : ""}`;
 
     // Warm-up: one wave of groups, which also tells how long a group takes under this load.
     const outcomes: RolloutResult[] = [];
@@ -194,7 +270,7 @@ export async function runCase(
     const warm = await playRollouts(
       trainers,
       settings,
-      { groups: perClient, slots: perClient, name: "warm", nextSeed: seeds(perClient) },
+      { groups: perClient, slots: perClient, name: "warm", nextSeed: seeds(perClient), mode: bench.mode },
       {
         onProgress: (done, total) => progress.update(`${label}: warm-up`, done, total),
       },
@@ -217,7 +293,7 @@ export async function runCase(
     const measured = await playRollouts(
       trainers,
       settings,
-      { groups, slots: perClient, name: "run", nextSeed: seeds(groups) },
+      { groups, slots: perClient, name: "run", nextSeed: seeds(groups), mode: bench.mode },
       {
         onProgress: (done, total) =>
           progress.update(
@@ -275,6 +351,23 @@ export async function runCase(
       );
     }
 
+    // The floor: the same bodies as the generator, at the same concurrency, for as long.
+    let floor: CaseResult["floor"] = null;
+    if (floorRuns && prompts.length > 0) {
+      const bodies = chatBodies({ model, maxTokens: settings.maxTokens, prefill: PREFILL }, prompts);
+      floor = { raw: null, undici: null };
+      for (const client of FLOOR_CLIENTS) {
+        progress.update(`${label}: floor (${client})`, 0, null);
+        floor[client] = await runFloorChild({
+          client,
+          urls,
+          bodies,
+          concurrency: bench.episodes,
+          windowS,
+        });
+      }
+    }
+
     const delta = (key: string) => (windowEnd.server.get(key) ?? 0) - (windowStart.server.get(key) ?? 0);
     const requests = windowEnd.engine.requests - windowStart.engine.requests;
     const tokensPerS = (windowEnd.engine.generatedTokens - windowStart.engine.generatedTokens) / windowS;
@@ -290,10 +383,33 @@ export async function runCase(
       const v = windowEnd.server.get(key);
       return v === undefined ? null : round(v * 1000, 1);
     };
+    const turns = delta("rollgym_turns_total");
+    const engineStart = engineRequests(windowStart.engine);
+    const engineEnd = engineRequests(windowEnd.engine);
+    const byRoute: Record<string, number> = {};
+    for (const [route, n] of Object.entries(windowEnd.engine.routes)) {
+      const d = n - (windowStart.engine.routes[route] ?? 0);
+      if (d > 0) byRoute[route] = d;
+    }
+    const serverCpuMsPerRequest =
+      serverCpu === null || requests === 0 ? null : round((serverCpu / requests) * 1000, 4);
+    const over = (f: FloorResult | null | undefined) =>
+      serverCpuMsPerRequest === null || !f?.cpu_ms_per_request
+        ? null
+        : round(serverCpuMsPerRequest / f.cpu_ms_per_request, 2);
+    const bound = settings.server
+      ? null
+      : rssBound({
+          episodes: bench.episodes,
+          groupSize: settings.groupSize,
+          clients: settings.clients,
+          bufferedGroups: bufferedGroups(perClient),
+        });
     const sorted = [...inWindow].sort((a, b) => a - b);
     const total = outcomes.reduce((n, o) => n + o.episodes, 0);
     const failed = outcomes.reduce((n, o) => n + o.failed, 0);
     return {
+      mode: bench.mode,
       episodes_in_flight: bench.episodes,
       replicas: settings.llm ? settings.llm.length : bench.replicas,
       latency_model: bench.latencyModel ?? "real",
@@ -315,17 +431,34 @@ export async function runCase(
         max: round(sorted[sorted.length - 1] ?? 0, 1),
         groups: sorted.length,
       },
-      server_cpu_ms_per_request:
-        serverCpu === null || requests === 0 ? null : round((serverCpu / requests) * 1000, 4),
+      server_cpu_ms_per_request: serverCpuMsPerRequest,
+      server_cpu_ms_per_turn: serverCpu === null || turns === 0 ? null : round((serverCpu / turns) * 1000, 4),
       server_cpu_cores: serverCpu === null ? null : round(serverCpu / windowS, 3),
+      engine_requests_per_turn:
+        engineStart === null || engineEnd === null || turns === 0
+          ? null
+          : round((engineEnd - engineStart) / turns, 3),
+      engine_requests_by_route: byRoute,
+      tokens_over_chat: null,
       event_loop_lag_p99_ms: lag("nodejs_eventloop_lag_p99_seconds"),
       event_loop_lag_max_ms: lag("nodejs_eventloop_lag_max_seconds"),
       server_rss_peak_bytes: memory?.peak ?? null,
       server_rss_bytes: memory?.rss ?? null,
+      server_rss_bound_bytes: bound?.bytes ?? null,
+      server_rss_bound_derivation: bound?.derivation ?? null,
+      server_runtime: settings.server
+        ? null
+        : {
+            rollgym_runtime: process.env.ROLLGYM_RUNTIME ?? "",
+            node_options: process.env.NODE_OPTIONS ?? "",
+          },
       engine_cpu_cores: engineCpu === null ? null : round(engineCpu / windowS, 3),
       bench_cpu_cores: round((windowEnd.benchCpu - windowStart.benchCpu) / windowS, 3),
       load_generator: load,
       saturation_ratio: load && load.tokens_per_s > 0 ? round(tokensPerS / load.tokens_per_s, 3) : null,
+      floor,
+      server_over_floor: floor ? { raw: over(floor.raw), undici: over(floor.undici) } : null,
+      metrics_answer_ms: { start: windowStart.answeredMs, end: windowEnd.answeredMs },
       episodes_total: total,
       episodes_finished: total - failed,
       episodes_failed: failed,
@@ -351,7 +484,7 @@ interface Played {
 async function playRollouts(
   trainers: readonly TrainerClient[],
   settings: BenchSettings,
-  shape: { groups: number; slots: number; name: string; nextSeed: () => number },
+  shape: { groups: number; slots: number; name: string; nextSeed: () => number; mode: BenchMode },
   hooks: {
     onProgress: (done: number, total: number) => void;
     onGroup?: (latencyMs: number, at: number, doneAll: number, doneMin: number) => void;
@@ -385,6 +518,7 @@ async function playRollouts(
         seed: shape.nextSeed(),
         maxTurn: settings.maxTurn,
         maxTokens: settings.maxTokens,
+        tokens: shape.mode === "tokens",
       });
     }),
   );
@@ -441,6 +575,35 @@ async function measureLoad(
     failures: result.failures,
     first_error: result.firstError,
   };
+}
+
+/** serve's --max-buffered-groups for a rollout of `perClient` groups at once. */
+function bufferedGroups(perClient: number): number {
+  return Math.max(64, perClient * 2);
+}
+
+/**
+ * Fills in each token-mode row's ratios to the chat-mode row of the same case (same episodes,
+ * replicas and latency model) in `results`.
+ */
+export function pairModes(results: readonly CaseResult[]): void {
+  const ratio = (a: number | null, b: number | null) =>
+    a === null || b === null || b === 0 ? null : round(a / b, 3);
+  for (const tokens of results) {
+    if (tokens.mode !== "tokens") continue;
+    const chat = results.find(
+      (r) =>
+        r.mode === "chat" &&
+        r.episodes_in_flight === tokens.episodes_in_flight &&
+        r.replicas === tokens.replicas &&
+        r.latency_model === tokens.latency_model,
+    );
+    if (!chat) continue;
+    tokens.tokens_over_chat = {
+      server_cpu_per_turn: ratio(tokens.server_cpu_ms_per_turn, chat.server_cpu_ms_per_turn),
+      engine_requests_per_turn: ratio(tokens.engine_requests_per_turn, chat.engine_requests_per_turn),
+    };
+  }
 }
 
 /** The same promise, with its rejection marked handled until it is awaited (the rollout runs on meanwhile). */

@@ -18,6 +18,8 @@ export interface RolloutSpec {
   seed: number;
   maxTurn: number;
   maxTokens: number;
+  /** Token in, token out (the rollout frame's `tokens`): exact token logs instead of chat. */
+  tokens?: boolean;
   /** An endless stream paced against the trainer's versions (PROTOCOL.md "Staleness"), by wire name. */
   endless?: { in_flight: number; max_staleness: number; groups_per_step: number; strict_staleness?: boolean };
 }
@@ -120,6 +122,7 @@ export class TrainerClient {
         max_turn: spec.maxTurn,
         sampling: { max_tokens: spec.maxTokens },
         delivery: "stream",
+        ...(spec.tokens ? { tokens: true } : {}),
         ...(spec.endless ? { endless: true, ...spec.endless } : {}),
       });
     });

@@ -10,7 +10,14 @@ import { asyncMarkdownTable, asyncTextTable } from "../bench/async-report.ts";
 import { type AsyncBenchResult, type AsyncBenchSettings, runAsyncBench } from "../bench/async-run.ts";
 import { Progress } from "../bench/progress.ts";
 import { markdownTable, svgCharts, textTable } from "../bench/report.ts";
-import { type BenchCase, type BenchSettings, type CaseResult, runCase } from "../bench/run.ts";
+import {
+  BENCH_MODES,
+  type BenchCase,
+  type BenchSettings,
+  type CaseResult,
+  pairModes,
+  runCase,
+} from "../bench/run.ts";
 import { LATENCY_PRESET_NAMES, type LatencyPresetName, parseResponseTokens } from "../mock-engine/latency.ts";
 import {
   CommandFailure,
@@ -86,7 +93,21 @@ export const BENCH_FLAGS: Record<string, FlagSpec> = {
   },
   "server-pid": { kind: "value", arg: "PID", help: "the --server's process id, for its CPU and memory" },
   token: { kind: "value", arg: "T", help: "the --server's bearer token (default $ROLLGYM_TOKEN)" },
+  mode: {
+    kind: "value",
+    arg: "chat,tokens",
+    help: "rollgym's modes, each case run in each (default chat); tokens = rollouts with tokens: true, the mock engines with the Qwen3 tokenizer",
+  },
   "no-saturation": { kind: "switch", help: "skip the plain load generator (no saturation ratio)" },
+  "no-floor": {
+    kind: "switch",
+    help: "skip the floor clients (raw socket and undici, chat mode; no server ÷ floor multiples)",
+  },
+  "serve-from": {
+    kind: "value",
+    arg: "DIR",
+    help: "start serve from the checkout at DIR (its bin/rollgym.js) instead of this one, for A/B runs",
+  },
   svg: { kind: "value", arg: "DIR", help: "write SVG charts of the results into DIR" },
 };
 
@@ -136,6 +157,14 @@ export const BENCH_DETAILS =
   "slot is busy, drains (every episode finishes), then drives the same engines with a plain load\n" +
   "generator at the same concurrency: saturation = engine tokens/s under rollgym ÷ under the generator.\n" +
   "Server CPU per request is the serve process's user+system time over the engines' chat requests.\n" +
+  "Then, in chat mode, the floor: a raw keep-alive socket client and an undici Client per connection,\n" +
+  "each in a child process of its own, send the generator's bodies at the same concurrency for as long;\n" +
+  "their own CPU per request, and server CPU per request ÷ each, are reported. --mode chat,tokens runs\n" +
+  "each case in both modes side by side: engine requests per turn (every HTTP request the engines got,\n" +
+  "/tokenize and /detokenize included) and server CPU per turn, token mode ÷ chat mode.\n" +
+  "RSS is the serve process's VmHWM and VmRSS after the drain, beside the bound docs/server.md derives\n" +
+  "from the limits at the case's settings; serve runs on the runtime the bench was started with\n" +
+  "(ROLLGYM_RUNTIME, NODE_OPTIONS: Node's defaults unless set; the JSON records them as server_runtime).\n" +
   "With GPUs: --llm URL[,URL…] --model M drives real engines (vLLM's /metrics gives requests and tokens).\n" +
   "Seconds per training step, sync against async: rollgym bench async (--async is its old spelling).";
 
@@ -144,6 +173,9 @@ export const ASYNC_BENCH_DETAILS =
   "--step-time and pushes weights (begin_update, the engines load new weights, end_update). sync = rollout,\n" +
   "step, update; S=s = an endless stream with max_staleness s that plays on while the trainer steps.\n" +
   "Reports seconds per step, speedup, the age of every trained group and the time paused per update.";
+
+/** A /metrics read slower than this shifts the engine-side figures noticeably against the window. */
+const LATE_METRICS_MS = 1000;
 
 /** Parses `argv` with `own`; a flag only the other bench takes is named as the other's, not as unknown. */
 function parseBench(
@@ -294,6 +326,14 @@ function parseBenchArgs(args: ParsedArgs): Parsed {
   } else if (v.has("server-pid") || v.has("token")) {
     throw new UsageError(`--${v.has("server-pid") ? "server-pid" : "token"} applies to --server only`);
   }
+  const modes = [
+    ...new Set((v.get("mode") ?? "chat").split(",").map((m) => parseChoice("--mode", m.trim(), BENCH_MODES))),
+  ];
+  const serveFrom = v.get("serve-from") ?? null;
+  if (serveFrom !== null && server !== null)
+    throw new UsageError(
+      "--serve-from starts serve from another checkout; with --server the bench starts none",
+    );
   const output = outputOf(args);
   const settings: BenchSettings = {
     tag: v.get("tag") ?? "CoordSokoban",
@@ -309,9 +349,14 @@ function parseBenchArgs(args: ParsedArgs): Parsed {
     serverPid: v.has("server-pid") ? parseInteger("--server-pid", v.get("server-pid")!, 1, 2 ** 31) : null,
     token: v.get("token") ?? (server ? (process.env.ROLLGYM_TOKEN ?? null) : null),
     saturation: !args.switches.has("no-saturation"),
+    floor: !args.switches.has("no-floor"),
+    serveFrom,
   };
+  // Each case's modes one after the other, so the two rows compared ran under the same load.
   const cases = models.flatMap((latencyModel) =>
-    replicas.flatMap((r) => episodes.map((n) => ({ episodes: n, replicas: r, latencyModel }))),
+    replicas.flatMap((r) =>
+      episodes.flatMap((n) => modes.map((mode) => ({ episodes: n, replicas: r, latencyModel, mode }))),
+    ),
   );
   return { settings, cases, output, svgDir: v.get("svg") ?? null };
 }
@@ -352,20 +397,31 @@ export async function benchCommand(argv: readonly string[]): Promise<number> {
       result = await runCase(settings, bench, progress);
     } catch (error) {
       // One case failing (a server that stalled past every timeout) keeps the others' results.
-      const message = `${bench.episodes} in flight, ${bench.replicas} replica(s), ${bench.latencyModel ?? "real"}: ${error instanceof Error ? error.message : String(error)}`;
+      const message = `${bench.mode}, ${bench.episodes} in flight, ${bench.replicas} replica(s), ${bench.latencyModel ?? "real"}: ${error instanceof Error ? error.message : String(error)}`;
       errors.push(message);
       if (cases.length > 1) progress.note(`rollgym: bench: ${message}`);
       continue;
     }
     results.push(result);
+    const late = Math.max(result.metrics_answer_ms.start.engines, result.metrics_answer_ms.end.engines);
+    if (late > LATE_METRICS_MS)
+      progress.note(
+        `rollgym: bench: the engines' /metrics answered after up to ${Math.round(late)} ms (engines short of CPU?): ` +
+          "requests/s, tokens/s, engine requests per turn and CPU per request are shifted against the window",
+      );
     progress.note(
-      `${result.episodes_in_flight} in flight, ${result.replicas} replica(s), ${result.latency_model}: ` +
+      `${result.mode}, ${result.episodes_in_flight} in flight, ${result.replicas} replica(s), ${result.latency_model}: ` +
         `${result.episodes_per_s} episodes/s, ${result.requests_per_s} requests/s, server ${result.server_cpu_ms_per_request ?? "–"} ms CPU/request, ` +
+        `${result.engine_requests_per_turn ?? "–"} engine requests/turn, ` +
+        (result.server_over_floor
+          ? `server ÷ floor raw ${result.server_over_floor.raw ?? "–"}×, undici ${result.server_over_floor.undici ?? "–"}×, `
+          : "") +
         `saturation ${result.saturation_ratio ?? "–"}, ${result.episodes_finished}/${result.episodes_total} finished`,
     );
   }
   progress.done();
   if (results.length === 0) throw new CommandFailure(`bench: ${errors[0]}`);
+  pairModes(results);
   if (svgDir !== null) {
     mkdirSync(svgDir, { recursive: true });
     for (const chart of svgCharts(results)) writeFileSync(join(svgDir, chart.file), chart.svg);

@@ -148,7 +148,7 @@ const COMMANDS: Record<string, Command> = {
   bench: {
     run: benchCommand,
     synopsis:
-      "bench [--episodes N,…] [--replicas 1,2,4] [--latency-model default|slow10x|none] [--duration S] [--llm URL[,URL…] --model M] [--server URL] [--json|--markdown] [--svg DIR]",
+      "bench [--episodes N,…] [--replicas 1,2,4] [--latency-model default|slow10x|none] [--mode chat,tokens] [--duration S] [--llm URL[,URL…] --model M] [--server URL] [--no-floor] [--json|--markdown] [--svg DIR]",
     summary: "Load test: server + engines driven over the WebSocket protocol; throughput, CPU, lag, RSS.",
     details: BENCH_DETAILS,
     flags: BENCH_FLAGS,

@@ -93,6 +93,8 @@ export async function startMockEngine(options: MockEngineOptions = {}): Promise<
     }
     const url = new URL(req.url ?? "/", "http://mock");
     const route = routes[url.pathname];
+    const counted = route ? url.pathname : "other";
+    stats.requestsByRoute[counted] = (stats.requestsByRoute[counted] ?? 0) + 1;
     const echoId = headerValue(req, "x-request-id");
     const echo: Headers = echoId ? { "x-request-id": echoId } : {};
     try {

@@ -4,6 +4,8 @@ import { DEFAULTED_FIELDS, type DefaultedField } from "./generation-config.ts";
 export interface MockEngineStats {
   /** Every HTTP request, on any route. */
   requests: number;
+  /** The same by path (a path no route serves counts as "other"): engine requests per turn by kind. */
+  requestsByRoute: Record<string, number>;
   /** Valid chat/completions requests: the ones faults are drawn for. */
   generations: number;
   /** Generations answered in full: a 200 body, or a stream that reached `data: [DONE]`. */
@@ -76,6 +78,7 @@ export interface MockEngineStats {
 export function emptyStats(): MockEngineStats {
   return {
     requests: 0,
+    requestsByRoute: {},
     generations: 0,
     completed: 0,
     streamed: 0,

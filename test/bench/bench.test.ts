@@ -63,6 +63,36 @@ function expectSane(r: CaseResult, fromMocks: boolean): void {
   expect(r.load_generator).toHaveProperty("engine_running_mean");
   if (fromMocks) expect(r.engine_cpu_cores).toBeGreaterThan(0);
   else expect(r.engine_cpu_cores).toBeNull();
+  expect(r.server_cpu_ms_per_turn).toBeGreaterThan(0);
+  for (const at of [r.metrics_answer_ms.start, r.metrics_answer_ms.end]) {
+    expect(at.engines).toBeGreaterThan(0);
+    expect(at.server).toBeGreaterThan(0);
+  }
+  if (r.mode === "chat") expectFloor(r);
+  if (fromMocks) {
+    // The mock engines count every request by route: a chat turn is one chat completion, plus a
+    // /tokenize count now and then.
+    expect(r.engine_requests_by_route["/v1/chat/completions"]).toBeGreaterThan(0);
+    expect(r.engine_requests_per_turn).toBeGreaterThan(0.5);
+    expect(r.engine_requests_by_route).not.toHaveProperty("/metrics");
+    expect(r.server_rss_bound_bytes).toBeGreaterThan(450 * 2 ** 20);
+    expect(r.server_rss_bound_derivation).toContain("docs/server.md");
+  }
+}
+
+/** The floor clients ran with no failure, and the multiples are server ÷ floor. */
+function expectFloor(r: CaseResult): void {
+  for (const client of ["raw", "undici"] as const) {
+    const floor = r.floor?.[client];
+    expect(floor?.client).toBe(client);
+    expect(floor?.failures, floor?.first_error ?? "").toBe(0);
+    expect(floor?.requests).toBeGreaterThan(0);
+    expect(floor?.cpu_ms_per_request).toBeGreaterThan(0);
+    expect(r.server_over_floor?.[client]).toBeCloseTo(
+      (r.server_cpu_ms_per_request ?? 0) / (floor?.cpu_ms_per_request ?? 1),
+      1,
+    );
+  }
 }
 
 describe("rollgym bench", () => {
@@ -103,6 +133,52 @@ describe("rollgym bench", () => {
     const table = markdownTable(results);
     expect(table).toContain("| 64 | 1 | none |");
     expect(table).toContain("Latency model none:");
+  });
+
+  it("runs a case in chat and token mode side by side: engine requests per turn by route, the ratio of CPU per turn", async () => {
+    const result = await rollgym(["bench", ...TINY, "--mode", "chat,tokens", "--no-saturation", "--json"]);
+    expect(result.code, result.stderr).toBe(0);
+    const { results } = JSON.parse(result.stdout) as { results: CaseResult[] };
+    expect(results.map((r) => r.mode)).toEqual(["chat", "tokens"]);
+    const [chat, tokens] = results;
+    expect(chat.load_generator).toBeNull();
+    // The floor needs the prompt mix even without the load generator; token mode has no floor.
+    expectFloor(chat);
+    expect(tokens.floor).toBeNull();
+    expect(tokens.server_over_floor).toBeNull();
+    for (const r of results) {
+      expect(r.episodes_failed).toBe(0);
+      expect(r.server_cpu_ms_per_turn).toBeGreaterThan(0);
+    }
+    // Token mode plays through /v1/completions and renders through /tokenize and /detokenize,
+    // all of them counted; chat mode sends no completion requests and never decodes.
+    expect(tokens.engine_requests_by_route["/v1/completions"]).toBeGreaterThan(0);
+    expect(tokens.engine_requests_by_route["/tokenize"]).toBeGreaterThan(0);
+    expect(tokens.engine_requests_by_route["/detokenize"]).toBeGreaterThan(0);
+    expect(tokens.engine_requests_by_route).not.toHaveProperty("/v1/chat/completions");
+    expect(chat.engine_requests_by_route).not.toHaveProperty("/v1/completions");
+    expect(chat.engine_requests_by_route).not.toHaveProperty("/detokenize");
+    expect(tokens.engine_requests_per_turn).toBeGreaterThan(chat.engine_requests_per_turn ?? Infinity);
+    expect(chat.tokens_over_chat).toBeNull();
+    expect(tokens.tokens_over_chat?.server_cpu_per_turn).toBeCloseTo(
+      (tokens.server_cpu_ms_per_turn ?? 0) / (chat.server_cpu_ms_per_turn ?? 1),
+      2,
+    );
+    expect(tokens.tokens_over_chat?.engine_requests_per_turn).toBeCloseTo(
+      (tokens.engine_requests_per_turn ?? 0) / (chat.engine_requests_per_turn ?? 1),
+      2,
+    );
+    expect(textTable(results).split("\n")).toContain("Cost");
+    const table = markdownTable(results);
+    for (const title of [
+      "engine req/turn",
+      "tokens/chat CPU/turn",
+      "server ÷ raw",
+      "server ÷ undici",
+      "RSS bound MiB",
+    ])
+      expect(table).toContain(`| ${title} |`);
+    expect(table).toContain("| tokens | 64 | 1 | none |");
   });
 
   it("attaches to a running server with --server and --llm", async () => {
@@ -201,6 +277,25 @@ describe("rollgym bench", () => {
       ["--duration", "from 1"],
     ],
     [["--json", "--markdown"], ["--json and --markdown"]],
+    [
+      ["--mode", "chat,bits"],
+      ["--mode", "bits", "chat, tokens"],
+    ],
+    [
+      [
+        "--serve-from",
+        "/tmp/a",
+        "--server",
+        "http://127.0.0.1:8787",
+        "--llm",
+        "http://gpu:8000/v1",
+        "--model",
+        "m",
+        "--episodes",
+        "64",
+      ],
+      ["--serve-from", "--server"],
+    ],
     [["--frobnicate"], ["unknown option --frobnicate"]],
   ])("bad flags %j: one line naming the flag, exit 2", async (args, mentions) => {
     expectUsageError(await runInProcess(["bench", ...args]), mentions);

@@ -674,7 +674,15 @@ describe("mock engine over HTTP", () => {
       generatedTokens: stats.generationTokens,
       promptTokens: stats.promptTokens,
       running: 0,
+      // Every request by route, the bench's own reads left out.
+      routes: Object.fromEntries(
+        Object.entries(stats.requestsByRoute).filter(
+          ([route]) => route !== "/metrics" && route !== "/mock/stats",
+        ),
+      ),
     });
+    expect(stats.requestsByRoute["/v1/chat/completions"]).toBeGreaterThan(0);
+    expect(stats.requestsByRoute.other).toBeGreaterThan(0); // /v2/nothing
   });
 });
 

@@ -80,6 +80,13 @@ const FAMILIES: readonly Family[] = [
   counter("vllm:num_preemptions_total", "Cumulative number of preemption from the engine.", () => 0),
   // Not vLLM's: what the mock did on purpose, for load-test dashboards.
   {
+    name: "mock_engine:http_requests_total",
+    help: "HTTP requests received, by route (other: a path no route serves).",
+    type: "counter",
+    labelNames: ["route"],
+    samples: (v) => Object.entries(v.stats.requestsByRoute).map(([route, n]) => [{ route }, n]),
+  },
+  {
     name: "mock_engine:injected_faults_total",
     help: "Faults injected by the mock engine.",
     type: "counter",

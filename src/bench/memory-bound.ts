@@ -1,0 +1,53 @@
+// The server's RSS bound at a bench case's settings, from docs/server.md "Memory bounds, from the
+// limits": the lines a bench's trainers can fill, each at the settings the bench gives serve.
+const MIB = 2 ** 20;
+const KIB = 2 ** 10;
+
+/** docs/server.md: the server's own RSS at start, and the one term not derived from a limit. */
+const AT_START_MIB = 150;
+const HEADROOM_MIB = 300;
+/** "Memory behind a slow client": a held, played episode costs at most this at the peak. */
+const EPISODE_PEAK_BYTES = 16 * KIB;
+/** The frame being received (max_frame_bytes) and one socket read, per connection. */
+const RECEIVING_BYTES = MIB + 64 * KIB;
+/** An open connection (socket, WebSocket, session). */
+const CONNECTION_BYTES = 64 * KIB;
+/** MAX_CLIENT_DECODED_BYTES: the frame being decoded. */
+const DECODING_BYTES = 16 * MIB;
+
+export interface RssBound {
+  bytes: number;
+  /** The arithmetic, in MiB, as the docs write it. */
+  derivation: string;
+}
+
+/**
+ * The bound for `episodes` in flight, played by `clients` trainer connections whose rollouts may
+ * each hold `bufferedGroups` finished groups of `groupSize` for acknowledgement.
+ */
+export function rssBound(shape: {
+  episodes: number;
+  groupSize: number;
+  clients: number;
+  bufferedGroups: number;
+}): RssBound {
+  const held = shape.episodes + shape.clients * shape.bufferedGroups * shape.groupSize;
+  const terms: [string, number][] = [
+    ["at start", AT_START_MIB * MIB],
+    ["headroom", HEADROOM_MIB * MIB],
+    [`${held} episodes held (in flight + buffered groups) × 16 KiB`, held * EPISODE_PEAK_BYTES],
+    [
+      `${shape.clients} connection(s) × (1 MiB + 64 KiB received + 64 KiB open)`,
+      shape.clients * (RECEIVING_BYTES + CONNECTION_BYTES),
+    ],
+    ["frame being decoded", DECODING_BYTES],
+  ];
+  const bytes = terms.reduce((sum, [, b]) => sum + b, 0);
+  const mib = (b: number) => Number((b / MIB).toFixed(1));
+  return {
+    bytes,
+    derivation:
+      `${terms.map(([name, b]) => `${mib(b)} (${name})`).join(" + ")} = ${mib(bytes)} MiB ` +
+      `(docs/server.md "Memory bounds, from the limits"; the engine connections are not a line of it)`,
+  };
+}

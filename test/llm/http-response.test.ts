@@ -74,14 +74,18 @@ describe("ResponseParser", () => {
   });
 
   it("skips interim 1xx answers and says when the connection may not be reused", () => {
-    const interim = parse([Buffer.from("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")]);
+    const interim = parse([
+      Buffer.from("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"),
+    ]);
     expect(interim.heads).toEqual([[200, null]]);
     expect(interim.finished).toEqual([true]);
     const close = parse([Buffer.from("HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok")]);
     expect(close.finished).toEqual([false]);
     const old = parse([Buffer.from("HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok")]);
     expect(old.finished).toEqual([false]);
-    const oldKept = parse([Buffer.from("HTTP/1.0 200 OK\r\nConnection: Keep-Alive\r\nContent-Length: 0\r\n\r\n")]);
+    const oldKept = parse([
+      Buffer.from("HTTP/1.0 200 OK\r\nConnection: Keep-Alive\r\nContent-Length: 0\r\n\r\n"),
+    ]);
     expect(oldKept.finished).toEqual([true]);
     const extra = parse([Buffer.from("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokEXTRA")]);
     expect(extra.text).toBe("ok");
@@ -99,14 +103,19 @@ describe("ResponseParser", () => {
       ["HTTP/1.1 200 OK\r\nContent-Length: 12x\r\n\r\n", /^malformed content-length "12x"/],
       ["HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", /^malformed content-length/],
       ["HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", /^malformed chunk size "zz"/],
-      ["HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nokX\r\n", /^a chunk does not end with CRLF/],
+      [
+        "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nokX\r\n",
+        /^a chunk does not end with CRLF/,
+      ],
       ["HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\nok", /without CRLF/],
     ];
     for (const [bytes, message] of cases) {
       expect(() => parse([Buffer.from(bytes)]), bytes).toThrow(message);
       expect(() => parse([Buffer.from(bytes)])).toThrow(ResponseError);
     }
-    expect(() => parse([Buffer.from(`HTTP/1.1 200 OK\r\nX: ${"y".repeat(70_000)}`)])).toThrow(/head is too long/);
+    expect(() => parse([Buffer.from(`HTTP/1.1 200 OK\r\nX: ${"y".repeat(70_000)}`)])).toThrow(
+      /head is too long/,
+    );
   });
 
   it("says when the connection closes before an answer or in the middle of a body", () => {
@@ -114,8 +123,8 @@ describe("ResponseParser", () => {
     expect(() => parse([Buffer.from("HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc")], true)).toThrow(
       "the connection closed before the end of the response body",
     );
-    expect(() => parse([Buffer.from("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nab")], true)).toThrow(
-      "the connection closed before the end of the response body",
-    );
+    expect(() =>
+      parse([Buffer.from("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nab")], true),
+    ).toThrow("the connection closed before the end of the response body");
   });
 });

@@ -159,9 +159,12 @@ describe("the engine HTTP client", () => {
       first: true,
     });
     expect(seen.get("/race")).toBe(sent + 2);
-    // A new connection that drops is not retried: that is the engine failing.
-    routes.set("/drop", (socket) => socket.destroy());
+    // Dropped again on the new connection, it is not sent a third time: that is the engine failing.
+    routes.set("/drop", (socket) => {
+      socket.destroy();
+    });
     const dropped = await failure(requestJson("POST", `${base}/drop`, {}, { ...options, connections }));
+    expect(seen.get("/drop")).toBe(2);
     expect(dropped).toBeInstanceOf(EngineError);
     expect(dropped).toMatchObject({ status: null, message: expect.stringMatching(/^connection error \(/) });
     await connections.close();

@@ -7,7 +7,7 @@
 //   rollgym src/llm/http.ts requestJson (engine-socket.ts on node:net, the deadline sweep).
 // Rounds alternate the clients so that a noisy machine weighs on all three alike.
 //
-//   node bench/http-client.ts [--in-flight 1024] [--seconds 5] [--rounds 3]
+//   node bench/http-client.ts [--in-flight 1024] [--seconds 5] [--rounds 3] [--clients raw,undici,rollgym]
 import { spawn } from "node:child_process";
 import { connect, type Socket } from "node:net";
 import { Client } from "undici";
@@ -25,6 +25,8 @@ function flag(name: string, fallback: number): number {
 const inFlight = flag("in-flight", 1024);
 const seconds = flag("seconds", 5);
 const rounds = flag("rounds", 3);
+const clientsAt = process.argv.indexOf("--clients");
+const clients = clientsAt === -1 ? ["raw", "undici", "rollgym"] : process.argv[clientsAt + 1].split(",");
 
 const body = JSON.stringify({
   model: "mock/qwen-toy",
@@ -194,7 +196,16 @@ function median(values: number[]): number {
 
 async function main(): Promise<void> {
   const engine = await startEngine();
-  const loops = [rawLoop(engine.origin), undiciLoop(engine.origin), rollgymLoop(engine.origin)];
+  const makers: Record<string, (origin: string) => Loop> = {
+    raw: rawLoop,
+    undici: undiciLoop,
+    rollgym: rollgymLoop,
+  };
+  const loops = clients.map((name) => {
+    const make = makers[name];
+    if (make === undefined) throw new Error(`--clients: ${name} is not one of raw, undici, rollgym`);
+    return make(engine.origin);
+  });
   const results = new Map<string, { cpuUs: number[]; perSecond: number[] }>();
   console.log(
     `${inFlight} in flight, ${seconds} s per client per round, ${rounds} rounds, engine ${engine.origin}`,

@@ -34,6 +34,8 @@ export interface Timed {
   readonly clock: PauseClock | undefined;
   /** The clock's pausedMs() when its time started. */
   readonly pausedAtStart: number;
+  /** Its place among the watched, -1 when not watched (the sweep's to set; start it at -1). */
+  sweepSlot: number;
   /** Called once, when the limit has passed; the sweep has let go of it already. */
   expire(): void;
 }
@@ -44,14 +46,17 @@ export function spentMs(timed: Timed, now = Date.now()): number {
   return now - timed.started - paused;
 }
 
-const watched = new Set<Timed>();
+/** Everything watched, in no order: each knows its slot, so letting go is a swap with the last. */
+const watched: Timed[] = [];
 let sweeper: NodeJS.Timeout | null = null;
 /** No watched limit can pass before this time (a lower bound: let-go entries are not subtracted). */
 let nextDue = Number.POSITIVE_INFINITY;
 
 /** Starts checking `timed` against its limit. */
 export function watch(timed: Timed): void {
-  watched.add(timed);
+  if (timed.sweepSlot !== -1) return;
+  timed.sweepSlot = watched.length;
+  watched.push(timed);
   const due = timed.started + timed.timeoutMs;
   if (due < nextDue) nextDue = due;
   sweeper ??= setInterval(sweep, SWEEP_MS);
@@ -59,11 +64,18 @@ export function watch(timed: Timed): void {
 
 /** Stops checking `timed` (its request ended). */
 export function unwatch(timed: Timed): void {
-  watched.delete(timed);
+  const slot = timed.sweepSlot;
+  if (slot === -1) return;
+  const last = watched.pop() as Timed;
+  if (last !== timed) {
+    watched[slot] = last;
+    last.sweepSlot = slot;
+  }
+  timed.sweepSlot = -1;
 }
 
 function sweep(): void {
-  if (watched.size === 0) {
+  if (watched.length === 0) {
     clearInterval(sweeper ?? undefined);
     sweeper = null;
     nextDue = Number.POSITIVE_INFINITY;
@@ -72,6 +84,7 @@ function sweep(): void {
   const now = Date.now();
   if (now < nextDue) return;
   let next = Number.POSITIVE_INFINITY;
+  const due: Timed[] = [];
   for (const timed of watched) {
     // Paused time only ever lengthens a limit, so the unpaused end is the earliest it can pass.
     const earliest = timed.started + timed.timeoutMs;
@@ -87,13 +100,15 @@ function sweep(): void {
     const end = earliest + (timed.clock === undefined ? 0 : timed.clock.pausedMs() - timed.pausedAtStart);
     if (now < end) {
       if (end < next) next = end;
-      continue;
-    }
-    watched.delete(timed);
+    } else due.push(timed);
+  }
+  nextDue = next;
+  // Expired after the walk: an expire() may watch or let go of others (watch() lowers nextDue).
+  for (const timed of due) {
+    if (timed.sweepSlot === -1) continue;
+    unwatch(timed);
     timed.expire();
   }
-  // Entries an expire() watched were visited too (a Set iterates what is added during the walk).
-  nextDue = next;
 }
 
 /** One child of a parent signal: told when the parent aborts. */
@@ -149,6 +164,7 @@ class SweptDeadline implements Deadline, Timed, ParentChild {
   readonly started = Date.now();
   readonly pausedAtStart: number;
   readonly signal: AbortSignal;
+  sweepSlot = -1;
   expired = false;
   readonly timeoutMs: number;
   readonly clock: PauseClock | undefined;

@@ -255,6 +255,7 @@ class Exchange implements SocketUser, Timed, ParentChild {
   readonly pausedAtStart: number;
   readonly timeoutMs: number;
   readonly clock: PauseClock | undefined;
+  sweepSlot = -1;
   readonly promise: Promise<unknown>;
   private resolve!: (value: unknown) => void;
   private reject!: (error: unknown) => void;

@@ -58,7 +58,10 @@ export class UnusableAnswer extends EngineError {
  * turn after turn keeps its text instead of serialising the whole history again.
  */
 export class JsonText {
-  constructor(readonly text: string) {}
+  readonly text: string;
+  constructor(text: string) {
+    this.text = text;
+  }
 }
 
 /** The JSON text of a request body. */

@@ -4,6 +4,7 @@
 import type { ResolvedTag } from "../../envs/registry.ts";
 import { RollgymError } from "../errors/catalogue.ts";
 import type { ChatMessage, SamplingParams } from "./chat.ts";
+import type { HistoryJson } from "./history-json.ts";
 import type { ReplicaSnapshot } from "./replicas.ts";
 import type { TokenEngine } from "./token-engine.ts";
 import type { TurnVersions, WeightUpdates } from "./versions.ts";
@@ -34,6 +35,8 @@ export interface PolicyRequest {
   affinity?: string;
   /** The context length the prompt and max_tokens were fitted to, when they were (see ContextLimitChanged). */
   fittedTo?: number;
+  /** The episode's messages as JSON so far, extended turn by turn (one per episode; engine policies use it). */
+  history?: HistoryJson;
   signal?: AbortSignal;
 }
 

@@ -6,6 +6,7 @@ import type { EnvRegistry } from "../../envs/registry.ts";
 import type { ChargeBytes } from "../../envs/types.ts";
 import type { PaceValues } from "../../protocol/settings.ts";
 import type { ChatMessage, SamplingParams } from "../llm/chat.ts";
+import { HistoryJson } from "../llm/history-json.ts";
 import {
   ContextLimitChanged,
   type EpisodeView,
@@ -124,6 +125,7 @@ async function playChatEpisode(
 ): Promise<void> {
   let dropped = 0;
   let known: KnownPrompt | null = null;
+  const history = new HistoryJson();
   await playTurns(episode, hooks, async (turn) => {
     // A second pass only when the engine's context length fell under the turn (a restart).
     for (let pass = 0; ; pass++) {
@@ -164,6 +166,7 @@ async function playChatEpisode(
           affinity,
           signal: hooks.signal,
           fittedTo: limit,
+          history,
         });
       } catch (error) {
         if (error instanceof ContextLimitChanged && pass === 0) continue;

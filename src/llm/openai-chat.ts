@@ -299,9 +299,13 @@ export class ChatPolicy implements Policy {
               }
             : // Counted on the episode's own replica, through the pool like its turns. A cached or
               // shared count takes no lease: its "ok" would hide a dead replica's failures.
-              (messages, prefill, countSignal, affinity) =>
-                counter.count(messages, prefill, countSignal, (send) =>
-                  this.routed(affinity ?? null, countSignal, (url) => send(url), "aux"),
+              (messages, prefill, countSignal, affinity, history) =>
+                counter.count(
+                  messages,
+                  prefill,
+                  countSignal,
+                  (send) => this.routed(affinity ?? null, countSignal, (url) => send(url), "aux"),
+                  history,
                 ),
         fittedByBound: () => {
           this.stats.countsAvoided++;

@@ -118,6 +118,8 @@ export interface PromptMeter {
     signal?: AbortSignal,
     /** The episode's routing key, so the count goes to its replica. */
     affinity?: string,
+    /** The episode's messages as JSON so far (PolicyRequest.history). */
+    history?: HistoryJson,
   ): Promise<number>;
   /** Told when a prompt was fitted on an upper bound instead of a count (for stats). */
   fittedByBound?(): void;

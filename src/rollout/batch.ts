@@ -143,6 +143,7 @@ async function playChatEpisode(
           affinity,
           hooks.signal,
           known,
+          history,
         );
         if (fitted === null) {
           episode.endContextFull();
@@ -228,9 +229,10 @@ async function fitContext(
   affinity: string,
   signal: AbortSignal | undefined,
   known: KnownPrompt | null,
+  history: HistoryJson,
 ): Promise<{ messages: ChatMessage[]; maxTokens: number; dropped: number; tokens: number } | null> {
   const count = (messages: readonly ChatMessage[]) =>
-    meter.count(messages, episode.prefill, signal, affinity);
+    meter.count(messages, episode.prefill, signal, affinity, history);
   const wanted = request.sampling.max_tokens;
   const floor = Math.min(wanted, request.minResponseTokens ?? 32);
   const fits = (tokens: number) => (tokens + wanted <= meter.limit ? wanted : meter.limit - tokens);

@@ -692,9 +692,9 @@ class RetryBudget {
     return this.#deadline.signal;
   }
 
-  /** True when the time limit (not the caller) ended it. */
+  /** True when the time limit (not the caller) ended it: once spent, whether or not a timer was made. */
   get expired(): boolean {
-    return this.#deadline?.expired ?? false;
+    return this.#deadline !== null ? this.#deadline.expired : this.spentMs() >= this.#ms;
   }
 
   /** Nothing has waited yet, the caller has not aborted, and time is left. */

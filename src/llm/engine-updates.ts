@@ -64,10 +64,71 @@ export interface Dispatch {
   done(): void;
 }
 
-interface Tracked {
-  readonly controller: AbortController;
-  readonly settled: Promise<void>;
-  settle(): void;
+/**
+ * The requests in flight on one replica under one parent signal (a rollout's): one controller
+ * for all of them, aborted by an interruption or by the parent, so a request makes no
+ * controller or listener of its own. An interruption retires the lane; later requests open a new one.
+ */
+class Lane {
+  readonly controller = new AbortController();
+  readonly #lanes: Map<AbortSignal | null, Lane>;
+  readonly #key: AbortSignal | null;
+  requests = 0;
+  /** Unsubscribes from the parent's abort; null without a parent. */
+  leave: (() => void) | null = null;
+  #drained: Promise<void> | null = null;
+  #resolveDrained: (() => void) | null = null;
+
+  /** Opens the lane of `key` in `lanes` (a replica's). */
+  constructor(lanes: Map<AbortSignal | null, Lane>, key: AbortSignal | null) {
+    this.#lanes = lanes;
+    this.#key = key;
+    lanes.set(key, this);
+  }
+
+  /** Resolves once every request in it has let go (made only when an interruption waits). */
+  drained(): Promise<void> {
+    if (this.requests === 0) return Promise.resolve();
+    this.#drained ??= new Promise<void>((resolve) => {
+      this.#resolveDrained = resolve;
+    });
+    return this.#drained;
+  }
+
+  /** One request let go; the last closes the lane. */
+  leaveOne(): void {
+    if (--this.requests > 0) return;
+    this.leave?.();
+    if (this.#lanes.get(this.#key) === this) this.#lanes.delete(this.#key);
+    this.#resolveDrained?.();
+  }
+}
+
+/** A request's tracking: a method, not a closure per request. */
+class Ticket implements Dispatch {
+  readonly url: string;
+  readonly signal: AbortSignal;
+  readonly version: number;
+  readonly epoch: number;
+  #lane: Lane | null;
+  readonly #updates: EngineUpdates;
+
+  constructor(updates: EngineUpdates, url: string, lane: Lane) {
+    this.url = url;
+    this.signal = lane.controller.signal;
+    this.version = updates.current.ordinal;
+    this.epoch = updates.epoch;
+    this.#lane = lane;
+    this.#updates = updates;
+  }
+
+  done(): void {
+    const lane = this.#lane;
+    if (lane === null) return;
+    this.#lane = null;
+    this.#updates.inFlight--;
+    lane.leaveOne();
+  }
 }
 
 /** Replicas listed in update frames, in URL order. */
@@ -85,7 +146,8 @@ export class EngineUpdates extends VersionBook {
   readonly #resumeDelaysMs: readonly number[];
   /** Replicas sent a /pause and not yet seen resumed: the ones the probe may resume itself. */
   readonly #mayBePaused = new Set<string>();
-  readonly #inflight = new Map<string, Set<Tracked>>();
+  /** Per replica, the open lane of each parent signal (null: requests without one). */
+  readonly #lanes = new Map<string, Map<AbortSignal | null, Lane>>();
   /** Replicas known to have no /pause (route 404/405): they get the abort-and-continue fallback. */
   readonly #noPause = new Set<string>();
   /** Per replica: whether it answers GET /is_paused, asked once (see pausable()). */
@@ -105,40 +167,25 @@ export class EngineUpdates extends VersionBook {
     this.#resumeDelaysMs = options.resumeDelaysMs ?? RESUME_RETRY_DELAYS_MS;
   }
 
-  /** Starts tracking a request on `url` (the caller links `parent` for its own aborts). */
+  /** Starts tracking a request on `url`; its signal also aborts with `parent`'s reason. */
   dispatch(url: string, parent?: AbortSignal): Dispatch {
-    const controller = new AbortController();
-    let settle!: () => void;
-    const settled = new Promise<void>((resolve) => {
-      settle = resolve;
-    });
-    const tracked: Tracked = { controller, settled, settle };
-    let set = this.#inflight.get(url);
-    if (set === undefined) {
-      set = new Set();
-      this.#inflight.set(url, set);
+    let lanes = this.#lanes.get(url);
+    if (lanes === undefined) {
+      lanes = new Map();
+      this.#lanes.set(url, lanes);
     }
-    set.add(tracked);
+    const key = parent ?? null;
+    let lane = lanes.get(key);
+    if (lane === undefined) {
+      const opened = new Lane(lanes, key);
+      lane = opened;
+      // One listener per parent signal, shared (deadline.ts): thousands of requests share a rollout's.
+      if (parent?.aborted) opened.controller.abort(parent.reason);
+      else if (parent) opened.leave = onParentAbort(parent, () => opened.controller.abort(parent.reason));
+    }
+    lane.requests++;
     this.inFlight++;
-    // One listener per parent signal, shared (deadline.ts): thousands of requests share a rollout's.
-    let leave: (() => void) | null = null;
-    if (parent?.aborted) controller.abort(parent.reason);
-    else if (parent) leave = onParentAbort(parent, () => controller.abort(parent.reason));
-    let ended = false;
-    return {
-      url,
-      signal: controller.signal,
-      version: this.current.ordinal,
-      epoch: this.epoch,
-      done: () => {
-        if (ended) return;
-        ended = true;
-        leave?.();
-        set.delete(tracked);
-        this.inFlight--;
-        settle();
-      },
-    };
+    return new Ticket(this, url, lane);
   }
 
   /**
@@ -173,12 +220,19 @@ export class EngineUpdates extends VersionBook {
 
   /** Ends every request in flight on `url` with UpdateInterrupted and waits until each has let go. */
   async interrupt(url: string): Promise<number> {
-    const set = this.#inflight.get(url);
-    if (!set || set.size === 0) return 0;
-    const all = [...set];
-    for (const tracked of all) tracked.controller.abort(new UpdateInterrupted(url));
-    await Promise.all(all.map((tracked) => tracked.settled));
-    return all.length;
+    const lanes = this.#lanes.get(url);
+    if (!lanes || lanes.size === 0) return 0;
+    // Retired: requests dispatched from now on open new lanes.
+    this.#lanes.delete(url);
+    let interrupted = 0;
+    const drained: Promise<void>[] = [];
+    for (const lane of lanes.values()) {
+      interrupted += lane.requests;
+      lane.controller.abort(new UpdateInterrupted(url));
+      drained.push(lane.drained());
+    }
+    await Promise.all(drained);
+    return interrupted;
   }
 
   /**

@@ -3,6 +3,7 @@
 // a chat prompt's tokens exactly as its chat route will render them.
 import { isPlainObject } from "../../protocol/plain-object.ts";
 import type { ChatMessage } from "./chat.ts";
+import type { HistoryJson } from "./history-json.ts";
 import { type EngineConnections, EngineError, requestJson, UnusableAnswer } from "./http.ts";
 
 export type Dialect = "vllm" | "llamacpp";
@@ -150,8 +151,13 @@ export class EngineTokenCounter {
     prefill: string,
     signal: AbortSignal | undefined,
     route: (send: (baseURL: string) => Promise<number>) => Promise<number>,
+    /** The episode's history as JSON (the same key, without serialising what it holds again). */
+    history?: HistoryJson,
   ): Promise<number> {
-    const key = JSON.stringify([messages, prefill]);
+    const key =
+      history === undefined
+        ? JSON.stringify([messages, prefill])
+        : `[[${history.elements(messages)}],${JSON.stringify(prefill)}]`;
     const cached = this.cache.get(key);
     if (cached !== undefined) return cached;
     const pending = this.asking.get(key);

@@ -6,14 +6,14 @@
 // budget that rides out an engine restart; when every replica is down, turns wait on the
 // pool's probe instead of hammering it.
 import { setTimeout as sleep } from "node:timers/promises";
-import type { ChatMessage } from "./chat.ts";
 import { ContextLimit, isLengthRefusal } from "./context-limit.ts";
-import { type Deadline, deadline } from "./deadline.ts";
+import { type Deadline, deadline, type PauseClock } from "./deadline.ts";
 import { type Dialect, describeEngine, type EngineInfo, EngineTokenCounter } from "./engine.ts";
 import { type Dispatch, EngineUpdates, type Sent, UpdateInterrupted } from "./engine-updates.ts";
 import { extraBodyProblem, renderingFields, requestExtras } from "./extra-body.ts";
 import { checkFinishReason, samplingFields } from "./generation.ts";
-import { EngineConnections, EngineError, requestJson, UnusableAnswer } from "./http.ts";
+import { HistoryJson } from "./history-json.ts";
+import { EngineConnections, EngineError, JsonText, requestJson, UnusableAnswer } from "./http.ts";
 import {
   ContextLimitChanged,
   type EngineStatus,
@@ -139,6 +139,8 @@ export class ChatPolicy implements Policy {
   private tokens: TokenEngine | null = null;
   /** Set by preflight when the context length is known. */
   meter: PromptMeter | null = null;
+  /** The model's name as JSON, the start of every request body. */
+  private modelJson: string | null = null;
   /** Request outcomes, for reports and metrics. */
   /** Requests in backoff before their next attempt, and the fault that put the latest there. */
   private retrying = 0;
@@ -297,9 +299,13 @@ export class ChatPolicy implements Policy {
               }
             : // Counted on the episode's own replica, through the pool like its turns. A cached or
               // shared count takes no lease: its "ok" would hide a dead replica's failures.
-              (messages, prefill, countSignal, affinity) =>
-                counter.count(messages, prefill, countSignal, (send) =>
-                  this.routed(affinity ?? null, countSignal, (url) => send(url), "aux"),
+              (messages, prefill, countSignal, affinity, history) =>
+                counter.count(
+                  messages,
+                  prefill,
+                  countSignal,
+                  (send) => this.routed(affinity ?? null, countSignal, (url) => send(url), "aux"),
+                  history,
                 ),
         fittedByBound: () => {
           this.stats.countsAvoided++;
@@ -349,25 +355,23 @@ export class ChatPolicy implements Policy {
     await this.connections.close();
   }
 
-  async generate(request: PolicyRequest): Promise<PolicyResponse> {
-    return this.routed(
-      request.affinity ?? null,
-      request.signal,
-      async (url, attempt, sent) => {
-        const answer = await this.once(url, request, sent);
-        const versions = this.weights.stamp(sent.version, { epoch: sent.epoch, url });
-        return { ...answer, attempts: attempt + 1, versions };
-      },
-      "turn",
-      request.fittedTo,
-    );
+  generate(request: PolicyRequest): Promise<PolicyResponse> {
+    const call: Call<PolicyResponse> = {
+      affinity: request.affinity ?? null,
+      signal: request.signal,
+      kind: "turn",
+      fittedTo: request.fittedTo ?? this.limit.value,
+      request,
+      send: null,
+    };
+    return this.#run(call);
   }
 
   /**
    * Runs `send` on a replica leased from the pool (the affinity's while it is healthy), with
    * the pool's health accounting and this policy's retries. The token engine shares it.
    */
-  async routed<T>(
+  routed<T>(
     affinity: string | null,
     signal: AbortSignal | undefined,
     send: (url: string, attempt: number, sent: Sent) => Promise<T>,
@@ -375,46 +379,65 @@ export class ChatPolicy implements Policy {
     /** The context length the request was fitted to; default: the one in force now. */
     fittedTo: number | null = this.limit.value,
   ): Promise<T> {
-    return this.withRetries(signal, async (attempt, budget) => {
-      const lease = await this.lease(affinity, budget, kind);
-      if (kind === "turn") this.stats.requests++;
-      // Generation requests are tracked, so an update can pause or interrupt them.
-      const sent: Sent =
-        kind === "turn"
-          ? { ...this.weights.dispatch(lease.url, signal), ...this.dispatchFields(affinity) }
-          : {
-              signal,
-              version: this.weights.current.ordinal,
-              epoch: this.weights.epoch,
-              headers: this.headers,
-            };
-      try {
-        const result = await send(lease.url, attempt, sent);
-        lease.release("ok");
-        if (kind === "turn") {
-          this.served.set(lease.url, (this.served.get(lease.url) ?? 0) + 1);
-          this.options.onServed?.(affinity, lease.url);
-        }
-        return result;
-      } catch (error) {
-        // An update overtook it (interrupted, or aborted by /pause?mode=abort): asked again after it.
-        const overtaken =
-          kind === "turn" &&
-          !signal?.aborted &&
-          (error instanceof UpdateInterrupted ||
-            (error instanceof EngineError && error.retryable && sent.epoch !== this.weights.epoch));
-        if (overtaken) {
-          lease.release("refused");
-          this.stats.interrupted++;
-          throw error instanceof UpdateInterrupted ? error : new UpdateInterrupted(lease.url);
-        }
-        lease.release(error instanceof EngineError && error.replicaFault ? "failed" : "refused");
-        if (isLengthRefusal(error)) await this.recheckLength(lease.url, fittedTo, signal);
-        throw error;
-      } finally {
-        (sent as Partial<Dispatch>).done?.();
+    return this.#run({ affinity, signal, kind, fittedTo, request: null, send });
+  }
+
+  /** Runs a call's attempts until one succeeds, within the retry budget. */
+  async #run<T>(call: Call<T>): Promise<T> {
+    const budget = new RetryBudget(this.options.retryBudgetMs, call.signal, this.weights);
+    try {
+      return await this.retryLoop(call, budget);
+    } finally {
+      budget.dispose();
+    }
+  }
+
+  /** One attempt of a call: a lease, the request, its outcome told to the pool. */
+  async #attempt<T>(call: Call<T>, attempt: number, budget: RetryBudget): Promise<T> {
+    const { affinity, signal, kind } = call;
+    const lease = await this.lease(affinity, budget, kind);
+    const turn = kind === "turn";
+    if (turn) this.stats.requests++;
+    // Generation requests are tracked, so an update can pause or interrupt them.
+    const dispatch: Dispatch | null = turn ? this.weights.dispatch(lease.url, signal) : null;
+    const sent: Sent =
+      dispatch !== null
+        ? this.dispatchFields(affinity, dispatch)
+        : {
+            signal,
+            version: this.weights.current.ordinal,
+            epoch: this.weights.epoch,
+            headers: this.headers,
+          };
+    try {
+      const result =
+        call.request !== null
+          ? ((await this.once(lease.url, call.request, sent, attempt)) as T)
+          : await call.send!(lease.url, attempt, sent);
+      lease.release("ok");
+      if (turn) {
+        this.served.set(lease.url, (this.served.get(lease.url) ?? 0) + 1);
+        this.options.onServed?.(affinity, lease.url);
       }
-    });
+      return result;
+    } catch (error) {
+      // An update overtook it (interrupted, or aborted by /pause?mode=abort): asked again after it.
+      const overtaken =
+        turn &&
+        !signal?.aborted &&
+        (error instanceof UpdateInterrupted ||
+          (error instanceof EngineError && error.retryable && sent.epoch !== this.weights.epoch));
+      if (overtaken) {
+        lease.release("refused");
+        this.stats.interrupted++;
+        throw error instanceof UpdateInterrupted ? error : new UpdateInterrupted(lease.url);
+      }
+      lease.release(error instanceof EngineError && error.replicaFault ? "failed" : "refused");
+      if (isLengthRefusal(error)) await this.recheckLength(lease.url, call.fittedTo, signal);
+      throw error;
+    } finally {
+      dispatch?.done();
+    }
   }
 
   /**
@@ -422,21 +445,28 @@ export class ChatPolicy implements Policy {
    * consistent hashing and sticky_least_loaded read X-Session-ID), and cache_salt = the version
    * label once the trainer has named one, where the engine has the field (vLLM).
    */
-  private dispatchFields(affinity: string | null): Pick<Sent, "headers" | "body"> {
+  private dispatchFields(affinity: string | null, dispatch: Dispatch): Sent {
     const headers = affinity === null ? this.headers : { ...this.headers, "x-session-id": affinity };
     const salted = this.options.cacheSalt === "version" && this.dialect === "vllm" && this.weights.named;
-    return { headers, ...(salted ? { body: { cache_salt: this.weights.current.label } } : {}) };
+    const sent: Sent = { signal: dispatch.signal, version: dispatch.version, epoch: dispatch.epoch, headers };
+    if (salted) sent.body = { cache_salt: this.weights.current.label };
+    return sent;
   }
 
   /**
    * A lease on a replica; a turn first waits while a weight update holds admission, and one
    * that got its slot after an update began gives it back and waits.
    */
-  private async lease(affinity: string | null, budget: AbortSignal, kind: "turn" | "aux"): Promise<Lease> {
+  private async lease(affinity: string | null, budget: RetryBudget, kind: "turn" | "aux"): Promise<Lease> {
+    // No update open, a slot free now, time left: the lease at once, with no timer or listener.
+    if ((kind === "aux" || !this.weights.updating) && budget.unspent()) {
+      const lease = this.pool.tryAcquire(affinity);
+      if (lease !== null) return lease;
+    }
     for (;;) {
-      const held = kind === "turn" ? this.weights.admit(budget) : null;
+      const held = kind === "turn" ? this.weights.admit(budget.signal) : null;
       if (held) await held;
-      const lease = await this.pool.acquire(affinity, budget);
+      const lease = await this.pool.acquire(affinity, budget.signal);
       if (kind === "aux" || !this.weights.updating) return lease;
       lease.release("refused");
     }
@@ -477,27 +507,11 @@ export class ChatPolicy implements Policy {
   }
 
   /**
-   * Runs `attempt` until it succeeds, a non-retryable error, the time budget or the attempt
-   * cap. Aborts by the caller end it with "cancelled".
+   * Runs a call's attempts until one succeeds, a non-retryable error, the time budget or the
+   * attempt cap. Aborts by the caller end it with "cancelled".
    */
-  private async withRetries<T>(
-    signal: AbortSignal | undefined,
-    attempt: (index: number, budget: AbortSignal) => Promise<T>,
-  ): Promise<T> {
-    const { retryBudgetMs } = this.options;
-    const budget = deadline(retryBudgetMs, signal, this.weights);
-    try {
-      return await this.retryLoop(signal, budget, attempt);
-    } finally {
-      budget.dispose();
-    }
-  }
-
-  private async retryLoop<T>(
-    signal: AbortSignal | undefined,
-    budget: Deadline,
-    attempt: (index: number, budget: AbortSignal) => Promise<T>,
-  ): Promise<T> {
+  private async retryLoop<T>(call: Call<T>, budget: RetryBudget): Promise<T> {
+    const { signal } = call;
     const { retryBudgetMs, backoffMs, maxBackoffMs, maxRetries } = this.options;
     let last: unknown = null;
     // Attempts an update interrupted are asked again at once and count against nothing.
@@ -505,7 +519,7 @@ export class ChatPolicy implements Policy {
     for (let tries = 0; ; tries++) {
       const index = tries - interrupted;
       try {
-        return await attempt(tries, budget.signal);
+        return await this.#attempt(call, tries, budget);
       } catch (error) {
         if (signal?.aborted) throw new PolicyError("cancelled");
         if (error instanceof UpdateInterrupted) {
@@ -561,28 +575,45 @@ export class ChatPolicy implements Policy {
     }
   }
 
-  private body(request: PolicyRequest): Record<string, unknown> {
+  /**
+   * The request body as JSON text, the same text as JSON.stringify of {model, messages, the
+   * sampling fields, the prefill's flags, the grammar, the extra body, `extra`} would give: the
+   * messages come from the episode's HistoryJson when it sends one (serialised once, extended
+   * turn by turn), and the fields after them are serialised on their own.
+   */
+  private body(request: PolicyRequest, extra: Record<string, unknown> | undefined): JsonText {
     const prefill = this.options.prefill === "continue";
-    const messages: ChatMessage[] = prefill
-      ? [...request.messages, { role: "assistant", content: request.prefill }]
-      : [...request.messages];
+    let messages = (request.history ?? new HistoryJson()).elements(request.messages);
+    if (prefill) {
+      const last = JSON.stringify({ role: "assistant", content: request.prefill });
+      messages = messages === "" ? last : `${messages},${last}`;
+    }
     const grammar = this.options.grammar
       ? this.dialect === "llamacpp"
         ? { grammar: this.options.grammar }
         : { structured_outputs: { grammar: this.options.grammar } }
       : {};
-    return {
-      model: this.options.model,
-      messages,
+    // extra_body can hold neither model nor messages (extraBodyProblem), so no field comes twice.
+    const rest = JSON.stringify({
       ...samplingFields(request.sampling, this.dialect),
       ...(prefill ? { continue_final_message: true, add_generation_prompt: false } : {}),
       ...grammar,
       ...this.extras,
-    };
+      ...extra,
+    });
+    this.modelJson ??= JSON.stringify(this.options.model);
+    const fields = rest === "{}" ? "}" : `,${rest.slice(1)}`;
+    return new JsonText(`{"model":${this.modelJson},"messages":[${messages}]${fields}`);
   }
 
-  private async once(url: string, request: PolicyRequest, sent: Sent): Promise<PolicyResponse> {
-    const body = { ...this.body(request), ...sent.body };
+  /** A generation turn on `url`, with its attempts and the versions it was played under. */
+  private async once(
+    url: string,
+    request: PolicyRequest,
+    sent: Sent,
+    attempt: number,
+  ): Promise<PolicyResponse> {
+    const body = this.body(request, sent.body);
     const completion = (await requestJson("POST", `${url}/chat/completions`, body, {
       signal: sent.signal,
       timeoutMs: this.options.timeoutMs,
@@ -601,16 +632,82 @@ export class ChatPolicy implements Policy {
     // Without a prefill the model writes the opening tag itself; the episode adds it back.
     if (this.options.prefill === "none" && text.startsWith(request.prefill))
       text = text.slice(request.prefill.length);
-    return {
+    const response: PolicyResponse = {
       text,
       finishReason,
       promptTokens: completion.usage?.prompt_tokens,
       completionTokens: completion.usage?.completion_tokens,
-      ...(rebuilt.ambiguous ? { ambiguousSplit: true } : {}),
     };
+    if (rebuilt.ambiguous) response.ambiguousSplit = true;
+    response.attempts = attempt + 1;
+    response.versions = this.weights.stamp(sent.version, { epoch: sent.epoch, url });
+    return response;
   }
 }
 
 function describe(error: unknown): string {
   return error instanceof Error ? error.message : String(error);
+}
+
+/** One routed request: what its attempts need, made once instead of a closure per attempt. */
+interface Call<T> {
+  readonly affinity: string | null;
+  readonly signal: AbortSignal | undefined;
+  readonly kind: "turn" | "aux";
+  /** The context length the request was fitted to. */
+  readonly fittedTo: number | null;
+  /** A generation turn (generate()), or null for the caller's own `send`. */
+  readonly request: PolicyRequest | null;
+  readonly send: ((url: string, attempt: number, sent: Sent) => Promise<T>) | null;
+}
+
+/**
+ * A request's retry budget (wall time less time paused by updates), made into a timer only
+ * when the request has to wait (for a slot, an update, a backoff): most never do, and a
+ * timer, a controller and a listener on the caller's signal per request add up.
+ */
+class RetryBudget {
+  readonly #ms: number;
+  readonly #parent: AbortSignal | undefined;
+  readonly #clock: PauseClock;
+  readonly #started = Date.now();
+  readonly #pausedAtStart: number;
+  /** The timer, once something waited; it counts the time left when it was made. */
+  #deadline: Deadline | null = null;
+  #spentBefore = 0;
+
+  constructor(ms: number, parent: AbortSignal | undefined, clock: PauseClock) {
+    this.#ms = ms;
+    this.#parent = parent;
+    this.#clock = clock;
+    this.#pausedAtStart = clock.pausedMs();
+  }
+
+  /** Aborts when the budget runs out or the caller's signal aborts. */
+  get signal(): AbortSignal {
+    if (this.#deadline === null) {
+      this.#spentBefore = this.spentMs();
+      this.#deadline = deadline(Math.max(0, this.#ms - this.#spentBefore), this.#parent, this.#clock);
+    }
+    return this.#deadline.signal;
+  }
+
+  /** True when the time limit (not the caller) ended it: once spent, whether or not a timer was made. */
+  get expired(): boolean {
+    return this.#deadline !== null ? this.#deadline.expired : this.spentMs() >= this.#ms;
+  }
+
+  /** Nothing has waited yet, the caller has not aborted, and time is left. */
+  unspent(): boolean {
+    return this.#deadline === null && !this.#parent?.aborted && this.spentMs() < this.#ms;
+  }
+
+  /** Milliseconds counted against the budget so far. */
+  spentMs(): number {
+    return Date.now() - this.#started - (this.#clock.pausedMs() - this.#pausedAtStart);
+  }
+
+  dispose(): void {
+    this.#deadline?.dispose();
+  }
 }

@@ -4,6 +4,7 @@
 import type { ResolvedTag } from "../../envs/registry.ts";
 import { RollgymError } from "../errors/catalogue.ts";
 import type { ChatMessage, SamplingParams } from "./chat.ts";
+import type { HistoryJson } from "./history-json.ts";
 import type { ReplicaSnapshot } from "./replicas.ts";
 import type { TokenEngine } from "./token-engine.ts";
 import type { TurnVersions, WeightUpdates } from "./versions.ts";
@@ -34,6 +35,8 @@ export interface PolicyRequest {
   affinity?: string;
   /** The context length the prompt and max_tokens were fitted to, when they were (see ContextLimitChanged). */
   fittedTo?: number;
+  /** The episode's messages as JSON so far, extended turn by turn (one per episode; engine policies use it). */
+  history?: HistoryJson;
   signal?: AbortSignal;
 }
 
@@ -115,6 +118,8 @@ export interface PromptMeter {
     signal?: AbortSignal,
     /** The episode's routing key, so the count goes to its replica. */
     affinity?: string,
+    /** The episode's messages as JSON so far (PolicyRequest.history). */
+    history?: HistoryJson,
   ): Promise<number>;
   /** Told when a prompt was fitted on an upper bound instead of a count (for stats). */
   fittedByBound?(): void;

@@ -187,6 +187,25 @@ export class ReplicaPool {
     throw new PoolClosedError();
   }
 
+  /**
+   * A lease at once when acquire() would grant one without waiting: no acquire is queued that
+   * could take the slot first, and a replica (the key's, while healthy) has one free. Null
+   * otherwise, or after close(): acquire() then waits in line (or rejects) as usual.
+   */
+  tryAcquire(affinity: string | null): Lease | null {
+    if (this.closing.signal.aborted || this.free.size > 0) return null;
+    const bound = affinity === null ? undefined : this.affinity.get(affinity);
+    const replica = bound ?? this.leastLoaded();
+    if (replica === undefined || replica.inFlight >= replica.limit || replica.sticky.size > 0) return null;
+    if (affinity !== null && bound === undefined) {
+      this.affinity.set(affinity, replica);
+      replica.keys.add(affinity);
+    }
+    replica.inFlight++;
+    replica.requests++;
+    return new ReplicaLease(this, replica);
+  }
+
   /** Forgets an affinity key (episode finished). Its queued acquires, if any, lose their stickiness. */
   forget(affinity: string): void {
     const replica = this.affinity.get(affinity);
@@ -345,31 +364,23 @@ export class ReplicaPool {
     }
     replica.inFlight++;
     replica.requests++;
-    parked.item.lease = this.lease(replica);
+    parked.item.lease = new ReplicaLease(this, replica);
     parked.queue?.wakeParked(parked);
   }
 
-  private lease(replica: Replica): Lease {
-    const epoch = replica.epoch;
-    let released = false;
-    return {
-      url: replica.url,
-      release: (outcome: LeaseOutcome): void => {
-        if (released) return;
-        released = true;
-        replica.inFlight--;
-        if (outcome === "failed") replica.failures++;
-        // Outcomes from before it went out and came back say nothing about it now.
-        if (epoch === replica.epoch && replica.healthy) {
-          if (outcome === "ok") replica.consecutiveFailures = 0;
-          else if (outcome === "failed" && ++replica.consecutiveFailures >= this.failureThreshold) {
-            this.takeOut(replica, `${replica.consecutiveFailures} failed requests in a row`);
-            return;
-          }
-        }
-        this.pump();
-      },
-    };
+  /** A lease on `replica` ended with `outcome` (ReplicaLease.release, once). */
+  released(replica: Replica, epoch: number, outcome: LeaseOutcome): void {
+    replica.inFlight--;
+    if (outcome === "failed") replica.failures++;
+    // Outcomes from before it went out and came back say nothing about it now.
+    if (epoch === replica.epoch && replica.healthy) {
+      if (outcome === "ok") replica.consecutiveFailures = 0;
+      else if (outcome === "failed" && ++replica.consecutiveFailures >= this.failureThreshold) {
+        this.takeOut(replica, `${replica.consecutiveFailures} failed requests in a row`);
+        return;
+      }
+    }
+    this.pump();
   }
 
   private takeOut(replica: Replica, reason: string): void {
@@ -465,5 +476,28 @@ export class ReplicaPool {
         throw error;
       });
     }
+  }
+}
+
+/** One slot on a replica: a class, not a closure per request. */
+class ReplicaLease implements Lease {
+  readonly url: string;
+  readonly #pool: ReplicaPool;
+  readonly #replica: Replica;
+  /** The replica's epoch when granted. */
+  readonly #epoch: number;
+  #released = false;
+
+  constructor(pool: ReplicaPool, replica: Replica) {
+    this.url = replica.url;
+    this.#pool = pool;
+    this.#replica = replica;
+    this.#epoch = replica.epoch;
+  }
+
+  release(outcome: LeaseOutcome): void {
+    if (this.#released) return;
+    this.#released = true;
+    this.#pool.released(this.#replica, this.#epoch, outcome);
   }
 }

@@ -6,6 +6,7 @@ import type { EnvRegistry } from "../../envs/registry.ts";
 import type { ChargeBytes } from "../../envs/types.ts";
 import type { PaceValues } from "../../protocol/settings.ts";
 import type { ChatMessage, SamplingParams } from "../llm/chat.ts";
+import { HistoryJson } from "../llm/history-json.ts";
 import {
   ContextLimitChanged,
   type EpisodeView,
@@ -124,6 +125,7 @@ async function playChatEpisode(
 ): Promise<void> {
   let dropped = 0;
   let known: KnownPrompt | null = null;
+  const history = new HistoryJson();
   await playTurns(episode, hooks, async (turn) => {
     // A second pass only when the engine's context length fell under the turn (a restart).
     for (let pass = 0; ; pass++) {
@@ -141,6 +143,7 @@ async function playChatEpisode(
           affinity,
           hooks.signal,
           known,
+          history,
         );
         if (fitted === null) {
           episode.endContextFull();
@@ -164,6 +167,7 @@ async function playChatEpisode(
           affinity,
           signal: hooks.signal,
           fittedTo: limit,
+          history,
         });
       } catch (error) {
         if (error instanceof ContextLimitChanged && pass === 0) continue;
@@ -225,9 +229,10 @@ async function fitContext(
   affinity: string,
   signal: AbortSignal | undefined,
   known: KnownPrompt | null,
+  history: HistoryJson,
 ): Promise<{ messages: ChatMessage[]; maxTokens: number; dropped: number; tokens: number } | null> {
   const count = (messages: readonly ChatMessage[]) =>
-    meter.count(messages, episode.prefill, signal, affinity);
+    meter.count(messages, episode.prefill, signal, affinity, history);
   const wanted = request.sampling.max_tokens;
   const floor = Math.min(wanted, request.minResponseTokens ?? 32);
   const fits = (tokens: number) => (tokens + wanted <= meter.limit ? wanted : meter.limit - tokens);

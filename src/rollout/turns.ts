@@ -5,8 +5,8 @@ import type { Episode } from "./episode.ts";
 
 /** What the turn loop tells and is told by its batch. */
 export interface TurnHooks {
-  /** A turn of `episode` was played (recorded, or failed). */
-  onTurn?: (episode: Episode) => void;
+  /** A turn of `episode` was played: `recorded` (its latest turn record is new), or failed. */
+  onTurn?: (episode: Episode, recorded: boolean) => void;
   signal?: AbortSignal;
 }
 
@@ -26,6 +26,6 @@ export async function playTurns(episode: Episode, hooks: TurnHooks, play: TurnPl
     } catch (error) {
       episode.fail(hooks.signal?.aborted ? "cancelled" : `turn ${turn + 1}: ${messageOf(error)}`);
     }
-    hooks.onTurn?.(episode);
+    hooks.onTurn?.(episode, episode.turnIndex > turn);
   }
 }

@@ -59,7 +59,6 @@ export function textBytes(text: string): number {
 export class PlayMeter {
   private readonly account: SessionMemory;
   private readonly byGroup = new Map<number, number>();
-  private readonly charged = new WeakSet<TurnRecord>();
 
   constructor(account: SessionMemory) {
     this.account = account;
@@ -70,10 +69,8 @@ export class PlayMeter {
     this.add(group, bytes);
   }
 
-  /** A turn was played: `turn` is the episode's latest record (the same one again after a failed turn). */
-  turn(group: number, turn: TurnRecord | undefined): void {
-    if (!turn || this.charged.has(turn)) return;
-    this.charged.add(turn);
+  /** A turn was recorded: `turn` is the new record (told once per record, not again after a failed turn). */
+  turn(group: number, turn: TurnRecord): void {
     this.add(
       group,
       STEP_BYTES + textBytes(turn.state) + textBytes(turn.raw_response) + textBytes(turn.response),

@@ -4,12 +4,20 @@ import { once } from "node:events";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { ChatMessage } from "../../src/llm/chat.ts";
+import type { Dialect } from "../../src/llm/engine.ts";
+import { requestExtras } from "../../src/llm/extra-body.ts";
+import { samplingFields } from "../../src/llm/generation.ts";
+import { HistoryJson } from "../../src/llm/history-json.ts";
 import { ChatPolicy } from "../../src/llm/openai-chat.ts";
+import type { PolicyRequest } from "../../src/llm/policy.ts";
 import { singleRequest } from "../helpers/recording-policy.ts";
 
 let server: Server;
 let url: string;
 const bodies: Record<string, unknown>[] = [];
+/** The bodies' text as it arrived. */
+const texts: string[] = [];
 
 const request = singleRequest("go");
 
@@ -20,6 +28,7 @@ beforeAll(async () => {
       text += chunk;
     });
     req.on("end", () => {
+      texts.push(text);
       bodies.push(JSON.parse(text) as Record<string, unknown>);
       res.setHeader("content-type", "application/json");
       res.end(
@@ -109,5 +118,102 @@ describe("chat request body", () => {
     // The token engine merges the transport's extra body last, as chat requests do.
     expect(policy.transport.extraBody).toEqual({ min_tokens: 1, seed: null });
     await policy.close();
+  });
+});
+
+/** The body as the chat policy built it before it kept each episode's history as JSON. */
+function objectBody(
+  request: PolicyRequest,
+  settings: {
+    prefill: "continue" | "none";
+    dialect: Dialect;
+    grammar?: string;
+    extraBody?: Record<string, unknown>;
+    requestSeeds?: boolean;
+  },
+): Record<string, unknown> {
+  const prefill = settings.prefill === "continue";
+  const grammar = settings.grammar
+    ? settings.dialect === "llamacpp"
+      ? { grammar: settings.grammar }
+      : { structured_outputs: { grammar: settings.grammar } }
+    : {};
+  return {
+    model: "m",
+    messages: prefill
+      ? [...request.messages, { role: "assistant", content: request.prefill }]
+      : [...request.messages],
+    ...samplingFields(request.sampling, settings.dialect),
+    ...(prefill ? { continue_final_message: true, add_generation_prompt: false } : {}),
+    ...grammar,
+    ...requestExtras(settings.extraBody ?? {}, settings.requestSeeds ?? true),
+  };
+}
+
+describe("chat request body from the episode's serialised history", () => {
+  // Turns as an episode sends them: each extends the one before, the last user message is
+  // rebuilt (new strings, same text), then a window slides and the history starts over.
+  const system: ChatMessage = { role: "system", content: 'You are a "Sokoban" solver.\n\u0001 é 漢' };
+  const turn1: ChatMessage[] = [system, { role: "user", content: "State:\n#_P#\n" }];
+  const turn2: ChatMessage[] = [
+    system,
+    { role: "user", content: ["State:", "#_P#", ""].join("\n") },
+    { role: "assistant", content: "<think>left</think><answer>Left</answer>" },
+    { role: "user", content: "Reward:\n0\nState:\n#P_#\n" },
+  ];
+  const turn3: ChatMessage[] = [
+    ...turn2,
+    { role: "assistant", content: "<answer>Up</answer>" },
+    { role: "user", content: "Reward:\n1\n" },
+  ];
+  const slid: ChatMessage[] = [system, { role: "user", content: "Reward:\n1\n" }];
+  const turns = [turn1, turn2, turn3, slid, turn3];
+
+  for (const settings of [
+    { prefill: "continue" as const, dialect: "vllm" as const },
+    {
+      prefill: "continue" as const,
+      dialect: "vllm" as const,
+      grammar: 'root ::= "x"',
+      extraBody: { chat_template_kwargs: { enable_thinking: false }, min_tokens: 5 },
+      requestSeeds: false,
+    },
+    {
+      prefill: "none" as const,
+      dialect: "llamacpp" as const,
+      grammar: 'root ::= "x"',
+      extraBody: { chat_template_kwargs: { a: [1, "b"] } },
+    },
+  ]) {
+    it(`sends the text JSON.stringify gives of the whole body, turn after turn (${settings.prefill}, ${settings.dialect}${settings.extraBody ? ", extra_body" : ""})`, async () => {
+      const policy = new ChatPolicy({ baseURL: url, model: "m", ...settings });
+      const history = new HistoryJson();
+      for (const [k, messages] of turns.entries()) {
+        const request: PolicyRequest = {
+          ...singleRequest("unused", { seed: 100 + k, max_tokens: 50 + k }),
+          messages,
+          history,
+        };
+        await policy.generate(request);
+        const expected = objectBody(request, settings);
+        expect(texts.at(-1)).toBe(JSON.stringify(expected));
+        expect(bodies.at(-1)).toEqual(expected);
+      }
+      // Without a history the body is the same.
+      const request = { ...singleRequest("unused", { seed: 5 }), messages: turn3 };
+      await policy.generate(request);
+      expect(texts.at(-1)).toBe(JSON.stringify(objectBody(request, settings)));
+      await policy.close();
+    });
+  }
+
+  it("gives the elements JSON.stringify gives, whether a history extends, slides or starts over", () => {
+    const history = new HistoryJson();
+    expect(history.elements([])).toBe("");
+    expect(`[${history.elements(turn1)}]`).toBe(JSON.stringify(turn1));
+    expect(`[${history.elements(turn2)}]`).toBe(JSON.stringify(turn2));
+    expect(`[${history.elements(slid)}]`).toBe(JSON.stringify(slid));
+    expect(`[${history.elements(turn3)}]`).toBe(JSON.stringify(turn3));
+    expect(`[${history.elements(turn1)}]`).toBe(JSON.stringify(turn1));
   });
 });

@@ -478,3 +478,30 @@ describe("abort and close", () => {
     ).toThrow(RangeError);
   });
 });
+
+describe("tryAcquire", () => {
+  it("grants at once exactly where acquire would not wait: never past a queued acquire or over a limit", async () => {
+    const pool = new ReplicaPool(URLS.slice(0, 2), { concurrency: 1, probe: alwaysUp });
+    const first = pool.tryAcquire("k");
+    expect(first?.url).toBe("http://a");
+    // The key sticks to its replica, which is full: no lease elsewhere, acquire would wait too.
+    expect(pool.tryAcquire("k")).toBeNull();
+    const other = pool.tryAcquire(null);
+    expect(other?.url).toBe("http://b");
+    expect(pool.tryAcquire(null)).toBeNull();
+    const queued = track(pool.acquire(null));
+    other!.release("ok");
+    await flush();
+    // The slot went to the acquire that was waiting, not to a later tryAcquire.
+    expect(queued.value()?.url).toBe("http://b");
+    expect(pool.tryAcquire(null)).toBeNull();
+    first!.release("ok");
+    expect(pool.tryAcquire("k")?.url).toBe("http://a");
+    expect(pool.snapshot().map((s) => [s.inFlight, s.requests, s.keys])).toEqual([
+      [1, 2, 1],
+      [1, 2, 0],
+    ]);
+    pool.close();
+    expect(pool.tryAcquire(null)).toBeNull();
+  });
+});

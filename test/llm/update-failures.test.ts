@@ -6,7 +6,7 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import { afterEach, describe, expect, it } from "vitest";
 import type { Version } from "../../protocol/messages.ts";
-import { EngineUpdates, type UpdateHost } from "../../src/llm/engine-updates.ts";
+import { EngineUpdates, type UpdateHost, UpdateInterrupted } from "../../src/llm/engine-updates.ts";
 import { EngineError } from "../../src/llm/http.ts";
 import { ChatPolicy } from "../../src/llm/openai-chat.ts";
 import type { PolicyRequest } from "../../src/llm/policy.ts";
@@ -294,5 +294,54 @@ describe("the probe's reading of /is_paused", () => {
       "GET http://r0/is_paused answered true while a weight update is open",
     );
     expect(asked.filter((a) => a.includes("/resume"))).toEqual([]);
+  });
+});
+
+describe("dispatch tracking", () => {
+  const host: UpdateHost = {
+    urls: ["http://r0/v1", "http://r1/v1"],
+    control: async () => ({}),
+    isHealthy: () => true,
+    takeOut: () => {},
+  };
+
+  it("interrupts every request in flight on a replica, under any parent signal, and only those", async () => {
+    const updates = new EngineUpdates(host);
+    const rollout = new AbortController();
+    const other = new AbortController();
+    const a = updates.dispatch("http://r0/v1", rollout.signal);
+    const b = updates.dispatch("http://r0/v1", other.signal);
+    const c = updates.dispatch("http://r0/v1");
+    const elsewhere = updates.dispatch("http://r1/v1", rollout.signal);
+    const finished = updates.dispatch("http://r0/v1", rollout.signal);
+    finished.done();
+    finished.done();
+    expect(updates.inFlight).toBe(4);
+    const interrupted = updates.interrupt("http://r0/v1");
+    for (const request of [a, b, c]) expect(request.signal.reason).toBeInstanceOf(UpdateInterrupted);
+    expect(elsewhere.signal.aborted).toBe(false);
+    // Sent after the interruption: not ended by it.
+    const later = updates.dispatch("http://r0/v1", rollout.signal);
+    expect(later.signal.aborted).toBe(false);
+    let settled = false;
+    void interrupted.then(() => {
+      settled = true;
+    });
+    a.done();
+    b.done();
+    await sleep(0);
+    expect(settled).toBe(false);
+    c.done();
+    expect(await interrupted).toBe(3);
+    // The caller's abort reaches its own requests with its reason, on every replica.
+    rollout.abort(new Error("cancelled"));
+    expect(later.signal.reason).toEqual(new Error("cancelled"));
+    expect(elsewhere.signal.reason).toEqual(new Error("cancelled"));
+    later.done();
+    elsewhere.done();
+    expect(updates.inFlight).toBe(0);
+    expect(await updates.interrupt("http://r0/v1")).toBe(0);
+    // A request on an already aborted signal starts aborted.
+    expect(updates.dispatch("http://r1/v1", rollout.signal).signal.aborted).toBe(true);
   });
 });

@@ -70,9 +70,9 @@ export class RolloutPlay implements WindowPlay {
         retainEpisodes: false,
         admitGroup: (local) => hooks.admitGroup(first + local),
         onEnvBytes: (local, bytes) => meter.envBytes(first + local, bytes),
-        onTurn: (episode) => {
+        onTurn: (episode, recorded) => {
           ctx.metrics.turns.inc();
-          meter.turn(first + episode.groupId, episode.lastTurn);
+          if (recorded) meter.turn(first + episode.groupId, episode.lastTurn!);
         },
         onEpisode: (record) => this.episodeDone({ ...record, group_id: first + record.group_id }),
         onGroup: (local, records) => {

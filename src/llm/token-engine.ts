@@ -99,7 +99,7 @@ const ANCHOR: ChatMessage = { role: "system", content: "x" };
 const MARK = "\u2063rollgym-end-of-content\u2063";
 /** A probe's user content, to find where the template writes it in the block after an assistant turn. */
 const USER_MARK = "\u2063rollgym-user\u2063";
-/** Whitespace around a probe's user content: the block passes contents verbatim when it keeps it. */
+/** Whitespace around a probe's user content: the block passes contents verbatim when it keeps it, trims them when it drops it. */
 const PAD = " \n";
 /** Drift checks in a row, on episodes of two turns or more, that verify a template append-only. */
 const APPEND_ONLY_CHECKS = 4;
@@ -123,7 +123,9 @@ export interface ContinuationTally {
 }
 
 /** The text a template writes after an assistant turn's content, around the next user content. */
-type BlockShape = { before: string; after: string; verbatim: boolean } | { refused: string };
+type BlockShape =
+  | { before: string; after: string; edges: "verbatim" | "trimmed" | "unknown" }
+  | { refused: string };
 
 /** A full render of a continuation checked against the block; `done` once its verdict is in. */
 interface Verify {
@@ -152,12 +154,16 @@ interface BlockCheck {
 /** The block's text for `user`, or why it cannot be used for it. */
 function localBlock(shape: BlockShape, user: string): string | { refused: string } {
   if ("refused" in shape) return shape;
-  if (!shape.verbatim && (isSpace(user[0]) || isSpace(user.at(-1))))
-    return {
-      refused:
-        "the chat template trims message contents and this user message begins or ends with whitespace",
-    };
-  return shape.before + user + shape.after;
+  if (shape.edges === "verbatim" || !(isSpace(user[0]) || isSpace(user.at(-1))))
+    return shape.before + user + shape.after;
+  // Trimmed as Jinja's trim does, where JavaScript and Python agree: ASCII whitespace off,
+  // and no whitespace by either measure left at an end.
+  const trimmed = user.replace(/^[ \t\n\r\v\f]+|[ \t\n\r\v\f]+$/g, "");
+  if (shape.edges === "trimmed" && !isSpace(trimmed[0]) && !isSpace(trimmed.at(-1)))
+    return shape.before + trimmed + shape.after;
+  return {
+    refused: "the chat template changes the whitespace at the ends of this user message in a way not learned",
+  };
 }
 
 function isIdList(value: unknown): value is number[] {
@@ -493,7 +499,7 @@ export class TokenEngine {
   /**
    * The block the template writes after an assistant turn, learned from probe renders: the
    * same with another history and another system prompt, and whether the user content passes
-   * verbatim (Llama 3 trims it). Its `refused` names why there is no block to use.
+   * verbatim or trimmed (Llama 3 trims it). Its `refused` names why there is no block to use.
    */
   private blockShape(affinity: string, signal?: AbortSignal): Promise<BlockShape> {
     return this.orAbort(
@@ -534,7 +540,8 @@ export class TokenEngine {
       };
     const before = plain.slice(0, at);
     const after = plain.slice(at + USER_MARK.length);
-    return { before, after, verbatim: spaced === before + padded + after };
+    const edges = spaced === before + padded + after ? "verbatim" : spaced === plain ? "trimmed" : "unknown";
+    return { before, after, edges };
   }
 
   /**

@@ -107,7 +107,8 @@ export interface TokenRecord {
   /**
    * Continuations (the ids inserted between turns) tokenized from the block after the assistant
    * turn alone, and rendered from the whole conversation (a replica's verification, a spot check,
-   * or the fallback). Absent in files written before id-space continuations.
+   * or the fallback). Absent when none was counted: a one-turn episode, an env session's log,
+   * a file written before id-space continuations.
    */
   id_space_continuations?: number;
   rendered_continuations?: number;

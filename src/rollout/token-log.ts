@@ -86,6 +86,14 @@ export class TokenLog {
     }
   }
 
+  /** How continuations were found, when any was counted (env sessions' logs count none: their frames stay as they were). */
+  private continuationCounts(): Partial<TokenRecord> {
+    const { idSpace, rendered } = this.continuations;
+    return idSpace + rendered === 0
+      ? {}
+      : { id_space_continuations: idSpace, rendered_continuations: rendered };
+  }
+
   /** The sampled ids of every turn, concatenated. */
   sampledIds(): number[] {
     return this.ids.filter((_, i) => this.mask[i] === 1);
@@ -106,8 +114,7 @@ export class TokenLog {
       template_drift: this.templateChecked ? this.templateDrift : null,
       ...(this.templateChecked ? {} : { template_checked: false }),
       ...(this.templateSkipped ? { template_skipped: true } : {}),
-      id_space_continuations: this.continuations.idSpace,
-      rendered_continuations: this.continuations.rendered,
+      ...this.continuationCounts(),
       ...(this.continuations.fallback === null ? {} : { continuation_fallback: this.continuations.fallback }),
       ...(withVersions ? { versions: this.versions } : {}),
     };

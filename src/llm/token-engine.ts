@@ -3,7 +3,9 @@
 // and a trainer never re-tokenizes text. vLLM: /v1/completions with a token-id prompt and
 // return_token_ids; llama.cpp: /completion with return_tokens. The ids inserted between turns
 // (closing the assistant turn, the next user message, the generation prompt and prefill) are a
-// chat-template delta rendered by the engine itself, so they follow the model's own template.
+// chat-template delta rendered by the engine itself, so they follow the model's own template:
+// the whole conversation rendered, or, once a replica's renders verified that the template
+// writes the same block after any assistant turn, one /tokenize of that block (id space).
 import type { ChatMessage, SamplingParams } from "./chat.ts";
 import { onParentAbort, type PauseClock } from "./deadline.ts";
 import { type Dialect, missingRoute, serverRoot } from "./engine.ts";

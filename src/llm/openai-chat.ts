@@ -346,6 +346,11 @@ export class ChatPolicy implements Policy {
     return this.tokens;
   }
 
+  /** The replica's epoch in the pool (the token engine verifies a replica again when it changes). */
+  replicaEpoch(url: string): number {
+    return this.pool.epochOf(url);
+  }
+
   forget(affinity: string): void {
     this.pool.forget(affinity);
   }

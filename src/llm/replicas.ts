@@ -239,6 +239,13 @@ export class ReplicaPool {
     return this.replicas.some((r) => r.url === url && r.healthy);
   }
 
+  /** How many times `url` came back after going out (a restarted engine is checked again). */
+  epochOf(url: string): number {
+    const replica = this.replicas.find((r) => r.url === url);
+    if (!replica) throw new RangeError(`${url} is not a replica of this pool`);
+    return replica.epoch;
+  }
+
   /** True while at least one replica is healthy. */
   get anyHealthy(): boolean {
     return this.replicas.some((replica) => replica.healthy);

@@ -3,7 +3,9 @@
 // and a trainer never re-tokenizes text. vLLM: /v1/completions with a token-id prompt and
 // return_token_ids; llama.cpp: /completion with return_tokens. The ids inserted between turns
 // (closing the assistant turn, the next user message, the generation prompt and prefill) are a
-// chat-template delta rendered by the engine itself, so they follow the model's own template.
+// chat-template delta rendered by the engine itself, so they follow the model's own template:
+// the whole conversation rendered, or, once a replica's renders verified that the template
+// writes the same block after any assistant turn, one /tokenize of that block (id space).
 import type { ChatMessage, SamplingParams } from "./chat.ts";
 import { onParentAbort, type PauseClock } from "./deadline.ts";
 import { type Dialect, missingRoute, serverRoot } from "./engine.ts";
@@ -97,6 +99,74 @@ export interface TurnEnd {
 const ANCHOR: ChatMessage = { role: "system", content: "x" };
 /** Content whose end marks where the template closes an assistant turn. */
 const MARK = "\u2063rollgym-end-of-content\u2063";
+/** A probe's user content, to find where the template writes it in the block after an assistant turn. */
+const USER_MARK = "\u2063rollgym-user\u2063";
+/** Whitespace around a probe's user content: the block passes contents verbatim when it keeps it, trims them when it drops it. */
+const PAD = " \n";
+/** Drift checks in a row, on episodes of two turns or more, that verify a template append-only. */
+const APPEND_ONLY_CHECKS = 4;
+/** Whitespace by JavaScript's measure or Python's (Jinja's trim): the latter adds U+001C…U+001F and U+0085. */
+function isSpace(c: string | undefined): boolean {
+  if (c === undefined) return false;
+  const code = c.charCodeAt(0);
+  return /\s/.test(c) || (code >= 0x1c && code <= 0x1f) || code === 0x85;
+}
+
+/** Where one episode's continuations came from (docs/rollouts.md, "Token mode"). */
+export interface ContinuationTally {
+  /** One /tokenize of the block after the assistant turn. */
+  idSpace: number;
+  /** The whole conversation rendered (verification, spot checks, fallback). */
+  rendered: number;
+  /** Why the id-space path was not taken, when it was for a reason other than verification. */
+  fallback: string | null;
+  /** Turns whose own end token (not the template's) stands in the log where the template closes the turn. */
+  substituted: number;
+}
+
+/** The text a template writes after an assistant turn's content, around the next user content. */
+type BlockShape =
+  | { before: string; after: string; edges: "verbatim" | "trimmed" | "unknown" }
+  | { refused: string };
+
+/** A full render of a continuation checked against the block; `done` once its verdict is in. */
+interface Verify {
+  epoch: number;
+  spot: boolean;
+  done: () => void;
+}
+
+/**
+ * A continuation's way on one replica: in id space, verified by a full render, after a
+ * verification under way, or a full render that verifies nothing (null: the fallback).
+ */
+type Plan = "id-space" | Verify | { wait: Promise<void> } | null;
+
+/** One replica's verification of the block, in one of its epochs. */
+interface BlockCheck {
+  epoch: number;
+  /** Conversation lengths (in messages) a full render agreed on. */
+  verified: Set<number>;
+  /** Verifications under way, by conversation length. */
+  pending: Map<number, Promise<void>>;
+  /** Id-space continuations since verification, for the spot checks. */
+  since: number;
+}
+
+/** The block's text for `user`, or why it cannot be used for it. */
+function localBlock(shape: BlockShape, user: string): string | { refused: string } {
+  if ("refused" in shape) return shape;
+  if (shape.edges === "verbatim" || !(isSpace(user[0]) || isSpace(user.at(-1))))
+    return shape.before + user + shape.after;
+  // Trimmed as Jinja's trim does, where JavaScript and Python agree: ASCII whitespace off,
+  // and no whitespace by either measure left at an end.
+  const trimmed = user.replace(/^[ \t\n\r\v\f]+|[ \t\n\r\v\f]+$/g, "");
+  if (shape.edges === "trimmed" && !isSpace(trimmed[0]) && !isSpace(trimmed.at(-1)))
+    return shape.before + trimmed + shape.after;
+  return {
+    refused: "the chat template changes the whitespace at the ends of this user message in a way not learned",
+  };
+}
 
 function isIdList(value: unknown): value is number[] {
   return Array.isArray(value) && value.every((v) => Number.isSafeInteger(v) && v >= 0);
@@ -158,6 +228,8 @@ export interface TokenEngineHost {
     send: (url: string, attempt: number, sent: Sent) => Promise<T>,
     kind?: "turn" | "aux",
   ): Promise<T>;
+  /** The replica's epoch, bumped each time it comes back after going out (absent: one epoch for good). */
+  replicaEpoch?(url: string): number;
 }
 
 export class TokenEngine {
@@ -177,6 +249,25 @@ export class TokenEngine {
   continued = 0;
   /** Streamed llama.cpp answers that left out held tokens, asked again without streaming. */
   streamGaps = 0;
+  /**
+   * Why every continuation renders the whole conversation on this engine, once a full render
+   * disagreed with the block learned from probes (the template rewrites what follows a turn).
+   */
+  fallback: string | null = null;
+  /** Each replica's verification of the block in its current epoch. */
+  private readonly checks = new Map<string, BlockCheck>();
+  /** Verified continuations also rendered whole: one in this many per replica (Infinity: none). */
+  spotEvery = 64;
+  /** Spot checks done (a full render of a continuation the id-space path would have taken). */
+  spotChecks = 0;
+  /** Full renders that verified the block at a depth on a replica epoch (spot checks aside). */
+  verifications = 0;
+  /** Drift checks in a row that found the log to be the template's rendering of a multi-turn conversation. */
+  private cleanDriftChecks = 0;
+  /** A drift check found the log not to be the template's rendering: the check runs on every episode. */
+  private drifted = false;
+  /** Called after each sample with its seconds (retries and interruptions included) and ids, or null when it failed. */
+  onSample: ((seconds: number, ids: number | null) => void) | null = null;
 
   constructor(policy: TokenEngineHost) {
     this.policy = policy;
@@ -212,6 +303,21 @@ export class TokenEngine {
     }
   }
 
+  /**
+   * The template is verified append-only: APPEND_ONLY_CHECKS drift checks in a row (since the
+   * last replica came back) found each decoded log to be the template's rendering, none ever
+   * found drift, and continuations agree with the block. The end-of-episode check is then skipped.
+   */
+  get appendOnly(): boolean {
+    return !this.drifted && this.fallback === null && this.cleanDriftChecks >= APPEND_ONLY_CHECKS;
+  }
+
+  /** The outcome of an episode's drift check (its number of turns: one-turn episodes verify nothing). */
+  driftChecked(drift: number | null, turns: number): void {
+    if (drift !== null) this.drifted = true;
+    else if (turns > 1) this.cleanDriftChecks++;
+  }
+
   /** Context length the log plus max_tokens must fit. */
   get limit(): number | null {
     return this.policy.meter?.limit ?? null;
@@ -245,6 +351,11 @@ export class TokenEngine {
    * closing of the assistant turn is left out up to what the model sampled itself: its
    * end-of-turn token when the model stopped on it or on another end token, which then stands
    * in for it (docs/rollouts.md, "Token mode").
+   *
+   * That text is `before + user content + after` on templates whose block after an assistant
+   * turn does not depend on the conversation: once a replica's own full renders agree with that
+   * block, the continuation costs one /tokenize of it (the id-space path); until then, and for
+   * good once any render disagrees, the whole conversation is rendered. `tally` counts which.
    */
   async continuation(
     conversation: readonly ChatMessage[],
@@ -252,20 +363,22 @@ export class TokenEngine {
     prefill: string,
     affinity: string,
     signal?: AbortSignal,
+    tally?: ContinuationTally,
   ): Promise<number[]> {
     const last = conversation.length - 2;
     if (last < 0 || conversation[last].role !== "assistant" || conversation[last + 1].role !== "user") {
       throw new RangeError("a continuation follows an assistant turn and a user message");
     }
-    const marked = conversation.map((m, i) => (i === last ? { ...m, content: MARK } : m));
-    const [text, closing, tail] = await Promise.all([
-      this.promptText(marked, affinity, signal),
+    const [shape, closing, tail] = await Promise.all([
+      // Without a block (the probes failed), this continuation renders the whole conversation.
+      this.blockShape(affinity, signal).catch(
+        (error: unknown): BlockShape => ({ refused: `the probe renders failed: ${String(error)}` }),
+      ),
       this.closingIds(affinity, signal),
       this.prefillIds(prefill, affinity, signal),
     ]);
-    const at = text.lastIndexOf(MARK);
-    if (at < 0) throw new EngineError("the chat template does not show the assistant turn's content", 422);
-    const after = await this.tokenize(text.slice(at + MARK.length), affinity, signal);
+    const block = localBlock(shape, conversation[last + 1].content);
+    const { after, path } = await this.blockIds(conversation, block, affinity, signal);
     if (!startsWith(after, closing)) {
       throw new EngineError(
         "the chat template closes this assistant turn differently from the others; token mode cannot tell what follows it",
@@ -278,7 +391,170 @@ export class TokenEngine {
         (end.stoppedOnToken && (await this.endsTurn(closing[0], affinity, signal))))
         ? 1
         : 0;
+    if (tally) {
+      if (skip === 1 && end.lastId !== closing[0]) tally.substituted++;
+      if (path === "id-space") tally.idSpace++;
+      else tally.rendered++;
+      const why =
+        path === "id-space" ? null : (this.fallback ?? (typeof block === "string" ? null : block.refused));
+      if (why !== null) tally.fallback = why;
+    }
     return [...after.slice(skip), ...tail];
+  }
+
+  /**
+   * The ids of the text after the last assistant turn's content, on one replica: in id space
+   * when that replica has verified the block at this depth, else from a full render (checked
+   * against the block while verifying). A continuation that finds the same verification under
+   * way waits for it outside the replica's lease, then goes again.
+   */
+  private async blockIds(
+    conversation: readonly ChatMessage[],
+    block: string | { refused: string },
+    affinity: string,
+    signal?: AbortSignal,
+  ): Promise<{ after: number[]; path: "id-space" | "rendered" }> {
+    const depth = conversation.length;
+    for (;;) {
+      const answer = await this.send(affinity, signal, async (url, options) => {
+        const plan = typeof block === "string" ? this.planOn(url, depth) : null;
+        if (plan === "id-space")
+          return { after: await this.tokenizeAt(url, options, block as string), path: plan };
+        if (plan !== null && "wait" in plan) return plan;
+        try {
+          const text = await this.renderedTail(url, options, conversation, conversation.length - 2);
+          if (plan !== null) this.judge(plan, url, depth, text === block);
+          return { after: await this.tokenizeAt(url, options, text), path: "rendered" as const };
+        } finally {
+          plan?.done();
+        }
+      });
+      if (!("wait" in answer)) return answer;
+      await this.orAbort(answer.wait, signal);
+    }
+  }
+
+  /** The text the template writes after the marked assistant content of the real conversation, rendered on `url`. */
+  private async renderedTail(
+    url: string,
+    options: Options,
+    conversation: readonly ChatMessage[],
+    last: number,
+  ): Promise<string> {
+    const marked = conversation.map((m, i) => (i === last ? { ...m, content: MARK } : m));
+    const text = await this.promptTextAt(url, options, marked);
+    const at = text.lastIndexOf(MARK);
+    if (at < 0) throw new EngineError("the chat template does not show the assistant turn's content", 422);
+    return text.slice(at + MARK.length);
+  }
+
+  /**
+   * How a continuation of `depth` messages goes on replica `url`: the first at each depth in
+   * this replica epoch is verified by a full render (templates may add text from some turn on),
+   * later ones at that depth wait for its verdict, then go in id space, with a spot check every
+   * `spotEvery`-th. A replica that came back (new epoch) is verified again.
+   */
+  private planOn(url: string, depth: number): Plan {
+    if (this.fallback !== null) return null;
+    const epoch = this.policy.replicaEpoch?.(url) ?? 0;
+    let check = this.checks.get(url);
+    if (check?.epoch !== epoch) {
+      // A restarted engine may serve another template: the drift check runs again too.
+      if (check !== undefined) this.cleanDriftChecks = 0;
+      check = { epoch, verified: new Set(), pending: new Map(), since: 0 };
+      this.checks.set(url, check);
+    }
+    if (!check.verified.has(depth)) {
+      const under = check.pending.get(depth);
+      if (under) return { wait: under };
+      const { pending } = check;
+      let done = () => {};
+      pending.set(depth, new Promise<void>((resolve) => (done = resolve)));
+      return {
+        epoch,
+        spot: false,
+        done: () => {
+          pending.delete(depth);
+          done();
+        },
+      };
+    }
+    if (++check.since % this.spotEvery === 0) return { epoch, spot: true, done: () => {} };
+    return "id-space";
+  }
+
+  /** Records a full render's verdict on the block; one disagreement renders every later continuation whole. */
+  private judge(plan: Verify, url: string, depth: number, agreed: boolean): void {
+    if (plan.spot) this.spotChecks++;
+    else this.verifications++;
+    if (!agreed) {
+      this.fallback ??=
+        `the chat template rewrites what follows an assistant turn: a ${depth}-message conversation ` +
+        `rendered on ${url} differs from the block learned from probe renders, so every continuation renders the whole conversation`;
+      this.cleanDriftChecks = 0;
+      return;
+    }
+    const check = this.checks.get(url);
+    if (check?.epoch === plan.epoch) check.verified.add(depth);
+  }
+
+  /**
+   * The block the template writes after an assistant turn, learned from probe renders: the
+   * same with another history and another system prompt, and whether the user content passes
+   * verbatim or trimmed (Llama 3 trims it). Its `refused` names why there is no block to use.
+   */
+  private blockShape(affinity: string, signal?: AbortSignal): Promise<BlockShape> {
+    return this.orAbort(
+      this.constant("block", () => this.computeShape(affinity)),
+      signal,
+    );
+  }
+
+  private async computeShape(affinity: string): Promise<BlockShape> {
+    const probe = async (history: readonly ChatMessage[], user: string): Promise<string | null> => {
+      const messages = [...history, { role: "assistant", content: MARK }, { role: "user", content: user }];
+      const text = await this.promptText(messages as ChatMessage[], affinity);
+      const at = text.lastIndexOf(MARK);
+      return at < 0 ? null : text.slice(at + MARK.length);
+    };
+    const short: ChatMessage[] = [ANCHOR, { role: "user", content: "x" }];
+    const long: ChatMessage[] = [
+      { role: "system", content: "another system prompt" },
+      { role: "user", content: "y" },
+      { role: "assistant", content: "z" },
+      { role: "user", content: "w" },
+    ];
+    const padded = `${PAD}${USER_MARK}${PAD}`;
+    const [plain, other, spaced] = await Promise.all([
+      probe(short, USER_MARK),
+      probe(long, USER_MARK),
+      probe(short, padded),
+    ]);
+    const at = plain?.indexOf(USER_MARK) ?? -1;
+    if (plain === null || at < 0 || plain.indexOf(USER_MARK, at + 1) >= 0)
+      return {
+        refused: "the chat template does not write a user message once, as sent, after an assistant turn",
+      };
+    if (other !== plain)
+      return {
+        refused:
+          "the chat template writes what follows an assistant turn differently with another history or system prompt",
+      };
+    const before = plain.slice(0, at);
+    const after = plain.slice(at + USER_MARK.length);
+    const edges = spaced === before + padded + after ? "verbatim" : spaced === plain ? "trimmed" : "unknown";
+    return { before, after, edges };
+  }
+
+  /**
+   * Whether a turn that ended so keeps, in the log, an end token of its own where the template
+   * closes the turn with another (Qwen's <|endoftext|> for <|im_end|>): chat inference renders
+   * that place differently. Free once the closing is known.
+   */
+  async standsIn(end: TurnEnd, affinity: string, signal?: AbortSignal): Promise<boolean> {
+    if (!end.stoppedOnToken) return false;
+    const closing = await this.closingIds(affinity, signal);
+    return closing.length > 0 && end.lastId !== closing[0];
   }
 
   /** Whether the template's closing starts with a special end-of-turn token (e.g. <|im_end|>, </s>, <|eot_id|>). */
@@ -291,13 +567,22 @@ export class TokenEngine {
   }
 
   /** The template's text for `messages` with its generation prompt. */
-  private async promptText(
+  private promptText(
     messages: readonly ChatMessage[],
     affinity: string,
     signal?: AbortSignal,
   ): Promise<string> {
-    if (this.dialect === "llamacpp") return this.templateText(messages, true, affinity, signal);
-    return this.decode(await this.templateIds(messages, true, affinity, signal), affinity, signal);
+    return this.send(affinity, signal, (url, options) => this.promptTextAt(url, options, messages));
+  }
+
+  /** The same on one replica: both requests (vLLM) go where the render is checked. */
+  private async promptTextAt(
+    url: string,
+    options: Options,
+    messages: readonly ChatMessage[],
+  ): Promise<string> {
+    if (this.dialect === "llamacpp") return this.templateTextAt(url, options, messages, true);
+    return this.decodeAt(url, options, await this.templateIdsAt(url, options, messages, true));
   }
 
   private prefillIds(prefill: string, affinity: string, signal?: AbortSignal): Promise<number[]> {
@@ -358,6 +643,25 @@ export class TokenEngine {
    * lowered by their number, and the segments are joined (issue #22).
    */
   async generate(
+    promptIds: readonly number[],
+    sampling: SamplingParams,
+    affinity: string,
+    signal?: AbortSignal,
+  ): Promise<TokenSample> {
+    const observe = this.onSample;
+    if (observe === null) return this.sample(promptIds, sampling, affinity, signal);
+    const started = performance.now();
+    try {
+      const sample = await this.sample(promptIds, sampling, affinity, signal);
+      observe((performance.now() - started) / 1000, sample.ids.length);
+      return sample;
+    } catch (error) {
+      observe((performance.now() - started) / 1000, null);
+      throw error;
+    }
+  }
+
+  private async sample(
     promptIds: readonly number[],
     sampling: SamplingParams,
     affinity: string,
@@ -456,20 +760,21 @@ export class TokenEngine {
   }
 
   /** Text of `ids` with special tokens kept, as the engine decodes them. */
-  async decode(ids: readonly number[], affinity: string, signal?: AbortSignal): Promise<string> {
-    const { model } = this.policy.transport;
-    return this.send(affinity, signal, async (url, options) => {
-      const vllm = this.dialect === "vllm";
-      const body = (await this.postRoot(
-        url,
-        "/detokenize",
-        vllm ? { model, tokens: ids } : { tokens: ids },
-        options,
-      )) as { prompt?: unknown; content?: unknown };
-      const text = vllm ? body.prompt : body.content;
-      if (typeof text !== "string") throw new UnusableAnswer("/detokenize answered without text");
-      return text;
-    });
+  decode(ids: readonly number[], affinity: string, signal?: AbortSignal): Promise<string> {
+    return this.send(affinity, signal, (url, options) => this.decodeAt(url, options, ids));
+  }
+
+  private async decodeAt(url: string, options: Options, ids: readonly number[]): Promise<string> {
+    const vllm = this.dialect === "vllm";
+    const body = (await this.postRoot(
+      url,
+      "/detokenize",
+      vllm ? { model: this.policy.transport.model, tokens: ids } : { tokens: ids },
+      options,
+    )) as { prompt?: unknown; content?: unknown };
+    const text = vllm ? body.prompt : body.content;
+    if (typeof text !== "string") throw new UnusableAnswer("/detokenize answered without text");
+    return text;
   }
 
   /**
@@ -499,43 +804,61 @@ export class TokenEngine {
   }
 
   /** Ids of the chat template applied to `messages` (vLLM's /tokenize with messages). */
-  private async templateIds(
+  private templateIds(
     messages: readonly ChatMessage[],
     generationPrompt: boolean,
     affinity: string,
     signal?: AbortSignal,
   ): Promise<number[]> {
+    return this.send(affinity, signal, (url, options) =>
+      this.templateIdsAt(url, options, messages, generationPrompt),
+    );
+  }
+
+  private async templateIdsAt(
+    url: string,
+    options: Options,
+    messages: readonly ChatMessage[],
+    generationPrompt: boolean,
+  ): Promise<number[]> {
     const { model } = this.policy.transport;
-    return this.send(affinity, signal, async (url, options) => {
-      const body = (await this.postRoot(
-        url,
-        "/tokenize",
-        { model, messages, add_generation_prompt: generationPrompt, ...this.kwargs() },
-        options,
-      )) as { tokens?: unknown };
-      if (!isIdList(body.tokens)) throw new UnusableAnswer("/tokenize answered without token ids");
-      return body.tokens;
-    });
+    const body = (await this.postRoot(
+      url,
+      "/tokenize",
+      { model, messages, add_generation_prompt: generationPrompt, ...this.kwargs() },
+      options,
+    )) as { tokens?: unknown };
+    if (!isIdList(body.tokens)) throw new UnusableAnswer("/tokenize answered without token ids");
+    return body.tokens;
   }
 
   /** Text of the chat template applied to `messages` (llama.cpp's /apply-template). */
-  private async templateText(
+  private templateText(
     messages: readonly ChatMessage[],
     generationPrompt: boolean,
     affinity: string,
     signal?: AbortSignal,
   ): Promise<string> {
-    return this.send(affinity, signal, async (url, options) => {
-      const body = (await this.postRoot(
-        url,
-        "/apply-template",
-        { messages, add_generation_prompt: generationPrompt, ...this.kwargs() },
-        options,
-      )) as { prompt?: unknown };
-      if (typeof body.prompt !== "string")
-        throw new UnusableAnswer("/apply-template answered without a prompt");
-      return body.prompt;
-    });
+    return this.send(affinity, signal, (url, options) =>
+      this.templateTextAt(url, options, messages, generationPrompt),
+    );
+  }
+
+  private async templateTextAt(
+    url: string,
+    options: Options,
+    messages: readonly ChatMessage[],
+    generationPrompt: boolean,
+  ): Promise<string> {
+    const body = (await this.postRoot(
+      url,
+      "/apply-template",
+      { messages, add_generation_prompt: generationPrompt, ...this.kwargs() },
+      options,
+    )) as { prompt?: unknown };
+    if (typeof body.prompt !== "string")
+      throw new UnusableAnswer("/apply-template answered without a prompt");
+    return body.prompt;
   }
 
   /**
@@ -548,25 +871,31 @@ export class TokenEngine {
   }
 
   /** Ids of plain text, special-token text parsed as special tokens, no BOS added unless `addSpecial`. */
-  private async tokenize(
+  private tokenize(
     text: string,
     affinity: string,
     signal?: AbortSignal,
     addSpecial = false,
   ): Promise<number[]> {
-    const { model } = this.policy.transport;
-    return this.send(affinity, signal, async (url, options) => {
-      const body = (await this.postRoot(
-        url,
-        "/tokenize",
-        this.dialect === "vllm"
-          ? { model, prompt: text, add_special_tokens: addSpecial }
-          : { content: text, add_special: addSpecial, parse_special: true },
-        options,
-      )) as { tokens?: unknown };
-      if (!isIdList(body.tokens)) throw new UnusableAnswer("/tokenize answered without token ids");
-      return body.tokens;
-    });
+    return this.send(affinity, signal, (url, options) => this.tokenizeAt(url, options, text, addSpecial));
+  }
+
+  private async tokenizeAt(
+    url: string,
+    options: Options,
+    text: string,
+    addSpecial = false,
+  ): Promise<number[]> {
+    const body = (await this.postRoot(
+      url,
+      "/tokenize",
+      this.dialect === "vllm"
+        ? { model: this.policy.transport.model, prompt: text, add_special_tokens: addSpecial }
+        : { content: text, add_special: addSpecial, parse_special: true },
+      options,
+    )) as { tokens?: unknown };
+    if (!isIdList(body.tokens)) throw new UnusableAnswer("/tokenize answered without token ids");
+    return body.tokens;
   }
 
   /** POSTs to a route at the replica's server root; a 404/405 names the route and what to do. */

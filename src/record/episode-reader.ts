@@ -166,6 +166,10 @@ const tokenRecord = shape({
   prompt_drift: count,
   template_drift: nullable(count),
   "template_checked?": oneOf(false),
+  "template_skipped?": oneOf(true),
+  "id_space_continuations?": count,
+  "rendered_continuations?": count,
+  "continuation_fallback?": text,
 });
 
 const turnRecord = shape({

@@ -99,6 +99,25 @@ export interface TokenRecord {
   /** Present (false) when the engine could not render the conversation for the drift check. */
   template_checked?: false;
   /**
+   * Present (true) when the drift check did not run because earlier episodes on this engine
+   * had verified the template append-only (docs/rollouts.md, "Token mode"): `template_drift` is
+   * then null, the log being the template's rendering by the same construction they verified.
+   */
+  template_skipped?: true;
+  /**
+   * Continuations (the ids inserted between turns) tokenized from the block after the assistant
+   * turn alone, and rendered from the whole conversation (a replica's verification, a spot check,
+   * or the fallback). Absent when none was counted: a one-turn episode, an env session's log,
+   * a file written before id-space continuations.
+   */
+  id_space_continuations?: number;
+  rendered_continuations?: number;
+  /**
+   * Why continuations of this episode rendered the whole conversation when not verifying: the
+   * template rewrites what follows an assistant turn, or trims a user message with edge whitespace.
+   */
+  continuation_fallback?: string;
+  /**
    * The weight version ordinal that sampled each id, aligned with `ids` (-1 at prompt and
    * inserted ids); present once the trainer has versions (issue #22).
    */

@@ -2,11 +2,12 @@
 // token log as the prompt and appends exactly what the engine sampled plus the chat-template
 // delta of the next user message. Earlier tokens are never dropped or rewritten: when the next
 // turn does not fit the context, the episode ends as `context_full`. At the end the decoded
-// log is compared with the chat template's rendering of the same conversation.
+// log is compared with the chat template's rendering of the same conversation, until the
+// template is verified append-only.
 import type { ChatMessage, SamplingParams } from "../llm/chat.ts";
 import { requestSeed } from "../llm/policy.ts";
 import { turnSlot } from "../llm/slices.ts";
-import type { TokenEngine } from "../llm/token-engine.ts";
+import type { TokenEngine, TurnEnd } from "../llm/token-engine.ts";
 import type { Episode } from "./episode.ts";
 import { TokenLog, textDrift } from "./token-log.ts";
 import { playTurns, type TurnHooks } from "./turns.ts";
@@ -32,6 +33,7 @@ export async function playTokenEpisode(
   const conversation: ChatMessage[] = [];
   const wanted = request.sampling.max_tokens;
   const floor = Math.min(wanted, request.minResponseTokens ?? 32);
+  let end: TurnEnd | null = null;
 
   await playTurns(episode, hooks, async (turn) => {
     if (log === null) {
@@ -57,10 +59,11 @@ export async function playTokenEpisode(
     log.sampled(sample.ids, sample.logprobs, sample.versions);
     const raw = prefill + sample.text;
     conversation.push({ role: "assistant", content: raw });
-    const end = {
+    const turnEnd = {
       lastId: sample.ids.at(-1),
       stoppedOnToken: sample.finishReason === "stop" && !sample.stoppedOnString,
     };
+    end = turnEnd;
     let record = episode.applyResponse(raw, sample.finishReason, {
       prompt: promptTokens,
       completion: sample.ids.length,
@@ -73,7 +76,9 @@ export async function playTokenEpisode(
     const messages = episode.promptMessages();
     const user = messages[messages.length - 1].content;
     conversation.push({ role: "user", content: user });
-    log.inserted(await engine.continuation(conversation, end, prefill, affinity, signal));
+    log.inserted(
+      await engine.continuation(conversation, turnEnd, prefill, affinity, signal, log.continuations),
+    );
   });
 
   // An episode that failed before its first prompt still gets a (empty) log, so its group's arrays stay whole.
@@ -81,18 +86,27 @@ export async function playTokenEpisode(
   const record = finished.record();
   const turns = record.turn_ends.length;
   if (turns > 0 && !episode.failed && !signal?.aborted) {
-    try {
-      // The conversation as chat inference would render it, each turn's content as the engine decoded it.
-      // Up to the last sampled id: after it the log may hold the next turn's prompt (context_full).
-      const [text, rendering] = await Promise.all([
-        engine.decode(record.ids.slice(0, record.turn_ends[turns - 1]), affinity, signal),
-        engine.renderText(conversation, affinity, signal),
-      ]);
-      finished.templateDrift = textDrift(text, rendering);
-    } catch {
-      // A diagnostic: when it cannot be computed the figure stays unknown and the episode stands.
-      finished.templateChecked = false;
-    }
+    // Earlier episodes verified the template append-only, so this log is its rendering unless
+    // a turn kept an end token of its own where the template closes it (no request to tell).
+    const own =
+      finished.continuations.substituted > 0 ||
+      (end !== null && (await engine.standsIn(end as TurnEnd, affinity, signal).catch(() => true)));
+    if (engine.appendOnly && !own) finished.templateSkipped = true;
+    else
+      try {
+        // The conversation as chat inference would render it, each turn's content as the engine decoded it.
+        // Up to the last sampled id: after it the log may hold the next turn's prompt (context_full).
+        const [text, rendering] = await Promise.all([
+          engine.decode(record.ids.slice(0, record.turn_ends[turns - 1]), affinity, signal),
+          engine.renderText(conversation, affinity, signal),
+        ]);
+        finished.templateDrift = textDrift(text, rendering);
+        // Drift an own end token explains verifies nothing either way.
+        if (!own) engine.driftChecked(finished.templateDrift, turns);
+      } catch {
+        // A diagnostic: when it cannot be computed the figure stays unknown and the episode stands.
+        finished.templateChecked = false;
+      }
   }
   return finished;
 }

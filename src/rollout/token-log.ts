@@ -2,6 +2,7 @@
 // turn the exact sampled ids and the ids inserted before the next turn) with a loss mask over
 // exactly the sampled ids, their logprobs at the same positions, turn boundaries, and each
 // turn's reward on its last sampled token. It only ever grows: nothing is re-tokenized.
+import type { ContinuationTally } from "../llm/token-engine.ts";
 import type { TokenRecord } from "../record/episode-record.ts";
 
 /** The version entry of ids no weights sampled: the prompt and the ids inserted between turns. */
@@ -22,6 +23,15 @@ export class TokenLog {
   templateDrift: number | null = null;
   /** False when the template check could not run (the engine failed it); drift is then unknown. */
   templateChecked = true;
+  /** True when the check was skipped: the engine had verified the template append-only. */
+  templateSkipped = false;
+  /** How the ids inserted between turns were found. */
+  readonly continuations: ContinuationTally = {
+    idSpace: 0,
+    rendered: 0,
+    fallback: null,
+    substituted: 0,
+  };
 
   constructor(prompt: readonly number[]) {
     this.ids = [...prompt];
@@ -76,6 +86,14 @@ export class TokenLog {
     }
   }
 
+  /** How continuations were found, when any was counted (env sessions' logs count none: their frames stay as they were). */
+  private continuationCounts(): Partial<TokenRecord> {
+    const { idSpace, rendered } = this.continuations;
+    return idSpace + rendered === 0
+      ? {}
+      : { id_space_continuations: idSpace, rendered_continuations: rendered };
+  }
+
   /** The sampled ids of every turn, concatenated. */
   sampledIds(): number[] {
     return this.ids.filter((_, i) => this.mask[i] === 1);
@@ -95,6 +113,9 @@ export class TokenLog {
       prompt_drift: this.promptDrift,
       template_drift: this.templateChecked ? this.templateDrift : null,
       ...(this.templateChecked ? {} : { template_checked: false }),
+      ...(this.templateSkipped ? { template_skipped: true } : {}),
+      ...this.continuationCounts(),
+      ...(this.continuations.fallback === null ? {} : { continuation_fallback: this.continuations.fallback }),
       ...(withVersions ? { versions: this.versions } : {}),
     };
   }

@@ -2,6 +2,7 @@
 import client from "prom-client";
 import type { Policy, PolicyRequest, PolicyResponse } from "../llm/policy.ts";
 import type { ReplicaSnapshot } from "../llm/replicas.ts";
+import type { TokenEngine } from "../llm/token-engine.ts";
 
 /** What /metrics reads of the trainer's weight updates when scraped (update-coordinator.ts). */
 export interface UpdateGauges {
@@ -183,10 +184,30 @@ export function instrumentPolicy(policy: Policy, metrics: ServerMetrics): Policy
     },
     replicas: policy.replicas?.bind(policy),
     engineStatus: policy.engineStatus?.bind(policy),
-    tokenEngine: policy.tokenEngine?.bind(policy),
+    // Token mode's samples are inference requests too.
+    tokenEngine: policy.tokenEngine && (() => timedSamples(policy.tokenEngine!(), ok, failed, metrics)),
     forget: policy.forget?.bind(policy),
     updates: policy.updates?.bind(policy),
     cannotPlay: policy.cannotPlay?.bind(policy),
     close: policy.close?.bind(policy),
   };
+}
+
+/** Times each sample of `engine` into the request histogram and counts its tokens (once per engine). */
+function timedSamples(
+  engine: TokenEngine | null,
+  ok: { observe(seconds: number): void },
+  failed: { observe(seconds: number): void },
+  metrics: ServerMetrics,
+): TokenEngine | null {
+  if (engine && engine.onSample === null) {
+    engine.onSample = (seconds, ids) => {
+      if (ids === null) failed.observe(seconds);
+      else {
+        ok.observe(seconds);
+        if (ids > 0) metrics.completionTokens.inc(ids);
+      }
+    };
+  }
+  return engine;
 }

@@ -144,6 +144,11 @@ describe("llama.cpp without a grammar (free multi-byte output)", () => {
         }
         // The template took the system prompt out of earlier turns: the log cannot be its rendering.
         expect(t.template_drift).toEqual(expect.any(Number));
+        // Its probe renders showed what follows an assistant turn depends on the conversation:
+        // every continuation rendered the whole conversation, and the record says why.
+        expect(t.id_space_continuations ?? 0).toBe(0);
+        expect(t.rendered_continuations).toBe(e.turns.length - 1);
+        expect(t.continuation_fallback).toMatch(/differently with another history or system prompt/);
       }
     } finally {
       await moving.stop();

@@ -66,8 +66,13 @@ describe("token mode on Llama 3 with its own tokenizer and chat template", () =>
       const policy = new ChatPolicy({ baseURL: `${proxy.url}/v1`, model: server.model, concurrency: 2 });
       await policy.preflight();
       const result = await runBatch(createRegistry(), batch(), policy);
+      const tokens = policy.tokenEngine()!;
       await policy.close();
       expect(result.failed).toBe(0);
+      // Id-space continuations ran here (Llama 3 trims contents: only those without edge whitespace).
+      expect(tokens.fallback).toBeNull();
+      const idSpace = result.episodes.reduce((n, e) => n + (e.tokens!.id_space_continuations ?? 0), 0);
+      expect(idSpace).toBeGreaterThan(0);
       expect(result.episodes).toHaveLength(2);
       const completions = proxy.log.filter((x) => x.path === "/completion");
       let exact = 0;

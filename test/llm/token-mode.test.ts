@@ -233,6 +233,10 @@ describe("token mode against llama.cpp (real Qwen3 tokenizer)", () => {
       const tokens = policy.tokenEngine()!;
       for (const e of batch.episodes.slice(0, 2)) await checkDecoding(tokens, e);
       await policy.close();
+      // Id-space continuations ran on the real engine (the engine-side checks above cover them).
+      expect(tokens.fallback).toBeNull();
+      const idSpace = batch.episodes.reduce((n, e) => n + (e.tokens!.id_space_continuations ?? 0), 0);
+      expect(idSpace).toBeGreaterThan(0);
       return batch;
     } finally {
       await server.stop();

@@ -50,6 +50,34 @@ async function reference(groups: number, groupSize: number): Promise<EpisodeReco
 }
 
 describe("token mode over the protocol", () => {
+  it("times each token-mode sample in rollgym_inference_request_seconds, as chat requests", async () => {
+    const samples = async (): Promise<number> => {
+      const text = await (await fetch(`${url}/metrics`)).text();
+      return Number(/^rollgym_inference_request_seconds_count\{outcome="ok"\} (\d+)$/m.exec(text)?.[1] ?? 0);
+    };
+    const before = await samples();
+    const client = await TestClient.connect(url);
+    client.send({ type: "credit", groups: 100 });
+    client.send({
+      type: "rollout",
+      id: "m",
+      tags: [{ tag: "SimpleSokoban", groups: 1 }],
+      mode: "train",
+      group_size: 2,
+      seed: SEED + 1,
+      delivery: "stream",
+      tokens: true,
+    });
+    await client.next((f) => f.type === "batch");
+    const turns = client
+      .of("group")
+      .flatMap((f) => f.episodes as EpisodeRecord[])
+      .reduce((n, e) => n + e.turns.length, 0);
+    client.close();
+    expect(turns).toBeGreaterThan(0);
+    expect((await samples()) - before).toBe(turns);
+  });
+
   it("a rollout with tokens: true carries each episode's log as typed arrays", async () => {
     const client = await TestClient.connect(url);
     client.send({ type: "credit", groups: 100 });

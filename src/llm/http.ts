@@ -116,7 +116,11 @@ export class EngineConnections {
     this.tls = tls;
   }
 
-  /** A free connection to the origin `url` starts with. */
+  /**
+   * A free connection to the origin `url` starts with. One the server closed while idle stays
+   * in its stack until it comes up here and is skipped (the stack is no deeper than the most
+   * requests ever in flight to the origin).
+   */
   take(url: string): EngineSocket {
     const origin = this.originOf(url);
     for (let reused = origin.idle.pop(); reused !== undefined; reused = origin.idle.pop())

@@ -12,6 +12,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { deadline, type PauseClock } from "../../src/llm/deadline.ts";
 import { EngineConnections, EngineError, requestEvents, requestJson } from "../../src/llm/http.ts";
+import { failure } from "../helpers/failure.ts";
 
 /** What the server does with one request on a connection (its index counts from 0). */
 type Answer = (socket: Socket, index: number) => void | Promise<void>;
@@ -61,15 +62,6 @@ beforeAll(async () => {
 afterAll(() => {
   server.close();
 });
-
-async function failure(promise: Promise<unknown>): Promise<unknown> {
-  try {
-    await promise;
-  } catch (error) {
-    return error;
-  }
-  throw new Error("expected a rejection");
-}
 
 const options = { timeoutMs: 5_000 };
 

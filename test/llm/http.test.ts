@@ -9,6 +9,7 @@ import { deadline } from "../../src/llm/deadline.ts";
 import { EngineConnections, EngineError, requestJson } from "../../src/llm/http.ts";
 import { ChatPolicy } from "../../src/llm/openai-chat.ts";
 import { PolicyError } from "../../src/llm/policy.ts";
+import { failure } from "../helpers/failure.ts";
 import { singleRequest } from "../helpers/recording-policy.ts";
 
 let server: Server;
@@ -54,15 +55,6 @@ afterAll(() => {
   server.closeAllConnections();
   server.close();
 });
-
-async function failure(promise: Promise<unknown>): Promise<unknown> {
-  try {
-    await promise;
-  } catch (error) {
-    return error;
-  }
-  throw new Error("expected a rejection");
-}
 
 describe("requestJson", () => {
   const options = { timeoutMs: 5_000 };

@@ -404,6 +404,8 @@ export async function runCase(
           groupSize: settings.groupSize,
           clients: settings.clients,
           bufferedGroups: bufferedGroups(perClient),
+          // rollgym.llm.concurrency as the bench gives serve, per replica.
+          engineRequests: bench.episodes * (settings.llm ? settings.llm.length : bench.replicas),
         });
     const sorted = [...inWindow].sort((a, b) => a - b);
     const total = outcomes.reduce((n, o) => n + o.episodes, 0);

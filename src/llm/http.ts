@@ -224,7 +224,8 @@ function requestText(
   method: string,
   url: string,
   origin: Origin,
-  body: unknown,
+  /** The body's JSON text (bodyText); none for a request without a body. */
+  text: string | undefined,
   headers?: Record<string, string>,
 ): string {
   const pathStart = url.indexOf("/", url.indexOf("//") + 2);
@@ -241,10 +242,19 @@ function requestText(
       if (name.length === 12 && name.toLowerCase() === "content-type") typed = true;
       head += `${name}: ${value}\r\n`;
     }
-  if (body === undefined) return method === "GET" ? `${head}\r\n` : `${head}content-length: 0\r\n\r\n`;
-  const text = bodyText(body);
+  if (text === undefined) return method === "GET" ? `${head}\r\n` : `${head}content-length: 0\r\n\r\n`;
   if (!typed) head += "content-type: application/json\r\n";
-  return `${head}content-length: ${Buffer.byteLength(text)}\r\n\r\n${text}`;
+  return `${head}content-length: ${byteLength(text)}\r\n\r\n${text}`;
+}
+
+/**
+ * Buffer.byteLength of `text` without flattening it: Buffer.byteLength flattens a concatenated
+ * string in place, and a body's text is one (an episode's history joined with its new turn).
+ * Measured through a wrapper, the flat copy is the wrapper's, garbage at once, and the text an
+ * Exchange keeps stays a rope of strings its episode holds anyway.
+ */
+function byteLength(text: string): number {
+  return Buffer.byteLength(`${text} `) - 1;
 }
 
 /**
@@ -266,7 +276,15 @@ class Exchange implements SocketUser, Timed, ParentChild {
   private reject!: (error: unknown) => void;
   private readonly signal: AbortSignal | undefined;
   private socket: EngineSocket | null = null;
-  private request = "";
+  /**
+   * What the request is made of, to send it again on a fresh connection (failed below). Not the
+   * request's text: the socket write flattens that into a copy of the whole body, which would
+   * stay for as long as the answer takes (3.8 KiB a request in the bench's Sokoban chat).
+   */
+  private method = "";
+  private url = "";
+  private bodyJson: string | undefined;
+  private headers: Record<string, string> | undefined;
   private settled = false;
   private expired = false;
   private retried = false;
@@ -311,17 +329,24 @@ class Exchange implements SocketUser, Timed, ParentChild {
     watch(this);
     if (signal !== undefined) joinParent(signal, this);
     let socket: EngineSocket | null = null;
+    let request: string;
+    let text: string | undefined;
     try {
       socket = this.connections.take(url);
-      this.request = requestText(method, url, socket.origin, body, headers);
+      text = body === undefined ? undefined : bodyText(body);
+      request = requestText(method, url, socket.origin, text, headers);
     } catch (error) {
       // Nothing was written on it: a connection taken stays usable.
       if (socket !== null) this.connections.give(socket);
       this.fail(error);
       return;
     }
+    this.method = method;
+    this.url = url;
+    this.bodyJson = text;
+    this.headers = headers;
     this.socket = socket;
-    socket.send(this.request, this);
+    socket.send(request, this);
   }
 
   head(status: number, retryAfter: string | null): void {
@@ -389,7 +414,7 @@ class Exchange implements SocketUser, Timed, ParentChild {
       try {
         const fresh = this.connections.open(socket.origin);
         this.socket = fresh;
-        fresh.send(this.request, this);
+        fresh.send(requestText(this.method, this.url, fresh.origin, this.bodyJson, this.headers), this);
         return;
       } catch (retryError) {
         this.fail(retryError);

@@ -17,7 +17,28 @@ export interface PromptOptions {
 
 export const DEFAULT_ACTION_SEP = "||";
 
+/**
+ * Each tag's system prompts, by the options they depend on: every episode of a tag shares one
+ * string instead of holding a copy of its own (1.6 KiB for Sokoban, at 10,240 in flight 16 MiB).
+ */
+const systemPrompts = new WeakMap<ResolvedTag, Map<string, string>>();
+
 export function systemPrompt(tag: ResolvedTag, options: PromptOptions): string {
+  let prompts = systemPrompts.get(tag);
+  if (prompts === undefined) {
+    prompts = new Map();
+    systemPrompts.set(tag, prompts);
+  }
+  const key = `${options.ragenDefaultVocabulary === true}${options.actionSep ?? DEFAULT_ACTION_SEP}`;
+  let prompt = prompts.get(key);
+  if (prompt === undefined) {
+    prompt = composeSystemPrompt(tag, options);
+    prompts.set(key, prompt);
+  }
+  return prompt;
+}
+
+function composeSystemPrompt(tag: ResolvedTag, options: PromptOptions): string {
   const vocabulary = tag.type.vocabulary(options.ragenDefaultVocabulary ? tag.type.defaults() : tag.config);
   let instruction = tag.spec.env_instruction;
   // RAGEN reads observation_format from the config defaults ("grid"), so the symbol list is

@@ -59,10 +59,11 @@ export async function playTokenEpisode(
     log.sampled(sample.ids, sample.logprobs, sample.versions);
     const raw = prefill + sample.text;
     conversation.push({ role: "assistant", content: raw });
-    const turnEnd = {
+    const turnEnd: TurnEnd = {
       lastId: sample.ids.at(-1),
       stoppedOnToken: sample.finishReason === "stop" && !sample.stoppedOnString,
     };
+    // The last turn's end, for the drift check after the loop.
     end = turnEnd;
     let record = episode.applyResponse(raw, sample.finishReason, {
       prompt: promptTokens,
@@ -90,7 +91,7 @@ export async function playTokenEpisode(
     // a turn kept an end token of its own where the template closes it (no request to tell).
     const own =
       finished.continuations.substituted > 0 ||
-      (end !== null && (await engine.standsIn(end as TurnEnd, affinity, signal).catch(() => true)));
+      (end !== null && (await engine.standsIn(end, affinity, signal).catch(() => true)));
     if (engine.appendOnly && !own) finished.templateSkipped = true;
     else
       try {

@@ -18,12 +18,14 @@ function promptOfLog(r: GenerationRecord, ids: readonly number[]): boolean {
 
 /**
  * The engine's version of each id in ids[from, to), from `records`, one episode's requests
- * (its session). At each position the request that began last among those whose prompt is the
- * log so far and whose output agrees with the log there made the ids (rollgym starts a request
- * at a position only once it is done with the one before it there), up to the prompt end of
- * another request of the log (where an interrupted request's kept ids end: it may have made more
- * than the client kept, and the mock answers alike whatever its weights, so what it made past
- * that point can agree with the continuation by chance).
+ * (its session). At each position, of the requests whose prompt is the log so far, the one whose
+ * output agrees with the log furthest made the ids, up to the prompt end of another request of
+ * the log (where an interrupted request's kept ids end: it may have made more than the client
+ * kept, and the mock answers alike whatever its weights, so what it made past that point can
+ * agree with the continuation by chance). Of requests agreeing equally far, the one that began
+ * last. Not simply the last to begin: a request the client gave up (an update interrupted it)
+ * can begin decoding after its successor at the same prompt did, when the engine notices the
+ * closed connection only at its first token.
  */
 export function engineVersions(
   records: readonly GenerationRecord[],
@@ -40,19 +42,29 @@ export function engineVersions(
       if (r.prompt_ids.length !== at || !promptOfLog(r, ids)) return;
       let n = 0;
       while (n < r.choices[0].length && at + n < to && r.choices[0][n] === ids[at + n]) n++;
-      if (n > 0 && (index < 0 || r.started > records[index].started)) {
+      n = cutAt(records, ids, at, n);
+      if (n > agreed || (n > 0 && n === agreed && r.started > records[index].started)) {
         index = i;
         agreed = n;
       }
     });
     if (index < 0) throw new Error(`no engine request continues the log at position ${at}`);
-    // Any request of the log starting inside the run cuts it, whenever it began or ended.
-    for (const later of records) {
-      const end = later.prompt_ids.length;
-      if (end > at && end < at + agreed && promptOfLog(later, ids)) agreed = end - at;
-    }
     for (let i = 0; i < agreed; i++) out.push(ordinalOf(records[index].versions[i]));
     at += agreed;
   }
   return out;
+}
+
+/** `agreed` ids from `at`, cut where any request of the log starts inside them, whenever it began or ended. */
+function cutAt(
+  records: readonly GenerationRecord[],
+  ids: readonly number[],
+  at: number,
+  agreed: number,
+): number {
+  for (const later of records) {
+    const end = later.prompt_ids.length;
+    if (end > at && end < at + agreed && promptOfLog(later, ids)) agreed = end - at;
+  }
+  return agreed;
 }

@@ -17,7 +17,7 @@ const CONNECTION_BYTES = 64 * KIB;
  * 4 KiB history JSON of its own ("engine requests in flight": 10,240 of them grew RSS by
  * 17.9–18.2 KiB each).
  */
-const ENGINE_REQUEST_BYTES = 32 * KIB;
+const ENGINE_REQUEST_BYTES = 20 * KIB;
 /** MAX_CLIENT_DECODED_BYTES: the frame being decoded. */
 const DECODING_BYTES = 16 * MIB;
 
@@ -50,7 +50,7 @@ export function rssBound(shape: {
     ],
     ["frame being decoded", DECODING_BYTES],
     [
-      `${shape.engineRequests} engine requests in flight × 32 KiB`,
+      `${shape.engineRequests} engine requests in flight × 20 KiB`,
       shape.engineRequests * ENGINE_REQUEST_BYTES,
     ],
   ];

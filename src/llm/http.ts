@@ -1,12 +1,24 @@
 // JSON over HTTP for inference engines. The `openai` SDK drops the message of vLLM's older
 // flat error body ({"object":"error","message":…}: it reads only body.error), and token mode
 // needs routes it does not cover (/tokenize, llama.cpp's /completion), so engine requests go
-// through this small wrapper instead. It sends with undici's Client on keep-alive connections
-// of its own rather than with fetch, which costs about four times the CPU per request and, with
-// thousands of requests in flight, scans every open connection to dispatch one (README).
-import { Client } from "undici";
+// through this small wrapper instead. It sends on keep-alive HTTP/1.1 connections of its own
+// (engine-socket.ts) rather than with fetch or undici: at 1,024 requests in flight undici's
+// Client cost 2.7 times the CPU of a bare socket per request (bench/http-client.ts), and fetch
+// about four times undici's (README).
+
+import { StringDecoder } from "node:string_decoder";
+import type { ConnectionOptions } from "node:tls";
 import { RollgymError } from "../errors/catalogue.ts";
-import { deadline, type PauseClock } from "./deadline.ts";
+import {
+  joinParent,
+  leaveParent,
+  type ParentChild,
+  type PauseClock,
+  type Timed,
+  unwatch,
+  watch,
+} from "./deadline.ts";
+import { EngineSocket, Origin, type SocketUser } from "./engine-socket.ts";
 
 /** An engine request that did not produce a usable answer. */
 export class EngineError extends RollgymError<"engine_failed"> {
@@ -80,54 +92,57 @@ export interface RequestOptions {
   clock?: PauseClock;
 }
 
-/** One keep-alive connection and the idle stack of its origin it returns to. */
-interface Connection {
-  readonly client: Client;
-  readonly origin: string;
-  readonly idle: Connection[];
-}
-
 /**
- * Keep-alive connections to engine replicas: one undici Client (one connection, no pipelining)
- * per request in flight, reused newest first, so idle ones time out and busy ones stay warm.
- * undici's Pool (and Node's fetch, built on it) looks for a free connection by scanning all of
- * them on every dispatch, which at 10,000 connections costs more than the request itself; here
- * taking and returning one is O(1). The replica pool's in-flight cap bounds their number.
- * Our own deadline times requests, so undici's header and body timeouts are off (a long
- * generation may take minutes to its first byte).
+ * Keep-alive connections to engine replicas: one per request in flight, reused newest first,
+ * so idle ones are closed by the server's keep-alive timeout and busy ones stay warm. undici's
+ * Pool (and Node's fetch, built on it) looks for a free connection by scanning all of them on
+ * every dispatch, which at 10,000 connections costs more than the request itself; here taking
+ * and returning one is O(1). The replica pool's in-flight cap bounds their number. There is no
+ * header or body timeout: the request's own deadline times it (a long generation may take
+ * minutes to its first byte).
  */
 export class EngineConnections {
-  private readonly idle = new Map<string, Connection[]>();
-  private readonly all = new Set<Client>();
+  private readonly origins = new Map<string, Origin>();
+  private readonly all = new Set<EngineSocket>();
   private closed = false;
+  private readonly forget = (socket: EngineSocket): void => {
+    this.all.delete(socket);
+  };
 
-  /** A free connection to the origin `url` starts with. */
-  take(url: string): Connection {
+  private readonly tls: ConnectionOptions | undefined;
+
+  /** `tls`: options for https engines (a private CA, say); Node's defaults otherwise. */
+  constructor(tls?: ConnectionOptions) {
+    this.tls = tls;
+  }
+
+  /**
+   * A free connection to the origin `url` starts with. One the server closed while idle stays
+   * in its stack until it comes up here and is skipped (the stack is no deeper than the most
+   * requests ever in flight to the origin).
+   */
+  take(url: string): EngineSocket {
+    const origin = this.originOf(url);
+    for (let reused = origin.idle.pop(); reused !== undefined; reused = origin.idle.pop())
+      if (!reused.closed) return reused;
+    return this.open(origin);
+  }
+
+  /** A new connection to `origin`, never an idle one (a retry after a stale connection failed). */
+  open(origin: Origin): EngineSocket {
     if (this.closed) throw new Error("the engine connections are closed");
-    const origin = originOf(url);
-    let idle = this.idle.get(origin);
-    if (idle === undefined) {
-      idle = [];
-      this.idle.set(origin, idle);
-    }
-    const reused = idle.pop();
-    if (reused !== undefined) return reused;
-    const client = new Client(origin, { pipelining: 1, headersTimeout: 0, bodyTimeout: 0 });
-    this.all.add(client);
-    return { client, origin, idle };
+    const socket = new EngineSocket(origin, this.tls, this.forget);
+    this.all.add(socket);
+    return socket;
   }
 
-  /** Gives a connection back once its answer has been read (or its request failed). */
-  give(connection: Connection): void {
-    if (this.closed || connection.client.destroyed || connection.client.closed) {
-      this.all.delete(connection.client);
-      if (!connection.client.destroyed) void connection.client.destroy().catch(() => {});
-      return;
-    }
-    connection.idle.push(connection);
+  /** Gives a connection back once its answer has been read. */
+  give(socket: EngineSocket): void {
+    if (this.closed || socket.closed) socket.destroy();
+    else socket.origin.idle.push(socket);
   }
 
-  /** Connections open or opened, for tests and metrics. */
+  /** Connections open or opening, for tests and metrics. */
   get size(): number {
     return this.all.size;
   }
@@ -135,10 +150,21 @@ export class EngineConnections {
   /** Closes every connection; requests still running on one fail. */
   async close(): Promise<void> {
     this.closed = true;
-    this.idle.clear();
-    const clients = [...this.all];
+    for (const origin of this.origins.values()) origin.idle.length = 0;
+    const sockets = [...this.all];
     this.all.clear();
-    await Promise.all(clients.map((client) => client.destroy().catch(() => {})));
+    for (const socket of sockets) socket.fail(new Error("the engine connections were closed"));
+  }
+
+  private originOf(url: string): Origin {
+    if (this.closed) throw new Error("the engine connections are closed");
+    const key = originOf(url);
+    let origin = this.origins.get(key);
+    if (origin === undefined) {
+      origin = new Origin(key);
+      this.origins.set(key, origin);
+    }
+    return origin;
   }
 }
 
@@ -189,67 +215,267 @@ function describeCause(error: unknown): string {
   return typeof code === "string" && !text.includes(code) ? `${code}: ${text}` : text;
 }
 
-/** What came back: the status, Retry-After, and the body (empty when it was read as events). */
-interface Exchanged {
-  status: number;
-  retryAfter: string | null;
-  text: string;
+/** A header name (an HTTP token) and a value without line breaks: anything else could split the request. */
+const HEADER_NAME = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
+const HEADER_VALUE = /[\r\n\0]/;
+
+/** The request's bytes: request line, headers and body, for one socket write. */
+function requestText(
+  method: string,
+  url: string,
+  origin: Origin,
+  /** The body's JSON text (bodyText); none for a request without a body. */
+  text: string | undefined,
+  headers?: Record<string, string>,
+): string {
+  const pathStart = url.indexOf("/", url.indexOf("//") + 2);
+  const path = pathStart === -1 ? "/" : url.slice(pathStart);
+  if (HEADER_VALUE.test(path) || path.includes(" "))
+    throw new Error(`invalid request path ${JSON.stringify(path)}`);
+  let head = `${method} ${path} HTTP/1.1\r\nhost: ${origin.hostHeader}\r\nconnection: keep-alive\r\n`;
+  let typed = false;
+  if (headers !== undefined)
+    for (const name in headers) {
+      const value = headers[name];
+      if (!HEADER_NAME.test(name) || HEADER_VALUE.test(value))
+        throw new Error(`invalid header ${JSON.stringify(name)}`);
+      if (name.length === 12 && name.toLowerCase() === "content-type") typed = true;
+      head += `${name}: ${value}\r\n`;
+    }
+  if (text === undefined) return method === "GET" ? `${head}\r\n` : `${head}content-length: 0\r\n\r\n`;
+  if (!typed) head += "content-type: application/json\r\n";
+  return `${head}content-length: ${byteLength(text)}\r\n\r\n${text}`;
 }
 
 /**
- * Sends one request and reads the answer: whole, or (with `onEvent`, for a 2xx) as server-sent
- * events, each `data:` line's JSON handed over as it arrives. Throws EngineError when no answer
- * comes; rethrows the caller's abort reason unchanged when `signal` aborts, even mid-stream.
+ * Buffer.byteLength of `text` without flattening it: Buffer.byteLength flattens a concatenated
+ * string in place, and a body's text is one (an episode's history joined with its new turn).
+ * Measured through a wrapper, the flat copy is the wrapper's, garbage at once, and the text an
+ * Exchange keeps stays a rope of strings its episode holds anyway.
  */
-async function exchange(
+function byteLength(text: string): number {
+  return Buffer.byteLength(`${text} `) - 1;
+}
+
+/**
+ * One request and its answer: whole (requestJson), or (with `onEvent`, for a 2xx) as
+ * server-sent events, each `data:` line's JSON handed over as it arrives. Fails with EngineError
+ * when no usable answer comes; with the caller's abort reason unchanged when `signal` aborts,
+ * even mid-stream. Its deadline is on the sweep (deadline.ts), its parent link one entry in the
+ * parent's set: no timer, controller or listener of its own. A connection it leaves unread (an
+ * abort, a timeout, a bad event) is closed, never given back.
+ */
+class Exchange implements SocketUser, Timed, ParentChild {
+  readonly started = Date.now();
+  readonly pausedAtStart: number;
+  readonly timeoutMs: number;
+  readonly clock: PauseClock | undefined;
+  sweepSlot = -1;
+  readonly promise: Promise<unknown>;
+  private resolve!: (value: unknown) => void;
+  private reject!: (error: unknown) => void;
+  private readonly signal: AbortSignal | undefined;
+  private socket: EngineSocket | null = null;
+  /**
+   * What the request is made of, to send it again on a fresh connection (failed below). Not the
+   * request's text: the socket write flattens that into a copy of the whole body, which would
+   * stay for as long as the answer takes (3.8 KiB a request in the bench's Sokoban chat).
+   */
+  private method = "";
+  private url = "";
+  private bodyJson: string | undefined;
+  private headers: Record<string, string> | undefined;
+  private settled = false;
+  private expired = false;
+  private retried = false;
+  private status = 0;
+  private retryAfter: string | null = null;
+  /** The body's first part, kept as a range of the bytes read (most answers come in one). */
+  private first: Buffer | null = null;
+  private firstStart = 0;
+  private firstEnd = 0;
+  private parts: Buffer[] | null = null;
+  /** Streaming: UTF-8 decoded across chunk boundaries, and the line not complete yet. */
+  private decoder: StringDecoder | null = null;
+  private pendingLine = "";
+
+  private readonly connections: EngineConnections;
+  private readonly onEvent: ((event: unknown) => void) | undefined;
+
+  constructor(
+    connections: EngineConnections,
+    options: RequestOptions,
+    onEvent: ((event: unknown) => void) | undefined,
+  ) {
+    this.connections = connections;
+    this.onEvent = onEvent;
+    this.timeoutMs = options.timeoutMs;
+    this.clock = options.clock;
+    this.signal = options.signal;
+    this.pausedAtStart = options.clock?.pausedMs() ?? 0;
+    this.promise = new Promise((resolve, reject) => {
+      this.resolve = resolve;
+      this.reject = reject;
+    });
+  }
+
+  start(method: string, url: string, body: unknown, headers: Record<string, string> | undefined): void {
+    const signal = this.signal;
+    if (signal?.aborted) {
+      this.settled = true;
+      this.reject(signal.reason);
+      return;
+    }
+    watch(this);
+    if (signal !== undefined) joinParent(signal, this);
+    let socket: EngineSocket | null = null;
+    let request: string;
+    let text: string | undefined;
+    try {
+      socket = this.connections.take(url);
+      text = body === undefined ? undefined : bodyText(body);
+      request = requestText(method, url, socket.origin, text, headers);
+    } catch (error) {
+      // Nothing was written on it: a connection taken stays usable.
+      if (socket !== null) this.connections.give(socket);
+      this.fail(error);
+      return;
+    }
+    this.method = method;
+    this.url = url;
+    this.bodyJson = text;
+    this.headers = headers;
+    this.socket = socket;
+    socket.send(request, this);
+  }
+
+  head(status: number, retryAfter: string | null): void {
+    this.status = status;
+    this.retryAfter = retryAfter;
+    if (this.onEvent !== undefined && status >= 200 && status <= 299)
+      this.decoder = new StringDecoder("utf8");
+  }
+
+  body(chunk: Buffer, start: number, end: number): void {
+    if (this.decoder !== null) {
+      const lines = (this.pendingLine + this.decoder.write(chunk.subarray(start, end))).split("\n");
+      this.pendingLine = lines.pop() ?? "";
+      for (const line of lines) readEvent(line, this.onEvent as (event: unknown) => void);
+    } else if (this.first === null) {
+      this.first = chunk;
+      this.firstStart = start;
+      this.firstEnd = end;
+    } else {
+      this.parts ??= [this.first.subarray(this.firstStart, this.firstEnd)];
+      this.parts.push(chunk.subarray(start, end));
+    }
+  }
+
+  done(socket: EngineSocket, reusable: boolean): void {
+    this.socket = null;
+    if (reusable) this.connections.give(socket);
+    if (this.settled) return;
+    const { status } = this;
+    if (this.decoder !== null) {
+      try {
+        readEvent(this.pendingLine + this.decoder.end(), this.onEvent as (event: unknown) => void);
+      } catch (error) {
+        this.fail(error);
+        return;
+      }
+      this.succeed(undefined);
+      return;
+    }
+    const text = this.text();
+    if (status < 200 || status > 299) {
+      this.fail(statusError(status, this.retryAfter, text));
+      return;
+    }
+    if (this.onEvent !== undefined) {
+      this.succeed(undefined);
+      return;
+    }
+    const parsed = parseBody(text);
+    if (parsed === undefined)
+      this.fail(new EngineError(`HTTP ${status}: the body is not JSON (${text.slice(0, 100)})`, 502));
+    else this.succeed(parsed);
+  }
+
+  failed(error: Error, answered: boolean): void {
+    const socket = this.socket;
+    this.socket = null;
+    if (this.settled) return;
+    // A reused connection the server closed as we wrote (its keep-alive timeout) fails before
+    // any byte of an answer: the request is sent once more, on a new connection. The server
+    // had not begun to answer, so at worst an engine computes a request twice; the callers
+    // retry engine requests anyway.
+    if (!answered && !this.retried && socket !== null && socket.served > 0) {
+      this.retried = true;
+      try {
+        const fresh = this.connections.open(socket.origin);
+        this.socket = fresh;
+        fresh.send(requestText(this.method, this.url, fresh.origin, this.bodyJson, this.headers), this);
+        return;
+      } catch (retryError) {
+        this.fail(retryError);
+        return;
+      }
+    }
+    this.fail(error);
+  }
+
+  /** The sweep: the time limit has passed. */
+  expire(): void {
+    this.expired = true;
+    this.fail(new Error("timed out"));
+  }
+
+  parentAborted(): void {
+    this.fail(this.signal?.reason);
+  }
+
+  private text(): string {
+    if (this.parts !== null) return Buffer.concat(this.parts).toString("utf8");
+    return this.first === null ? "" : this.first.toString("utf8", this.firstStart, this.firstEnd);
+  }
+
+  private succeed(value: unknown): void {
+    this.settle();
+    this.resolve(value);
+  }
+
+  private fail(error: unknown): void {
+    if (this.settled) return;
+    this.settle();
+    // Unread, the connection is out of step: it is closed.
+    const socket = this.socket;
+    this.socket = null;
+    socket?.destroy();
+    const signal = this.signal;
+    if (signal?.aborted) this.reject(signal.reason);
+    else if (this.expired)
+      this.reject(new EngineError(`request timed out after ${this.timeoutMs / 1000} s`, null));
+    else if (error instanceof EngineError) this.reject(error);
+    else this.reject(new EngineError(`connection error (${describeCause(error)})`, null));
+  }
+
+  private settle(): void {
+    this.settled = true;
+    unwatch(this);
+    if (this.signal !== undefined) leaveParent(this.signal, this);
+  }
+}
+
+function exchange(
   method: "GET" | "POST",
   url: string,
   body: unknown,
   options: RequestOptions,
   onEvent?: (event: unknown) => void,
-): Promise<Exchanged> {
-  const limit = deadline(options.timeoutMs, options.signal, options.clock);
-  const connections = options.connections ?? shared();
-  let connection: Connection | null = null;
-  // A stream left unread (an abort, a bad event) leaves the connection unusable: it is closed.
-  let unread = false;
-  try {
-    connection = connections.take(url);
-    const response = await connection.client.request({
-      path: url.slice(connection.origin.length) || "/",
-      method,
-      headers:
-        body === undefined ? options.headers : { "content-type": "application/json", ...options.headers },
-      body: body === undefined ? undefined : bodyText(body),
-      signal: limit.signal,
-    });
-    const status = response.statusCode;
-    const header = response.headers["retry-after"];
-    const retryAfter = (Array.isArray(header) ? header[0] : header) ?? null;
-    if (onEvent === undefined || status < 200 || status > 299)
-      return { status, retryAfter, text: await response.body.text() };
-    let pending = "";
-    unread = true;
-    for await (const chunk of response.body) {
-      const lines = (pending + (chunk as Buffer).toString("utf8")).split("\n");
-      pending = lines.pop() ?? "";
-      for (const line of lines) readEvent(line, onEvent);
-    }
-    unread = false;
-    readEvent(pending, onEvent);
-    return { status, retryAfter, text: "" };
-  } catch (error) {
-    if (options.signal?.aborted) throw options.signal.reason;
-    if (limit.expired) throw new EngineError(`request timed out after ${options.timeoutMs / 1000} s`, null);
-    if (error instanceof EngineError) throw error;
-    throw new EngineError(`connection error (${describeCause(error)})`, null);
-  } finally {
-    limit.dispose();
-    if (connection !== null) {
-      if (unread) void connection.client.destroy().catch(() => {});
-      connections.give(connection);
-    }
-  }
+): Promise<unknown> {
+  const request = new Exchange(options.connections ?? shared(), options, onEvent);
+  request.start(method, url, body, options.headers);
+  return request.promise;
 }
 
 /** One SSE line: `data: {json}` goes to `onEvent`; `data: [DONE]`, comments and blank lines do not. */
@@ -276,7 +502,7 @@ function parseBody(text: string): unknown {
 }
 
 /** The EngineError of a non-2xx answer. */
-function statusError({ status, retryAfter, text }: Exchanged): EngineError {
+function statusError(status: number, retryAfter: string | null, text: string): EngineError {
   const fallback = text.trim() === "" ? "(no body)" : text.trim().slice(0, 300);
   return new EngineError(
     `HTTP ${status}: ${errorMessage(parseBody(text), fallback)}`,
@@ -289,18 +515,13 @@ function statusError({ status, retryAfter, text }: Exchanged): EngineError {
  * Sends one request and returns the parsed JSON body of a 2xx answer. Throws EngineError for
  * anything else; rethrows the caller's abort reason unchanged when `signal` aborts.
  */
-export async function requestJson(
+export function requestJson(
   method: "GET" | "POST",
   url: string,
   body: unknown,
   options: RequestOptions,
 ): Promise<unknown> {
-  const answer = await exchange(method, url, body, options);
-  if (answer.status < 200 || answer.status > 299) throw statusError(answer);
-  const parsed = parseBody(answer.text);
-  if (parsed === undefined)
-    throw new EngineError(`HTTP ${answer.status}: the body is not JSON (${answer.text.slice(0, 100)})`, 502);
-  return parsed;
+  return exchange(method, url, body, options);
 }
 
 /**
@@ -313,6 +534,5 @@ export async function requestEvents(
   options: RequestOptions,
   onEvent: (event: unknown) => void,
 ): Promise<void> {
-  const answer = await exchange("POST", url, body, options, onEvent);
-  if (answer.status < 200 || answer.status > 299) throw statusError(answer);
+  await exchange("POST", url, body, options, onEvent);
 }

@@ -103,6 +103,8 @@ const MARK = "\u2063rollgym-end-of-content\u2063";
 const USER_MARK = "\u2063rollgym-user\u2063";
 /** Whitespace around a probe's user content: the block passes contents verbatim when it keeps it, trims them when it drops it. */
 const PAD = " \n";
+/** Distinct first prompts whose renders are kept for the episodes that start from them. */
+const FIRST_PROMPTS_KEPT = 256;
 /** Drift checks in a row, on episodes of two turns or more, that verify a template append-only. */
 const APPEND_ONLY_CHECKS = 4;
 /** Whitespace by JavaScript's measure or Python's (Jinja's trim): the latter adds U+001C…U+001F and U+0085. */
@@ -166,6 +168,27 @@ function localBlock(shape: BlockShape, user: string): string | { refused: string
   return {
     refused: "the chat template changes the whitespace at the ends of this user message in a way not learned",
   };
+}
+
+/**
+ * The computation kept in `map` under `key`, started by the first caller; the oldest entry goes
+ * when more than `keep` are kept, and a failed computation is forgotten so the next caller tries again.
+ */
+function sharedIn<T>(
+  map: Map<string, Promise<T>>,
+  key: string,
+  compute: () => Promise<T>,
+  keep: number,
+): Promise<T> {
+  const kept = map.get(key);
+  if (kept !== undefined) return kept;
+  const computed = compute();
+  map.set(key, computed);
+  if (map.size > keep) map.delete(map.keys().next().value as string);
+  computed.catch(() => {
+    if (map.get(key) === computed) map.delete(key);
+  });
+  return computed;
 }
 
 function isIdList(value: unknown): value is number[] {
@@ -241,6 +264,8 @@ export class TokenEngine {
    * a failed computation is forgotten and tried again by the next caller.
    */
   private readonly constants = new Map<string, Promise<unknown>>();
+  /** The latest first prompts' renders, shared by the episodes that start from them (a group's members). */
+  private readonly firstPrompts = new Map<string, Promise<readonly number[]>>();
   /** Requests whose echoed prompt ids differed from the log they were sent from. */
   promptDrift = 0;
   /** Requests whose answer echoed the prompt ids at all (vLLM's prompt_token_ids), for evidence. */
@@ -275,16 +300,7 @@ export class TokenEngine {
   }
 
   private constant<T>(key: string, compute: () => Promise<T>): Promise<T> {
-    let value = this.constants.get(key) as Promise<T> | undefined;
-    if (!value) {
-      const computed = compute();
-      value = computed;
-      this.constants.set(key, computed);
-      computed.catch(() => {
-        if (this.constants.get(key) === computed) this.constants.delete(key);
-      });
-    }
-    return value;
+    return sharedIn(this.constants as Map<string, Promise<T>>, key, compute, Number.POSITIVE_INFINITY);
   }
 
   /** Waits for `value` unless `signal` aborts first (the shared computation goes on). */
@@ -326,6 +342,9 @@ export class TokenEngine {
   /**
    * The first prompt: the chat template with its generation prompt, rendered once by the
    * engine, then the prefill's ids (RAGEN appends "<think>" to the rendered text the same way).
+   * A group's members start from the same messages, so they share one render: the latest
+   * FIRST_PROMPTS_KEPT distinct first prompts are kept, each computed without any caller's
+   * signal (one cancelled episode cannot fail its group's others); a failed one is forgotten.
    */
   async firstPrompt(
     messages: readonly ChatMessage[],
@@ -333,11 +352,26 @@ export class TokenEngine {
     affinity: string,
     signal?: AbortSignal,
   ): Promise<number[]> {
+    const key = `${prefill}\u0000${JSON.stringify(messages)}`;
+    const render = sharedIn(
+      this.firstPrompts,
+      key,
+      () => this.renderFirstPrompt(messages, prefill, affinity),
+      FIRST_PROMPTS_KEPT,
+    );
+    return [...(await this.orAbort(render, signal))];
+  }
+
+  private async renderFirstPrompt(
+    messages: readonly ChatMessage[],
+    prefill: string,
+    affinity: string,
+  ): Promise<readonly number[]> {
     const [rendered, tail] = await Promise.all([
       this.dialect === "vllm"
-        ? this.templateIds(messages, true, affinity, signal)
-        : this.templateText(messages, true, affinity, signal).then((t) => this.chatIds(t, affinity, signal)),
-      this.prefillIds(prefill, affinity, signal),
+        ? this.templateIds(messages, true, affinity)
+        : this.templateText(messages, true, affinity).then((t) => this.chatIds(t, affinity)),
+      this.prefillIds(prefill, affinity),
     ]);
     return [...rendered, ...tail];
   }

@@ -78,7 +78,7 @@ function expectSane(r: CaseResult, fromMocks: boolean): void {
     expect(r.server_rss_bound_bytes).toBeGreaterThan(450 * 2 ** 20);
     expect(r.server_rss_bound_derivation).toContain("docs/server.md");
     expect(r.server_rss_bound_derivation).toContain(
-      `${r.episodes_in_flight * r.replicas} engine requests in flight × 32 KiB`,
+      `${r.episodes_in_flight * r.replicas} engine requests in flight × 20 KiB`,
     );
   }
 }

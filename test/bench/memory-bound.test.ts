@@ -4,12 +4,12 @@ import { rssBound } from "../../src/bench/memory-bound.ts";
 const MIB = 2 ** 20;
 
 describe("rssBound", () => {
-  it("adds a line for the engine requests in flight, 32 KiB each", () => {
+  it("adds a line for the engine requests in flight, 20 KiB each", () => {
     const shape = { episodes: 1024, groupSize: 8, clients: 1, bufferedGroups: 64 };
     const without = rssBound({ ...shape, engineRequests: 0 });
     const withRequests = rssBound({ ...shape, engineRequests: 10_240 });
-    expect(withRequests.bytes - without.bytes).toBe(10_240 * 32 * 1024);
-    expect(withRequests.derivation).toContain("320 (10240 engine requests in flight × 32 KiB)");
+    expect(withRequests.bytes - without.bytes).toBe(10_240 * 20 * 1024);
+    expect(withRequests.derivation).toContain("200 (10240 engine requests in flight × 20 KiB)");
     expect(withRequests.derivation).toContain(`= ${Number((withRequests.bytes / MIB).toFixed(1))} MiB`);
   });
 });

@@ -40,11 +40,20 @@ async function policyOn(engine: MockEngine, whole = false): Promise<ChatPolicy> 
   return policy;
 }
 
-/** Engine requests a batch costs on vLLM's dialect: first prompts, samples, continuations (3 when rendered), drift checks (3). */
-function expectedRequests(batch: BatchResult): number {
+/** Group seeds of `batch` whose first prompt no earlier batch rendered: a group's members share one render. */
+function newFirstPrompts(batch: BatchResult, earlier: BatchResult): number {
+  const rendered = new Set(earlier.episodes.map((e) => e.seed));
+  return new Set(batch.episodes.map((e) => e.seed).filter((seed) => !rendered.has(seed))).size;
+}
+
+/**
+ * Engine requests a batch costs on vLLM's dialect: `firstPrompts` renders, samples,
+ * continuations (3 when rendered), drift checks (3).
+ */
+function expectedRequests(batch: BatchResult, firstPrompts: number): number {
   const checked = batch.episodes.filter((e) => !e.tokens!.template_skipped).length;
   return (
-    batch.episodes.length +
+    firstPrompts +
     turnsOf(batch) +
     sum(batch, (e) => e.tokens!.id_space_continuations) +
     3 * sum(batch, (e) => e.tokens!.rendered_continuations) +
@@ -83,18 +92,20 @@ describe.each<ChatTemplateName>(["chatml", "qwen3"])(
       const turns = turnsOf(batch);
       const idSpace = sum(batch, (e) => e.tokens!.id_space_continuations);
       expect(idSpace).toBeGreaterThan(100);
-      expect(requests).toBe(expectedRequests(batch));
+      const firstPrompts = newFirstPrompts(batch, warm);
+      expect(firstPrompts).toBeLessThan(batch.episodes.length / 4);
+      expect(requests).toBe(expectedRequests(batch, firstPrompts));
       // Every continuation rendered whole here was a spot check (the depths were verified above).
       const spotted = tokens.spotChecks - spots;
       expect(sum(batch, (e) => e.tokens!.rendered_continuations)).toBe(spotted);
       expect(batch.episodes.some((e) => e.tokens!.continuation_fallback !== undefined)).toBe(false);
       if (template === "chatml") {
-        // Verified append-only on the warm batch: no drift check, so 2 requests per turn, plus
-        // 2 per spot check (one continuation in 64).
+        // Verified append-only on the warm batch: no drift check, so a sample and a continuation
+        // per turn, one render per group's first prompt, plus 2 per spot check (one continuation in 64).
         expect(
           batch.episodes.every((e) => e.tokens!.template_skipped && e.tokens!.template_drift === null),
         ).toBe(true);
-        expect(requests - 2 * spotted).toBe(2 * turns);
+        expect(requests - 2 * spotted).toBe(2 * turns - batch.episodes.length + firstPrompts);
         expect(requests / turns).toBeLessThanOrEqual(2 + 2 / 64);
       } else {
         // Qwen3 rewrites earlier <think> blocks: the drift check stays, and reports it.

@@ -1,7 +1,9 @@
 // An episode's chat history as JSON text, serialised once and extended turn after turn: each
 // turn's prompt repeats the one before it and adds a few messages, so only the new ones are
 // serialised. A prompt that does not extend the last one (a window slid, turns were dropped)
-// is served from the longest prefix they share.
+// is served from the longest prefix they share. Its UTF-8 byte length is kept beside the text,
+// counted on each piece as it is serialised: the request's Content-Length then needs no pass
+// over the whole body (which would flatten it into a copy first).
 import type { ChatMessage } from "./chat.ts";
 
 /**
@@ -10,16 +12,35 @@ import type { ChatMessage } from "./chat.ts";
  * hold its own serialisation of it (1.7 KiB for Sokoban, at 10,240 in flight 17 MiB).
  */
 const SYSTEM_PROMPTS_KEPT = 64;
-const systemJson = new Map<string, string>();
+const systemJson = new Map<string, JsonPiece>();
 
-function systemMessageJson(message: ChatMessage): string {
-  let json = systemJson.get(message.content);
-  if (json === undefined) {
-    json = JSON.stringify(message);
+/** A piece of JSON text and its UTF-8 byte length. */
+interface JsonPiece {
+  readonly json: string;
+  readonly bytes: number;
+}
+
+function systemMessageJson(message: ChatMessage): JsonPiece {
+  let piece = systemJson.get(message.content);
+  if (piece === undefined) {
+    piece = jsonPiece(message);
     if (systemJson.size >= SYSTEM_PROMPTS_KEPT) systemJson.delete(systemJson.keys().next().value as string);
-    systemJson.set(message.content, json);
+    systemJson.set(message.content, piece);
   }
-  return json;
+  return piece;
+}
+
+function jsonPiece(message: ChatMessage): JsonPiece {
+  const json = JSON.stringify(message);
+  return { json, bytes: utf8Length(json) };
+}
+
+/**
+ * The UTF-8 byte length of `text`. Lengths of JSON texts add up: JSON.stringify escapes lone
+ * surrogates, so no surrogate pair is ever split between two pieces.
+ */
+export function utf8Length(text: string): number {
+  return Buffer.byteLength(text, "utf8");
 }
 
 export class HistoryJson {
@@ -29,6 +50,14 @@ export class HistoryJson {
   /** Those messages' JSON, joined with commas, and where each one ends in it. */
   #joined = "";
   #ends: number[] = [];
+  /** The UTF-8 bytes up to the end of each of those messages. */
+  #byteEnds: number[] = [];
+  #bytes = 0;
+
+  /** The UTF-8 byte length of the text elements() returned last. */
+  get bytes(): number {
+    return this.#bytes;
+  }
 
   /**
    * The JSON array elements of `messages` (what goes between "[" and "]"), the same text as
@@ -46,21 +75,26 @@ export class HistoryJson {
       same++;
     if (same < this.#ends.length) {
       this.#joined = same === 0 ? "" : this.#joined.slice(0, this.#ends[same - 1]);
+      this.#bytes = same === 0 ? 0 : this.#byteEnds[same - 1];
       this.#roles.length = same;
       this.#contents.length = same;
       this.#ends.length = same;
+      this.#byteEnds.length = same;
     }
     let joined = this.#joined;
+    let bytes = this.#bytes;
     for (let i = same; i < messages.length; i++) {
       const message = messages[i];
-      const part =
-        i === 0 && message.role === "system" ? systemMessageJson(message) : JSON.stringify(message);
-      joined = i === 0 ? part : `${joined},${part}`;
+      const part = i === 0 && message.role === "system" ? systemMessageJson(message) : jsonPiece(message);
+      joined = i === 0 ? part.json : `${joined},${part.json}`;
+      bytes = i === 0 ? part.bytes : bytes + 1 + part.bytes;
       this.#roles.push(message.role);
       this.#contents.push(message.content);
       this.#ends.push(joined.length);
+      this.#byteEnds.push(bytes);
     }
     this.#joined = joined;
+    this.#bytes = bytes;
     return joined;
   }
 }

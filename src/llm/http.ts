@@ -71,15 +71,23 @@ export class UnusableAnswer extends EngineError {
  */
 export class JsonText {
   readonly text: string;
-  // Not a parameter property: Node's type stripping refuses them (erasableSyntaxOnly).
-  constructor(text: string) {
+  /** Its UTF-8 byte length when the caller counted it as it built the text, else undefined. */
+  readonly bytes: number | undefined;
+  // Not parameter properties: Node's type stripping refuses them (erasableSyntaxOnly).
+  constructor(text: string, bytes?: number) {
     this.text = text;
+    this.bytes = bytes;
   }
 }
 
 /** The JSON text of a request body. */
 function bodyText(body: unknown): string {
   return body instanceof JsonText ? body.text : JSON.stringify(body);
+}
+
+/** The UTF-8 byte length of a body's text: the one its JsonText carries, or counted. */
+function bodyBytes(body: unknown, text: string): number {
+  return body instanceof JsonText && body.bytes !== undefined ? body.bytes : byteLength(text);
 }
 
 export interface RequestOptions {
@@ -226,6 +234,8 @@ function requestText(
   origin: Origin,
   /** The body's JSON text (bodyText); none for a request without a body. */
   text: string | undefined,
+  /** Its UTF-8 byte length (bodyBytes). */
+  bytes: number,
   headers?: Record<string, string>,
 ): string {
   const pathStart = url.indexOf("/", url.indexOf("//") + 2);
@@ -244,7 +254,7 @@ function requestText(
     }
   if (text === undefined) return method === "GET" ? `${head}\r\n` : `${head}content-length: 0\r\n\r\n`;
   if (!typed) head += "content-type: application/json\r\n";
-  return `${head}content-length: ${byteLength(text)}\r\n\r\n${text}`;
+  return `${head}content-length: ${bytes}\r\n\r\n${text}`;
 }
 
 /**
@@ -284,6 +294,7 @@ class Exchange implements SocketUser, Timed, ParentChild {
   private method = "";
   private url = "";
   private bodyJson: string | undefined;
+  private bodyLength = 0;
   private headers: Record<string, string> | undefined;
   private settled = false;
   private expired = false;
@@ -331,10 +342,14 @@ class Exchange implements SocketUser, Timed, ParentChild {
     let socket: EngineSocket | null = null;
     let request: string;
     let text: string | undefined;
+    let bytes = 0;
     try {
       socket = this.connections.take(url);
-      text = body === undefined ? undefined : bodyText(body);
-      request = requestText(method, url, socket.origin, text, headers);
+      if (body !== undefined) {
+        text = bodyText(body);
+        bytes = bodyBytes(body, text);
+      }
+      request = requestText(method, url, socket.origin, text, bytes, headers);
     } catch (error) {
       // Nothing was written on it: a connection taken stays usable.
       if (socket !== null) this.connections.give(socket);
@@ -344,6 +359,7 @@ class Exchange implements SocketUser, Timed, ParentChild {
     this.method = method;
     this.url = url;
     this.bodyJson = text;
+    this.bodyLength = bytes;
     this.headers = headers;
     this.socket = socket;
     socket.send(request, this);
@@ -414,7 +430,10 @@ class Exchange implements SocketUser, Timed, ParentChild {
       try {
         const fresh = this.connections.open(socket.origin);
         this.socket = fresh;
-        fresh.send(requestText(this.method, this.url, fresh.origin, this.bodyJson, this.headers), this);
+        fresh.send(
+          requestText(this.method, this.url, fresh.origin, this.bodyJson, this.bodyLength, this.headers),
+          this,
+        );
         return;
       } catch (retryError) {
         this.fail(retryError);

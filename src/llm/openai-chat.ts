@@ -12,7 +12,7 @@ import { type Dialect, describeEngine, type EngineInfo, EngineTokenCounter } fro
 import { type Dispatch, EngineUpdates, type Sent, UpdateInterrupted } from "./engine-updates.ts";
 import { extraBodyProblem, renderingFields, requestExtras } from "./extra-body.ts";
 import { checkFinishReason, samplingFields } from "./generation.ts";
-import { HistoryJson } from "./history-json.ts";
+import { HistoryJson, utf8Length } from "./history-json.ts";
 import { EngineConnections, EngineError, JsonText, requestJson, UnusableAnswer } from "./http.ts";
 import {
   ContextLimitChanged,
@@ -139,8 +139,9 @@ export class ChatPolicy implements Policy {
   private tokens: TokenEngine | null = null;
   /** Set by preflight when the context length is known. */
   meter: PromptMeter | null = null;
-  /** The model's name as JSON, the start of every request body. */
+  /** The model's name as JSON, the start of every request body, and its UTF-8 byte length. */
   private modelJson: string | null = null;
+  private modelBytes = 0;
   /** Request outcomes, for reports and metrics. */
   /** Requests in backoff before their next attempt, and the fault that put the latest there. */
   private retrying = 0;
@@ -584,13 +585,17 @@ export class ChatPolicy implements Policy {
    * The request body as JSON text, the same text as JSON.stringify of {model, messages, the
    * sampling fields, the prefill's flags, the grammar, the extra body, `extra`} would give: the
    * messages come from the episode's HistoryJson when it sends one (serialised once, extended
-   * turn by turn), and the fields after them are serialised on their own.
+   * turn by turn), and the fields after them are serialised on their own. Its byte length is
+   * the sum of the parts' (HistoryJson counts its own), for the Content-Length.
    */
   private body(request: PolicyRequest, extra: Record<string, unknown> | undefined): JsonText {
     const prefill = this.options.prefill === "continue";
-    let messages = (request.history ?? new HistoryJson()).elements(request.messages);
+    const history = request.history ?? new HistoryJson();
+    let messages = history.elements(request.messages);
+    let messagesBytes = history.bytes;
     if (prefill) {
       const last = JSON.stringify({ role: "assistant", content: request.prefill });
+      messagesBytes += (messages === "" ? 0 : 1) + utf8Length(last);
       messages = messages === "" ? last : `${messages},${last}`;
     }
     const grammar = this.options.grammar
@@ -606,9 +611,17 @@ export class ChatPolicy implements Policy {
       ...this.extras,
       ...extra,
     });
-    this.modelJson ??= JSON.stringify(this.options.model);
+    if (this.modelJson === null) {
+      this.modelJson = JSON.stringify(this.options.model);
+      this.modelBytes = utf8Length(this.modelJson);
+    }
+    // The fields replace rest's one-byte "{" with "," (or are its "}" alone).
     const fields = rest === "{}" ? "}" : `,${rest.slice(1)}`;
-    return new JsonText(`{"model":${this.modelJson},"messages":[${messages}]${fields}`);
+    const fieldsBytes = rest === "{}" ? 1 : utf8Length(rest);
+    const text = `{"model":${this.modelJson},"messages":[${messages}]${fields}`;
+    // {"model": … ,"messages":[ … ] …
+    const bytes = 9 + this.modelBytes + 13 + messagesBytes + 1 + fieldsBytes;
+    return new JsonText(text, bytes);
   }
 
   /** A generation turn on `url`, with its attempts and the versions it was played under. */

@@ -372,18 +372,20 @@ export class Episode {
   private metrics(success: boolean): Record<string, number> {
     const tag = this.tag.spec.tag;
     const out: Record<string, number> = {
-      [`${tag}/success`]: success ? 1 : 0,
-      [`${tag}/num_actions`]: this.numActions,
+      [metricKey(tag, "success")]: success ? 1 : 0,
+      [metricKey(tag, "num_actions")]: this.numActions,
     };
     const sums = new Map<string, number>();
     for (const t of this.turns) {
-      for (const [key, value] of Object.entries(t.info)) {
+      const info = t.info;
+      for (const key of Object.keys(info)) {
         if (key === "success") continue;
-        sums.set(key, (sums.get(key) ?? 0) + Number(value));
+        sums.set(key, (sums.get(key) ?? 0) + Number(info[key]));
       }
     }
-    if (sums.has("raw_reward")) out[`${tag}/episodic_return`] = sums.get("raw_reward")!;
-    if (this.turns.length > 0) for (const [key, sum] of sums) out[`${tag}/${key}`] = sum / this.turns.length;
+    if (sums.has("raw_reward")) out[metricKey(tag, "episodic_return")] = sums.get("raw_reward")!;
+    if (this.turns.length > 0)
+      for (const [key, sum] of sums) out[metricKey(tag, key)] = sum / this.turns.length;
     return out;
   }
 
@@ -422,4 +424,26 @@ export class Episode {
       { role: "user", content },
     ];
   }
+}
+
+/** Metric names per tag, made once: every episode of a tag names the same few. */
+const metricKeys = new Map<string, Map<string, string>>();
+/** Names kept per tag (an env with more info keys has the rest made each time), and tags kept. */
+const METRIC_KEYS_KEPT = 256;
+const METRIC_TAGS_KEPT = 256;
+
+/** "tag/key". */
+function metricKey(tag: string, key: string): string {
+  let keys = metricKeys.get(tag);
+  if (keys === undefined) {
+    if (metricKeys.size >= METRIC_TAGS_KEPT) metricKeys.clear();
+    keys = new Map();
+    metricKeys.set(tag, keys);
+  }
+  let name = keys.get(key);
+  if (name === undefined) {
+    name = `${tag}/${key}`;
+    if (keys.size < METRIC_KEYS_KEPT) keys.set(key, name);
+  }
+  return name;
 }

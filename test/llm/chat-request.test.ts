@@ -158,8 +158,9 @@ describe("chat request body from the episode's serialised history", () => {
   const turn2: ChatMessage[] = [
     system,
     { role: "user", content: ["State:", "#_P#", ""].join("\n") },
-    { role: "assistant", content: "<think>left</think><answer>Left</answer>" },
-    { role: "user", content: "Reward:\n0\nState:\n#P_#\n" },
+    { role: "assistant", content: "<think>left 🧱</think><answer>Left</answer>" },
+    // A lone surrogate: JSON.stringify escapes it, so byte lengths of pieces still add up.
+    { role: "user", content: "Reward:\n0\nState:\n#P_#\n\ud800" },
   ];
   const turn3: ChatMessage[] = [
     ...turn2,
@@ -210,10 +211,12 @@ describe("chat request body from the episode's serialised history", () => {
   it("gives the elements JSON.stringify gives, whether a history extends, slides or starts over", () => {
     const history = new HistoryJson();
     expect(history.elements([])).toBe("");
-    expect(`[${history.elements(turn1)}]`).toBe(JSON.stringify(turn1));
-    expect(`[${history.elements(turn2)}]`).toBe(JSON.stringify(turn2));
-    expect(`[${history.elements(slid)}]`).toBe(JSON.stringify(slid));
-    expect(`[${history.elements(turn3)}]`).toBe(JSON.stringify(turn3));
-    expect(`[${history.elements(turn1)}]`).toBe(JSON.stringify(turn1));
+    expect(history.bytes).toBe(0);
+    for (const messages of [turn1, turn2, turn2, slid, turn3, turn1, [], turn3]) {
+      const elements = history.elements(messages);
+      expect(`[${elements}]`).toBe(JSON.stringify(messages));
+      // The UTF-8 length it counted piece by piece is the text's.
+      expect(history.bytes).toBe(Buffer.byteLength(elements));
+    }
   });
 });

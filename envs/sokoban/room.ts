@@ -64,10 +64,30 @@ export function defaultGenSteps(rows: number, cols: number): number {
 }
 
 /**
+ * Rooms generated lately, by seed and spec: a group's episodes all reset on one seed, so each
+ * group's room is generated once instead of once per member (generation was a large share of a
+ * chat turn's CPU). Rooms that failed are not kept: they are generated again, and throw again.
+ */
+const recentRooms = new Map<string, Room>();
+const ROOMS_KEPT = 256;
+
+/**
  * Generate the room RAGEN's SokobanEnv.reset(seed) builds. Throws RoomGenerationError where
- * gym_sokoban would raise; the env decides how to reseed.
+ * gym_sokoban would raise; the env decides how to reseed. The room is the caller's own (a
+ * copy of one kept).
  */
 export function generateRoom(seed: number, spec: RoomSpec): Room {
+  const key = `${seed}/${spec.rows}/${spec.cols}/${spec.numBoxes}/${spec.searchDepth}/${spec.numGenSteps}/${spec.pChangeDirections}/${spec.tries}`;
+  let room = recentRooms.get(key);
+  if (room === undefined) {
+    room = buildRoom(seed, spec);
+    if (recentRooms.size >= ROOMS_KEPT) recentRooms.delete(recentRooms.keys().next().value as string);
+    recentRooms.set(key, room);
+  }
+  return { rows: room.rows, cols: room.cols, fixed: room.fixed.slice(), state: room.state.slice() };
+}
+
+function buildRoom(seed: number, spec: RoomSpec): Room {
   const py = new PythonRandom(seed);
   const np = new NumpyRandomState(seed);
   const { rows, cols, numBoxes, searchDepth } = spec;
@@ -95,15 +115,17 @@ export function generateRoom(seed: number, spec: RoomSpec): Room {
 }
 
 function topology(py: PythonRandom, rows: number, cols: number, steps: number, pChange: number): Uint8Array {
-  let direction = py.sample(DIRECTIONS, 1)[0];
+  // gym_sokoban draws with random.sample(…, 1)[0]: for these short lists that is one
+  // randbelow(len), exactly as choice draws, without sample's pool and result lists.
+  let direction = py.choice(DIRECTIONS);
   let r = py.randint(1, rows - 1);
   let c = py.randint(1, cols - 1);
   const level = new Uint8Array(rows * cols);
   for (let s = 0; s < steps; s++) {
-    if (py.random() < pChange) direction = py.sample(DIRECTIONS, 1)[0];
+    if (py.random() < pChange) direction = py.choice(DIRECTIONS);
     r = Math.max(Math.min(r + direction[0], rows - 2), 1);
     c = Math.max(Math.min(c + direction[1], cols - 2), 1);
-    const mask = py.sample(MASKS, 1)[0];
+    const mask = py.choice(MASKS);
     for (let dr = 0; dr < 3; dr++) {
       for (let dc = 0; dc < 3; dc++) {
         if (mask[dr * 3 + dc]) level[(r - 1 + dr) * cols + (c - 1 + dc)] = 1;

@@ -21,17 +21,42 @@ export function parsePrometheus(text: string): Samples {
   return samples;
 }
 
-/** GET `url` and parse it; rejects with the URL and the HTTP status on failure. */
+/**
+ * GET `url` and parse it; one failed read (no answer, or an HTTP error such as a 408 from a server
+ * too busy to read the request in time) is tried once more on a fresh connection, since a bench
+ * that dies at its last scrape loses the whole run. Rejects naming the URL, the status and both
+ * attempts when the second fails too.
+ */
 export async function scrape(url: string): Promise<Samples> {
+  try {
+    return await scrapeOnce(url);
+  } catch (first) {
+    try {
+      return await scrapeOnce(url);
+    } catch (second) {
+      throw new Error(`${messageOf(second)} (tried twice; first: ${messageOf(first)})`);
+    }
+  }
+}
+
+async function scrapeOnce(url: string): Promise<Samples> {
   // Generous: a server whose event loop stalls answers late, and that is a finding, not an error.
   let response: Response;
   try {
     response = await fetch(url, { signal: AbortSignal.timeout(180_000) });
   } catch (error) {
-    throw new Error(`GET ${url}: ${error instanceof Error ? error.message : String(error)}`);
+    throw new Error(`GET ${url}: ${messageOf(error)}`);
   }
-  if (!response.ok) throw new Error(`GET ${url}: HTTP ${response.status}`);
+  if (!response.ok) {
+    // Read the body so the connection is released (a 408 closes it anyway).
+    await response.text().catch(() => "");
+    throw new Error(`GET ${url}: HTTP ${response.status}`);
+  }
   return parsePrometheus(await response.text());
+}
+
+function messageOf(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
 }
 
 /** An engine's /metrics from its OpenAI base URL (…/v1 → …/metrics). */

@@ -45,7 +45,9 @@ async function scrapeOnce(url: string): Promise<Samples> {
   try {
     response = await fetch(url, { signal: AbortSignal.timeout(180_000) });
   } catch (error) {
-    throw new Error(`GET ${url}: ${messageOf(error)}`);
+    // fetch says "fetch failed"; what failed (a reset, the other side closing) is its cause.
+    const cause = error instanceof Error && error.cause !== undefined ? ` (${messageOf(error.cause)})` : "";
+    throw new Error(`GET ${url}: ${messageOf(error)}${cause}`);
   }
   if (!response.ok) {
     // Read the body so the connection is released (a 408 closes it anyway).

@@ -406,6 +406,7 @@ export async function runCase(
           bufferedGroups: bufferedGroups(perClient),
           // rollgym.llm.concurrency as the bench gives serve, per replica.
           engineRequests: bench.episodes * (settings.llm ? settings.llm.length : bench.replicas),
+          tokenLogIds: bench.mode === "tokens" ? Math.max(warm.longestLog, measured.longestLog) : null,
         });
     const sorted = [...inWindow].sort((a, b) => a - b);
     const total = outcomes.reduce((n, o) => n + o.episodes, 0);
@@ -476,6 +477,8 @@ interface Played {
   results: RolloutResult[];
   /** Per group: arrival − start, where a group starts at the send (first wave) or when its predecessor in the slot arrived. */
   latenciesMs: number[];
+  /** Ids in the longest token log any group frame carried (token mode; 0 in chat mode). */
+  longestLog: number;
 }
 
 /**
@@ -493,6 +496,7 @@ async function playRollouts(
   },
 ): Promise<Played> {
   const latencies: number[] = [];
+  let longestLog = 0;
   const done = trainers.map(() => 0);
   let doneAll = 0;
   const sent = performance.now();
@@ -509,6 +513,7 @@ async function playRollouts(
         doneAll++;
         const latency = group.at - start;
         latencies.push(latency);
+        longestLog = Math.max(longestLog, group.longestLog);
         hooks.onGroup?.(latency, group.at, doneAll, Math.min(...done));
         hooks.onProgress(doneAll, shape.groups * trainers.length);
       };
@@ -524,7 +529,7 @@ async function playRollouts(
       });
     }),
   );
-  return { results, latenciesMs: latencies };
+  return { results, latenciesMs: latencies, longestLog };
 }
 
 async function measureLoad(

@@ -23,7 +23,15 @@ import { FLOOR_CLIENTS, type FloorResult, runFloorChild } from "./floor.ts";
 import { chatBodies, chatOnce, generateLoad } from "./load-generator.ts";
 import { rssBound } from "./memory-bound.ts";
 import type { Progress } from "./progress.ts";
-import { type EngineCounters, engineRequests, RunningSampler, scrape, scrapeEngines } from "./prometheus.ts";
+import {
+  type EngineCounters,
+  engineMetricsUrl,
+  engineRequests,
+  RunningSampler,
+  scrape,
+  scrapeConnections,
+  scrapeEngines,
+} from "./prometheus.ts";
 import { median, quantile, round } from "./stats.ts";
 import { type ArrivedGroup, type ChatMessages, type RolloutResult, TrainerClient } from "./trainer.ts";
 
@@ -188,6 +196,8 @@ export async function runCase(
       urls = engines.map((e) => e.url);
       description = describeLatencyModel(LATENCY_PRESETS[model]);
     }
+    // Every engine read goes over a connection opened now and kept open (prometheus.ts).
+    scrapeConnections.keep(urls.map(engineMetricsUrl));
     const enginesCpu = () => {
       const engines = children.filter((c) => c.name.startsWith("mock engine"));
       if (engines.length === 0) return null;
@@ -469,6 +479,7 @@ export async function runCase(
     };
   } finally {
     for (const t of trainers) t.close();
+    await scrapeConnections.close();
     await stopAll(children);
   }
 }

@@ -49,6 +49,35 @@ export function reseedAfterFailure(seed: number): number {
   return (h ^ (h >>> 16)) >>> 0;
 }
 
+/**
+ * Rooms generated lately, by seed and room spec: the members of a group reset with one seed, and
+ * generating the same room again for each of them (a search over thousands of states, 8 times a
+ * group) was a long synchronous stretch of a server admitting groups. A room found here is
+ * copied where steps change it (`state`); `fixed` is never written.
+ */
+const recentRooms = new Map<string, { room: Room; seed: number }>();
+const RECENT_ROOMS = 64;
+
+function roomFor(seed: number, spec: { rows: number; cols: number; numBoxes: number; searchDepth: number }) {
+  const key = `${seed}:${spec.rows}:${spec.cols}:${spec.numBoxes}:${spec.searchDepth}`;
+  let found = recentRooms.get(key);
+  if (found === undefined) {
+    let trySeed = seed;
+    for (let attempt = 0; ; attempt++) {
+      try {
+        found = { room: generateRoom(trySeed, spec), seed: trySeed };
+        break;
+      } catch (error) {
+        if (!(error instanceof RoomGenerationError) || attempt >= MAX_RESEEDS) throw error;
+        trySeed = reseedAfterFailure(trySeed);
+      }
+    }
+    if (recentRooms.size >= RECENT_ROOMS) recentRooms.delete(recentRooms.keys().next().value as string);
+    recentRooms.set(key, found);
+  }
+  return { room: { ...found.room, state: found.room.state.slice() }, seed: found.seed };
+}
+
 export class SokobanEnv implements Env {
   readonly config: SokobanConfig;
   readonly actionNames: readonly string[];
@@ -72,17 +101,9 @@ export class SokobanEnv implements Env {
   reset(seed: number): string {
     const [rows, cols] = this.config.dim_room;
     const spec = { rows, cols, numBoxes: this.config.num_boxes, searchDepth: this.config.search_depth };
-    let trySeed = seed;
-    for (let attempt = 0; ; attempt++) {
-      try {
-        this.room = generateRoom(trySeed, spec);
-        break;
-      } catch (error) {
-        if (!(error instanceof RoomGenerationError) || attempt >= MAX_RESEEDS) throw error;
-        trySeed = reseedAfterFailure(trySeed);
-      }
-    }
-    this.generatedSeed = trySeed;
+    const { room, seed: generatedSeed } = roomFor(seed, spec);
+    this.room = room;
+    this.generatedSeed = generatedSeed;
     this.player = this.room.state.indexOf(PLAYER);
     this.steps = 0;
     this.boxesOnTarget = 0;

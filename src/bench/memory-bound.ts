@@ -18,6 +18,13 @@ const CONNECTION_BYTES = 64 * KIB;
  * 17.9–18.2 KiB each).
  */
 const ENGINE_REQUEST_BYTES = 20 * KIB;
+/**
+ * A token id of a token-mode episode's log: five arrays of 8-byte elements (id, loss mask,
+ * logprob, reward, weight version) with their growth headroom, as the memory budget charges it
+ * (TOKEN_ID_BYTES). bench/token-log-memory.ts: 4,096 logs of 692 ids held 54.5 B of heap and
+ * 115-118 B of RSS per id after a full GC (three runs; the garbage of building them included).
+ */
+const TOKEN_ID_BYTES = 128;
 /** MAX_CLIENT_DECODED_BYTES: the frame being decoded. */
 const DECODING_BYTES = 16 * MIB;
 
@@ -30,7 +37,9 @@ export interface RssBound {
 /**
  * The bound for `episodes` in flight, played by `clients` trainer connections whose rollouts may
  * each hold `bufferedGroups` finished groups of `groupSize` for acknowledgement, with at most
- * `engineRequests` engine requests in flight (rollgym.llm.concurrency × replicas).
+ * `engineRequests` engine requests in flight (rollgym.llm.concurrency × replicas). In token mode
+ * `tokenLogIds` is the longest token log an episode reached (null in chat mode): every held
+ * episode is counted with a log that long.
  */
 export function rssBound(shape: {
   episodes: number;
@@ -38,6 +47,7 @@ export function rssBound(shape: {
   clients: number;
   bufferedGroups: number;
   engineRequests: number;
+  tokenLogIds?: number | null;
 }): RssBound {
   const held = shape.episodes + shape.clients * shape.bufferedGroups * shape.groupSize;
   const terms: [string, number][] = [
@@ -54,6 +64,9 @@ export function rssBound(shape: {
       shape.engineRequests * ENGINE_REQUEST_BYTES,
     ],
   ];
+  const ids = shape.tokenLogIds ?? null;
+  if (ids !== null)
+    terms.push([`${held} episodes held × token logs of ${ids} ids × 128 B`, held * ids * TOKEN_ID_BYTES]);
   const bytes = terms.reduce((sum, [, b]) => sum + b, 0);
   const mib = (b: number) => Number((b / MIB).toFixed(1));
   return {

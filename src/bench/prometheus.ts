@@ -1,6 +1,8 @@
 // Reading Prometheus text (the server's /metrics, an engine's /metrics): one number per metric
 // name, summed over its label sets, which is all a bench needs from a counter or a gauge; and
 // each series under its own text (`name{label="value",…}`) for the few read by label.
+import { setTimeout as delay } from "node:timers/promises";
+import { Client } from "undici";
 import { serverRoot } from "../llm/engine.ts";
 
 export type Samples = Map<string, number>;
@@ -21,17 +23,105 @@ export function parsePrometheus(text: string): Samples {
   return samples;
 }
 
-/** GET `url` and parse it; rejects with the URL and the HTTP status on failure. */
+/**
+ * GET `url` and parse it; one failed read (no answer, or an HTTP error) is tried once more, since
+ * a bench that dies at its last scrape loses the whole run. Rejects naming the URL, the status
+ * and both attempts when the second fails too. Reads go over one kept-alive connection per
+ * origin (ScrapeConnections).
+ */
 export async function scrape(url: string): Promise<Samples> {
-  // Generous: a server whose event loop stalls answers late, and that is a finding, not an error.
-  let response: Response;
   try {
-    response = await fetch(url, { signal: AbortSignal.timeout(180_000) });
-  } catch (error) {
-    throw new Error(`GET ${url}: ${error instanceof Error ? error.message : String(error)}`);
+    return await scrapeOnce(url);
+  } catch (first) {
+    try {
+      return await scrapeOnce(url);
+    } catch (second) {
+      throw new Error(`${messageOf(second)} (tried twice; first: ${messageOf(first)})`);
+    }
   }
-  if (!response.ok) throw new Error(`GET ${url}: HTTP ${response.status}`);
-  return parsePrometheus(await response.text());
+}
+
+async function scrapeOnce(url: string): Promise<Samples> {
+  const { origin, pathname, search } = new URL(url);
+  try {
+    // Generous: a server whose event loop stalls answers late, and that is a finding, not an error.
+    const response = await scrapeConnections.client(origin).request({
+      path: pathname + search,
+      method: "GET",
+      signal: AbortSignal.timeout(180_000),
+    });
+    const text = await response.body.text();
+    if (response.statusCode < 200 || response.statusCode > 299) throw new HttpStatus(response.statusCode);
+    return parsePrometheus(text);
+  } catch (error) {
+    throw new Error(`GET ${url}: ${messageOf(error)}`);
+  }
+}
+
+class HttpStatus extends Error {
+  constructor(status: number) {
+    super(`HTTP ${status}`);
+  }
+}
+
+/**
+ * One connection per origin for every /metrics read, kept open by a read at least every
+ * KEEP_MS while `keep` runs. At 10,240 connections the mock engine's accept queue stays full
+ * (its one core is busy streaming, and connections the server gives up on come back as new
+ * ones): a read on a new connection waited behind thousands of others, over a minute, and the
+ * window's engine counters came that late. On a connection already open it waits only for the
+ * engine's event loop.
+ */
+class ScrapeConnections {
+  private readonly clients = new Map<string, Client>();
+  private keeping: { stop: boolean } | null = null;
+
+  client(origin: string): Client {
+    let client = this.clients.get(origin);
+    if (client === undefined) {
+      // Never closed from this side while the bench runs; a server's close opens a new one.
+      client = new Client(origin, {
+        pipelining: 1,
+        keepAliveTimeout: 3_600_000,
+        keepAliveMaxTimeout: 3_600_000,
+        headersTimeout: 0,
+        bodyTimeout: 0,
+      });
+      this.clients.set(origin, client);
+    }
+    return client;
+  }
+
+  /** Reads `urls` one after another, KEEP_MS apart, until `close`: their connections never idle out. */
+  keep(urls: readonly string[]): void {
+    if (this.keeping) return;
+    const keeping = { stop: false };
+    this.keeping = keeping;
+    void (async () => {
+      while (!keeping.stop) {
+        await Promise.all(urls.map((url) => scrapeOnce(url).catch(() => {})));
+        await delay(KEEP_MS);
+      }
+    })();
+  }
+
+  /** Stops keeping and closes every connection. */
+  async close(): Promise<void> {
+    if (this.keeping) this.keeping.stop = true;
+    this.keeping = null;
+    const clients = [...this.clients.values()];
+    this.clients.clear();
+    await Promise.all(clients.map((c) => c.destroy().catch(() => {})));
+  }
+}
+
+/** Below the mock engine's and uvicorn's 5 s keep-alive timeout. */
+const KEEP_MS = 1_000;
+
+export const scrapeConnections = new ScrapeConnections();
+
+function messageOf(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
 }
 
 /** An engine's /metrics from its OpenAI base URL (…/v1 → …/metrics). */

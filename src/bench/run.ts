@@ -23,7 +23,15 @@ import { FLOOR_CLIENTS, type FloorResult, runFloorChild } from "./floor.ts";
 import { chatBodies, chatOnce, generateLoad } from "./load-generator.ts";
 import { rssBound } from "./memory-bound.ts";
 import type { Progress } from "./progress.ts";
-import { type EngineCounters, engineRequests, RunningSampler, scrape, scrapeEngines } from "./prometheus.ts";
+import {
+  type EngineCounters,
+  engineMetricsUrl,
+  engineRequests,
+  RunningSampler,
+  scrape,
+  scrapeConnections,
+  scrapeEngines,
+} from "./prometheus.ts";
 import { median, quantile, round } from "./stats.ts";
 import { type ArrivedGroup, type ChatMessages, type RolloutResult, TrainerClient } from "./trainer.ts";
 
@@ -188,6 +196,8 @@ export async function runCase(
       urls = engines.map((e) => e.url);
       description = describeLatencyModel(LATENCY_PRESETS[model]);
     }
+    // Every engine read goes over a connection opened now and kept open (prometheus.ts).
+    scrapeConnections.keep(urls.map(engineMetricsUrl));
     const enginesCpu = () => {
       const engines = children.filter((c) => c.name.startsWith("mock engine"));
       if (engines.length === 0) return null;
@@ -406,6 +416,7 @@ export async function runCase(
           bufferedGroups: bufferedGroups(perClient),
           // rollgym.llm.concurrency as the bench gives serve, per replica.
           engineRequests: bench.episodes * (settings.llm ? settings.llm.length : bench.replicas),
+          tokenLogIds: bench.mode === "tokens" ? Math.max(warm.longestLog, measured.longestLog) : null,
         });
     const sorted = [...inWindow].sort((a, b) => a - b);
     const total = outcomes.reduce((n, o) => n + o.episodes, 0);
@@ -468,6 +479,7 @@ export async function runCase(
     };
   } finally {
     for (const t of trainers) t.close();
+    await scrapeConnections.close();
     await stopAll(children);
   }
 }
@@ -476,6 +488,8 @@ interface Played {
   results: RolloutResult[];
   /** Per group: arrival − start, where a group starts at the send (first wave) or when its predecessor in the slot arrived. */
   latenciesMs: number[];
+  /** Ids in the longest token log any group frame carried (token mode; 0 in chat mode). */
+  longestLog: number;
 }
 
 /**
@@ -493,6 +507,7 @@ async function playRollouts(
   },
 ): Promise<Played> {
   const latencies: number[] = [];
+  let longestLog = 0;
   const done = trainers.map(() => 0);
   let doneAll = 0;
   const sent = performance.now();
@@ -509,6 +524,7 @@ async function playRollouts(
         doneAll++;
         const latency = group.at - start;
         latencies.push(latency);
+        longestLog = Math.max(longestLog, group.longestLog);
         hooks.onGroup?.(latency, group.at, doneAll, Math.min(...done));
         hooks.onProgress(doneAll, shape.groups * trainers.length);
       };
@@ -524,7 +540,7 @@ async function playRollouts(
       });
     }),
   );
-  return { results, latenciesMs: latencies };
+  return { results, latenciesMs: latencies, longestLog };
 }
 
 async function measureLoad(

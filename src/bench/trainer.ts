@@ -4,6 +4,7 @@
 // each group arrived. As the trainer session (`role: "trainer"`) it also brackets weight updates
 // (begin_update … end_update) and plays endless, paced streams. It does no training, so what it
 // costs is the client's share of a real run.
+import { readI32 } from "../../protocol/codec.ts";
 import type { GroupFrame, Version } from "../../protocol/messages.ts";
 import type { PauseMode } from "../../protocol/settings.ts";
 import { NodeClient, UpgradeRefused } from "../client/node.ts";
@@ -38,6 +39,8 @@ export interface ArrivedGroup {
   admitted: Admitted | null;
   /** performance.now() when the frame was decoded. */
   at: number;
+  /** Ids in its longest token log (token mode; 0 without token logs). */
+  longestLog: number;
 }
 
 export interface RolloutResult {
@@ -230,6 +233,7 @@ export class TrainerClient {
           minVersion: (frame.min_version as number | undefined) ?? null,
           admitted: (frame.admitted as Admitted | undefined) ?? null,
           at: performance.now(),
+          longestLog: longestLog(frame.token_offsets_i32 as Uint8Array | undefined),
         });
         const list = this.toAck.get(rollout) ?? [];
         list.push(frame.group as number);
@@ -305,4 +309,13 @@ function serverError(frame: Frame): Error {
 
 function describe(frame: Frame): string {
   return frame.type === "error" ? `${frame.code}: ${frame.message}` : `unexpected ${frame.type} frame`;
+}
+
+/** The longest token log of a group frame, from its offsets (0 when it has none). */
+function longestLog(offsets: Uint8Array | undefined): number {
+  if (offsets === undefined) return 0;
+  const at = readI32(offsets);
+  let longest = 0;
+  for (let i = 1; i < at.length; i++) longest = Math.max(longest, at[i] - at[i - 1]);
+  return longest;
 }

@@ -66,6 +66,21 @@ export interface MockEngine {
   generations(): GenerationRecord[];
 }
 
+/**
+ * node:http's options for the engine. No headers or request timeout: Node's (a request's headers
+ * within 60 s of its connection being accepted or of the request starting, the whole request
+ * within 300 s) answer HTTP 408 and close the connection, which vLLM's server (uvicorn with h11)
+ * never does. With 10,240 connections open the mock's event loop can be busy long enough between
+ * accepting a connection and reading its request for Node's check to fire, and a bench's /metrics
+ * scrape got a 408 instead of the counters (issue 32).
+ */
+export const HTTP_SERVER_OPTIONS = {
+  keepAlive: true,
+  noDelay: true,
+  headersTimeout: 0,
+  requestTimeout: 0,
+} as const;
+
 export async function startMockEngine(options: MockEngineOptions = {}): Promise<MockEngine> {
   const config = resolveConfig(options);
   const core = await createCore(config);
@@ -135,7 +150,7 @@ export async function startMockEngine(options: MockEngineOptions = {}): Promise<
     }
   }
 
-  const server = createServer({ keepAlive: true, noDelay: true }, (req, res) => {
+  const server = createServer(HTTP_SERVER_OPTIONS, (req, res) => {
     void handle(req, res);
   });
   // uvicorn's default under vLLM is 5 s; say it explicitly, since clients pool connections.

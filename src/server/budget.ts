@@ -88,10 +88,8 @@ export class MemoryBudget implements ServerMemory {
   changed(account: MemoryAccount, kind: HeldKind, bytes: number): void {
     this.held += bytes;
     this.kinds[kind] += bytes;
-    if (bytes < 0) {
-      this.released();
-      this.giveBack.released(-bytes);
-    }
+    this.giveBack.held(this.held);
+    if (bytes < 0) this.released();
     // Rollouts grow as they play, unasked: past a bound, one is cancelled to make room.
     else if (kind === "rollouts" && (this.held > this.max || account.held > this.share))
       this.shedFor(account);

@@ -8,7 +8,7 @@ const S = 1;
 const B = 4;
 
 function group(minVersion: number, admitted: ArrivedGroup["admitted"]): ArrivedGroup {
-  return { rollout: "r", group: 0, episodes: 2, failed: 0, minVersion, admitted, at: 0 };
+  return { rollout: "r", group: 0, episodes: 2, failed: 0, minVersion, admitted, at: 0, longestLog: 0 };
 }
 
 describe("agesOf", () => {

@@ -3,6 +3,7 @@
 
 import { spawn } from "node:child_process";
 import { once } from "node:events";
+import { createServer } from "node:http";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
 import fc from "fast-check";
@@ -16,7 +17,12 @@ import { answerMode, answerPrompt, readActionSpace } from "../../src/mock-engine
 import { renderChat } from "../../src/mock-engine/chat-template.ts";
 import { MockEngineUsageError, parseMockEngineArgs } from "../../src/mock-engine/cli.ts";
 import { Rng } from "../../src/mock-engine/rng.ts";
-import { type MockEngine, type MockEngineOptions, startMockEngine } from "../../src/mock-engine/server.ts";
+import {
+  HTTP_SERVER_OPTIONS,
+  type MockEngine,
+  type MockEngineOptions,
+  startMockEngine,
+} from "../../src/mock-engine/server.ts";
 import {
   decode,
   encode,
@@ -335,6 +341,11 @@ describe("mock engine over HTTP", () => {
   });
   afterAll(async () => {
     await engine.close();
+  });
+
+  it("never times a request out with a 408, as vLLM's uvicorn does not (Node's defaults: 60 s, 300 s)", () => {
+    const server = createServer(HTTP_SERVER_OPTIONS);
+    expect([server.headersTimeout, server.requestTimeout]).toEqual([0, 0]);
   });
 
   it("answers a RAGEN chat turn (vLLM fields in the body) that parses into valid actions", async () => {

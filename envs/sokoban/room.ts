@@ -64,30 +64,10 @@ export function defaultGenSteps(rows: number, cols: number): number {
 }
 
 /**
- * Rooms generated lately, by seed and spec: a group's episodes all reset on one seed, so each
- * group's room is generated once instead of once per member (generation was a large share of a
- * chat turn's CPU). Rooms that failed are not kept: they are generated again, and throw again.
- */
-const recentRooms = new Map<string, Room>();
-const ROOMS_KEPT = 256;
-
-/**
  * Generate the room RAGEN's SokobanEnv.reset(seed) builds. Throws RoomGenerationError where
- * gym_sokoban would raise; the env decides how to reseed. The room is the caller's own (a
- * copy of one kept).
+ * gym_sokoban would raise; the env decides how to reseed (and keeps recent rooms, sokoban-env.ts).
  */
 export function generateRoom(seed: number, spec: RoomSpec): Room {
-  const key = `${seed}/${spec.rows}/${spec.cols}/${spec.numBoxes}/${spec.searchDepth}/${spec.numGenSteps}/${spec.pChangeDirections}/${spec.tries}`;
-  let room = recentRooms.get(key);
-  if (room === undefined) {
-    room = buildRoom(seed, spec);
-    if (recentRooms.size >= ROOMS_KEPT) recentRooms.delete(recentRooms.keys().next().value as string);
-    recentRooms.set(key, room);
-  }
-  return { rows: room.rows, cols: room.cols, fixed: room.fixed.slice(), state: room.state.slice() };
-}
-
-function buildRoom(seed: number, spec: RoomSpec): Room {
   const py = new PythonRandom(seed);
   const np = new NumpyRandomState(seed);
   const { rows, cols, numBoxes, searchDepth } = spec;

@@ -266,6 +266,9 @@ export class TokenEngine {
   private readonly constants = new Map<string, Promise<unknown>>();
   /** The latest first prompts' renders, shared by the episodes that start from them (a group's members). */
   private readonly firstPrompts = new Map<string, Promise<readonly number[]>>();
+  /** The extra body sent with samples, and the transport's extra body it was worked out from. */
+  private extra: Record<string, unknown> = {};
+  private extraFor: Record<string, unknown> | null = null;
   /** Requests whose echoed prompt ids differed from the log they were sent from. */
   promptDrift = 0;
   /** Requests whose answer echoed the prompt ids at all (vLLM's prompt_token_ids), for evidence. */
@@ -351,7 +354,7 @@ export class TokenEngine {
     prefill: string,
     affinity: string,
     signal?: AbortSignal,
-  ): Promise<number[]> {
+  ): Promise<readonly number[]> {
     const key = `${prefill}\u0000${JSON.stringify(messages)}`;
     const render = sharedIn(
       this.firstPrompts,
@@ -359,7 +362,7 @@ export class TokenEngine {
       () => this.renderFirstPrompt(messages, prefill, affinity),
       FIRST_PROMPTS_KEPT,
     );
-    return [...(await this.orAbort(render, signal))];
+    return this.orAbort(render, signal);
   }
 
   private async renderFirstPrompt(
@@ -733,9 +736,8 @@ export class TokenEngine {
     affinity: string,
     signal?: AbortSignal,
   ): Promise<Segment> {
-    const { model, connections, timeoutMs, grammar, extraBody, clock } = this.policy.transport;
-    // The extra body goes along except what only the chat route reads.
-    const extra = Object.fromEntries(Object.entries(extraBody).filter(([key]) => !CHAT_ONLY_FIELDS.has(key)));
+    const { model, connections, timeoutMs, grammar, clock } = this.policy.transport;
+    const extra = this.completionsExtra();
     const updates = this.policy.versions;
     return this.policy.routed(affinity, signal, async (url, _attempt, sent) => {
       const fields = samplingFields(sampling, this.dialect);
@@ -791,6 +793,18 @@ export class TokenEngine {
       const answered = interrupted ? undefined : { epoch: sent.epoch, url };
       return { ...sample, interrupted, stamp: updates.stamp(sent.version, answered) };
     });
+  }
+
+  /** The extra body but what only the chat route reads, worked out once per extra body. */
+  private completionsExtra(): Record<string, unknown> {
+    const { extraBody } = this.policy.transport;
+    if (this.extraFor !== extraBody) {
+      this.extraFor = extraBody;
+      this.extra = Object.fromEntries(
+        Object.entries(extraBody).filter(([key]) => !CHAT_ONLY_FIELDS.has(key)),
+      );
+    }
+    return this.extra;
   }
 
   /** Text of `ids` with special tokens kept, as the engine decodes them. */
@@ -1158,10 +1172,12 @@ function joinSegments(segments: readonly Segment[]): TokenSample {
   const versions: number[] = [];
   for (const segment of segments)
     for (let i = 0; i < segment.ids.length; i++) versions.push(segment.stamp.dispatch);
+  // One segment, the common case: its arrays as they are.
+  const whole = segments.length === 1;
   return {
-    ids: segments.flatMap((s) => s.ids),
-    logprobs: segments.flatMap((s) => s.logprobs),
-    text: segments.map((s) => s.text).join(""),
+    ids: whole ? first.ids : segments.flatMap((s) => s.ids),
+    logprobs: whole ? first.logprobs : segments.flatMap((s) => s.logprobs),
+    text: whole ? first.text : segments.map((s) => s.text).join(""),
     finishReason: last.finishReason,
     stoppedOnString: last.stoppedOnString,
     promptIds: first.promptIds,

@@ -8,13 +8,21 @@ import type { TokenRecord } from "../record/episode-record.ts";
 /** The version entry of ids no weights sampled: the prompt and the ids inserted between turns. */
 export const NOT_SAMPLED = -1;
 
+/** One turn's sampled ids in the log: where they sit, their logprobs, versions and the turn's reward. */
+interface SampledTurn {
+  start: number;
+  logprobs: readonly number[];
+  versions: readonly number[] | undefined;
+  reward: number;
+}
+
 export class TokenLog {
   readonly ids: number[];
-  private readonly mask: number[];
-  private readonly logprobs: number[];
-  private readonly rewards: number[];
-  /** The weight version ordinal that sampled each id (NOT_SAMPLED elsewhere). */
-  private readonly versions: number[];
+  /**
+   * The sampled turns; the per-id arrays (mask, logprobs, rewards, versions) are built from
+   * them once, when the record is taken, instead of growing five arrays id by id.
+   */
+  private readonly turns: SampledTurn[] = [];
   private readonly starts: number[] = [];
   private readonly ends: number[] = [];
   private readonly promptLength: number;
@@ -36,10 +44,6 @@ export class TokenLog {
   constructor(prompt: readonly number[]) {
     this.ids = [...prompt];
     this.promptLength = prompt.length;
-    this.mask = new Array<number>(prompt.length).fill(0);
-    this.logprobs = new Array<number>(prompt.length).fill(0);
-    this.rewards = new Array<number>(prompt.length).fill(0);
-    this.versions = new Array<number>(prompt.length).fill(NOT_SAMPLED);
   }
 
   get length(): number {
@@ -51,39 +55,35 @@ export class TokenLog {
     return this.ids[this.ids.length - 1];
   }
 
+  /** Where each turn's sampled ids end (exclusive), in the log. */
+  get turnEnds(): readonly number[] {
+    return this.ends;
+  }
+
   /** Appends a turn's sampled ids; `versions` gives each one's weight version (default: all 0, the initial weights). */
   sampled(ids: readonly number[], logprobs: readonly number[], versions?: readonly number[]): void {
     if (ids.length !== logprobs.length)
       throw new RangeError(`${ids.length} sampled ids but ${logprobs.length} logprobs`);
     if (versions !== undefined && versions.length !== ids.length)
       throw new RangeError(`${ids.length} sampled ids but ${versions.length} versions`);
-    this.starts.push(this.ids.length);
+    const start = this.ids.length;
+    this.starts.push(start);
     for (let i = 0; i < ids.length; i++) {
       this.ids.push(ids[i]);
-      this.mask.push(1);
-      this.logprobs.push(logprobs[i]);
       if (Number.isNaN(logprobs[i])) this.missing++;
-      this.rewards.push(0);
-      this.versions.push(versions?.[i] ?? 0);
     }
     this.ends.push(this.ids.length);
+    this.turns.push({ start, logprobs, versions, reward: 0 });
   }
 
   /** The reward of the turn just sampled, on its last sampled id (or dropped on an empty turn). */
   reward(value: number): void {
-    const end = this.ends[this.ends.length - 1];
-    const start = this.starts[this.starts.length - 1];
-    if (end > start) this.rewards[end - 1] = value;
+    const turn = this.turns[this.turns.length - 1];
+    if (turn !== undefined) turn.reward = value;
   }
 
   inserted(ids: readonly number[]): void {
-    for (const id of ids) {
-      this.ids.push(id);
-      this.mask.push(0);
-      this.logprobs.push(0);
-      this.rewards.push(0);
-      this.versions.push(NOT_SAMPLED);
-    }
+    for (const id of ids) this.ids.push(id);
   }
 
   /** How continuations were found, when any was counted (env sessions' logs count none: their frames stay as they were). */
@@ -96,16 +96,30 @@ export class TokenLog {
 
   /** The sampled ids of every turn, concatenated. */
   sampledIds(): number[] {
-    return this.ids.filter((_, i) => this.mask[i] === 1);
+    return this.starts.flatMap((start, k) => this.ids.slice(start, this.ends[k]));
   }
 
   /** The log; `versions` only when the episode's turns carry theirs (a version the trainer named was played). */
   record(withVersions = false): TokenRecord {
+    const n = this.ids.length;
+    const mask = new Array<number>(n).fill(0);
+    const logprobs = new Array<number>(n).fill(0);
+    const rewards = new Array<number>(n).fill(0);
+    const versions = withVersions ? new Array<number>(n).fill(NOT_SAMPLED) : null;
+    for (const turn of this.turns) {
+      const count = turn.logprobs.length;
+      for (let i = 0; i < count; i++) {
+        mask[turn.start + i] = 1;
+        logprobs[turn.start + i] = turn.logprobs[i];
+        if (versions !== null) versions[turn.start + i] = turn.versions?.[i] ?? 0;
+      }
+      if (count > 0) rewards[turn.start + count - 1] = turn.reward;
+    }
     return {
       ids: this.ids,
-      loss_mask: this.mask,
-      logprobs: this.logprobs,
-      rewards: this.rewards,
+      loss_mask: mask,
+      logprobs,
+      rewards,
       turn_starts: this.starts,
       turn_ends: this.ends,
       prompt_length: this.promptLength,
@@ -116,7 +130,7 @@ export class TokenLog {
       ...(this.templateSkipped ? { template_skipped: true } : {}),
       ...this.continuationCounts(),
       ...(this.continuations.fallback === null ? {} : { continuation_fallback: this.continuations.fallback }),
-      ...(withVersions ? { versions: this.versions } : {}),
+      ...(versions === null ? {} : { versions }),
     };
   }
 }

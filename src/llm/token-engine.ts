@@ -14,6 +14,7 @@ import { checkFinishReason, samplingFields } from "./generation.ts";
 import {
   type EngineConnections,
   EngineError,
+  JsonText,
   type RequestOptions,
   requestEvents,
   requestJson,
@@ -185,11 +186,17 @@ function sharedIn<T>(
   const computed = compute();
   map.set(key, computed);
   if (map.size > keep) map.delete(map.keys().next().value as string);
-  computed.catch(() => {
-    if (map.get(key) === computed) map.delete(key);
-  });
+  computed.then(
+    (value) => fulfilled.set(computed, value),
+    () => {
+      if (map.get(key) === computed) map.delete(key);
+    },
+  );
   return computed;
 }
+
+/** The values of shared computations that have come in, so their callers skip waiting on them. */
+const fulfilled = new WeakMap<Promise<unknown>, unknown>();
 
 function isIdList(value: unknown): value is number[] {
   return Array.isArray(value) && value.every((v) => Number.isSafeInteger(v) && v >= 0);
@@ -310,6 +317,7 @@ export class TokenEngine {
   private async orAbort<T>(value: Promise<T>, signal?: AbortSignal): Promise<T> {
     if (!signal) return value;
     signal.throwIfAborted();
+    if (fulfilled.has(value)) return fulfilled.get(value) as T;
     // One listener per rollout signal, shared with the engine requests.
     let leave = () => {};
     const aborted = new Promise<never>((_, reject) => {
@@ -677,19 +685,21 @@ export class TokenEngine {
    * Samples from `promptIds`. Retried like chat requests (aborts, outages). A weight update
    * that interrupts it (the fallback's abort, vLLM's /pause?mode=abort) does not lose what was
    * sampled: the turn goes on after the update from the prompt plus those ids, with max_tokens
-   * lowered by their number, and the segments are joined (issue #22).
+   * lowered by their number, and the segments are joined (issue #22). `promptJson`, when the
+   * caller keeps it, is JSON.stringify(promptIds), sent as is.
    */
   async generate(
     promptIds: readonly number[],
     sampling: SamplingParams,
     affinity: string,
     signal?: AbortSignal,
+    promptJson?: string,
   ): Promise<TokenSample> {
     const observe = this.onSample;
-    if (observe === null) return this.sample(promptIds, sampling, affinity, signal);
+    if (observe === null) return this.sample(promptIds, sampling, affinity, signal, promptJson);
     const started = performance.now();
     try {
-      const sample = await this.sample(promptIds, sampling, affinity, signal);
+      const sample = await this.sample(promptIds, sampling, affinity, signal, promptJson);
       observe((performance.now() - started) / 1000, sample.ids.length);
       return sample;
     } catch (error) {
@@ -703,15 +713,18 @@ export class TokenEngine {
     sampling: SamplingParams,
     affinity: string,
     signal?: AbortSignal,
+    promptJson?: string,
   ): Promise<TokenSample> {
     const segments: Segment[] = [];
     let prompt: readonly number[] = promptIds;
+    let json = promptJson;
     for (;;) {
       const left = sampling.max_tokens - (prompt.length - promptIds.length);
-      const segment = await this.segment(prompt, { ...sampling, max_tokens: left }, affinity, signal);
+      const segment = await this.segment(prompt, { ...sampling, max_tokens: left }, affinity, signal, json);
       segments.push(segment);
       if (!segment.interrupted) break;
       prompt = [...prompt, ...segment.ids];
+      json = undefined;
       if (prompt.length - promptIds.length >= sampling.max_tokens) {
         segment.finishReason = "length";
         break;
@@ -735,6 +748,7 @@ export class TokenEngine {
     sampling: SamplingParams,
     affinity: string,
     signal?: AbortSignal,
+    promptJson?: string,
   ): Promise<Segment> {
     const { model, connections, timeoutMs, grammar, clock } = this.policy.transport;
     const extra = this.completionsExtra();
@@ -748,16 +762,14 @@ export class TokenEngine {
           ? await this.vllmSample(
               url,
               options,
-              {
-                model,
-                prompt: promptIds,
+              withPrompt({ model }, promptIds, stream ? undefined : promptJson, {
                 ...fields,
                 logprobs: 0,
                 return_token_ids: true,
                 ...(grammar ? { structured_outputs: { grammar } } : {}),
                 ...extra,
                 ...sent.body,
-              },
+              }),
               stream,
             )
           : await this.llamaSample(
@@ -972,10 +984,10 @@ export class TokenEngine {
   private async vllmSample(
     url: string,
     options: Options,
-    body: Record<string, unknown>,
+    body: Record<string, unknown> | JsonText,
     stream: boolean,
   ): Promise<Answer> {
-    if (stream) return this.vllmStream(url, options, body);
+    if (stream) return this.vllmStream(url, options, body as Record<string, unknown>);
     const answer = (await requestJson("POST", `${url}/completions`, body, options)) as {
       choices?: VllmChoice[];
     };
@@ -1160,6 +1172,30 @@ interface LlamaAnswer {
 function llamaFinishReason(stopType: unknown): string {
   if (stopType === "limit") return "length";
   return stopType === "eos" || stopType === "word" ? "stop" : String(stopType);
+}
+
+/**
+ * The body `{...lead, prompt: promptIds, ...rest}`: as JSON text when the caller keeps the
+ * prompt's (`promptJson`, JSON.stringify(promptIds)), the same text JSON.stringify writes for
+ * the object, without serialising every id again; the object itself when there is no such text
+ * or `rest` names the prompt or a lead key (the spread would replace it in place) or an
+ * integer-like one.
+ */
+export function withPrompt(
+  lead: Record<string, unknown>,
+  promptIds: readonly number[],
+  promptJson: string | undefined,
+  rest: Record<string, unknown>,
+): Record<string, unknown> | JsonText {
+  let whole = false;
+  // Integer-like keys: JSON.stringify writes them first.
+  for (const key in rest) if (key === "prompt" || key in lead || /^\d/.test(key)) whole = true;
+  if (whole || promptJson === undefined) return { ...lead, prompt: promptIds, ...rest };
+  const head = JSON.stringify(lead).slice(0, -1);
+  const tail = JSON.stringify(rest).slice(1);
+  return new JsonText(
+    `${head}${head === "{" ? "" : ","}"prompt":${promptJson}${tail === "}" ? "" : ","}${tail}`,
+  );
 }
 
 /**

@@ -52,6 +52,7 @@ export async function playTokenEpisode(
       { ...request.sampling, max_tokens: room, seed: requestSeed(request.seed, episode.envId, turn) },
       affinity,
       signal,
+      log.idsJson(),
     );
     await turnSlot();
     if (sample.promptDrift) log.promptDrift++;

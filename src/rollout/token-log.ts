@@ -8,6 +8,12 @@ import type { TokenRecord } from "../record/episode-record.ts";
 /** The version entry of ids no weights sampled: the prompt and the ids inserted between turns. */
 export const NOT_SAMPLED = -1;
 
+/**
+ * JSON array elements of first prompts, by prompt: a group's members start from one array of ids
+ * (TokenEngine.firstPrompt), so they share its serialisation.
+ */
+const promptElements = new WeakMap<readonly number[], string>();
+
 /** One turn's sampled ids in the log: where they sit, their logprobs, versions and the turn's reward. */
 interface SampledTurn {
   start: number;
@@ -25,7 +31,10 @@ export class TokenLog {
   private readonly turns: SampledTurn[] = [];
   private readonly starts: number[] = [];
   private readonly ends: number[] = [];
-  private readonly promptLength: number;
+  private readonly prompt: readonly number[];
+  /** The JSON array elements of `ids` up to `jsonCount` (idsJson), extended as the log grows. */
+  private elements = "";
+  private jsonCount = 0;
   promptDrift = 0;
   private missing = 0;
   templateDrift: number | null = null;
@@ -43,7 +52,7 @@ export class TokenLog {
 
   constructor(prompt: readonly number[]) {
     this.ids = [...prompt];
-    this.promptLength = prompt.length;
+    this.prompt = prompt;
   }
 
   get length(): number {
@@ -53,6 +62,29 @@ export class TokenLog {
   /** The id the last turn ended with (the stop token when the engine returned it). */
   get last(): number | undefined {
     return this.ids[this.ids.length - 1];
+  }
+
+  /**
+   * `ids` as JSON text, the same as JSON.stringify(ids): each turn's request sends the whole
+   * log, so only the ids appended since the last call are serialised.
+   */
+  idsJson(): string {
+    const { ids, prompt } = this;
+    if (this.jsonCount === 0 && prompt.length > 0) {
+      let elements = promptElements.get(prompt);
+      if (elements === undefined) {
+        elements = JSON.stringify(prompt).slice(1, -1);
+        promptElements.set(prompt, elements);
+      }
+      this.elements = elements;
+      this.jsonCount = prompt.length;
+    }
+    if (this.jsonCount < ids.length) {
+      const added = JSON.stringify(ids.slice(this.jsonCount)).slice(1, -1);
+      this.elements = this.jsonCount === 0 ? added : `${this.elements},${added}`;
+      this.jsonCount = ids.length;
+    }
+    return `[${this.elements}]`;
   }
 
   /** Where each turn's sampled ids end (exclusive), in the log. */
@@ -122,7 +154,7 @@ export class TokenLog {
       rewards,
       turn_starts: this.starts,
       turn_ends: this.ends,
-      prompt_length: this.promptLength,
+      prompt_length: this.prompt.length,
       logprobs_missing: this.missing,
       prompt_drift: this.promptDrift,
       template_drift: this.templateChecked ? this.templateDrift : null,

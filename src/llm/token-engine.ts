@@ -20,6 +20,7 @@ import {
   requestJson,
   UnusableAnswer,
 } from "./http.ts";
+import { parseEchoing } from "./prompt-echo.ts";
 import type { TurnVersions } from "./versions.ts";
 
 export interface TokenSample {
@@ -755,8 +756,11 @@ export class TokenEngine {
     const updates = this.policy.versions;
     return this.policy.routed(affinity, signal, async (url, _attempt, sent) => {
       const fields = samplingFields(sampling, this.dialect);
-      const options = { signal: sent.signal, timeoutMs, headers: sent.headers, connections, clock };
+      const options: Options = { signal: sent.signal, timeoutMs, headers: sent.headers, connections, clock };
       const stream = await updates.streams(url);
+      // vLLM echoes the prompt: where it echoes the very JSON sent, it is not parsed again.
+      if (this.dialect === "vllm" && !stream && promptJson !== undefined)
+        options.parse = (text) => parseEchoing(text, promptJson, promptIds);
       const sample =
         this.dialect === "vllm"
           ? await this.vllmSample(
@@ -796,7 +800,9 @@ export class TokenEngine {
       if (!interrupted) checkFinishReason(sample.finishReason);
       if (sample.promptIds) {
         this.promptEchoes++;
-        const same = sample.promptIds.length === promptIds.length && startsWith(sample.promptIds, promptIds);
+        const same =
+          sample.promptIds === promptIds ||
+          (sample.promptIds.length === promptIds.length && startsWith(sample.promptIds, promptIds));
         if (!same) {
           this.promptDrift++;
           sample.promptDrift = true;

@@ -134,19 +134,32 @@ export class TokenLog {
   /** The log; `versions` only when the episode's turns carry theirs (a version the trainer named was played). */
   record(withVersions = false): TokenRecord {
     const n = this.ids.length;
-    const mask = new Array<number>(n).fill(0);
-    const logprobs = new Array<number>(n).fill(0);
-    const rewards = new Array<number>(n).fill(0);
-    const versions = withVersions ? new Array<number>(n).fill(NOT_SAMPLED) : null;
-    for (const turn of this.turns) {
-      const count = turn.logprobs.length;
-      for (let i = 0; i < count; i++) {
-        mask[turn.start + i] = 1;
-        logprobs[turn.start + i] = turn.logprobs[i];
-        if (versions !== null) versions[turn.start + i] = turn.versions?.[i] ?? 0;
+    // Each entry written once, in order: Array#fill measured several times slower once the server is loaded.
+    const mask = new Array<number>(n);
+    const logprobs = new Array<number>(n);
+    const rewards = new Array<number>(n);
+    const versions = withVersions ? new Array<number>(n) : null;
+    let at = 0;
+    const unsampledTo = (end: number): void => {
+      for (; at < end; at++) {
+        mask[at] = 0;
+        logprobs[at] = 0;
+        rewards[at] = 0;
+        if (versions !== null) versions[at] = NOT_SAMPLED;
       }
-      if (count > 0) rewards[turn.start + count - 1] = turn.reward;
+    };
+    for (const turn of this.turns) {
+      unsampledTo(turn.start);
+      const count = turn.logprobs.length;
+      for (let i = 0; i < count; i++, at++) {
+        mask[at] = 1;
+        logprobs[at] = turn.logprobs[i];
+        rewards[at] = 0;
+        if (versions !== null) versions[at] = turn.versions?.[i] ?? 0;
+      }
+      if (count > 0) rewards[at - 1] = turn.reward;
     }
+    unsampledTo(n);
     return {
       ids: this.ids,
       loss_mask: mask,

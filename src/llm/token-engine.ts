@@ -1194,8 +1194,11 @@ export function withPrompt(
   rest: Record<string, unknown>,
 ): Record<string, unknown> | JsonText {
   let whole = false;
-  // Integer-like keys: JSON.stringify writes them first.
-  for (const key in rest) if (key === "prompt" || key in lead || /^\d/.test(key)) whole = true;
+  for (const key in rest) {
+    // Integer-like keys (a digit first): JSON.stringify writes them first.
+    const first = key.charCodeAt(0);
+    if (key === "prompt" || key in lead || (first >= 48 && first <= 57)) whole = true;
+  }
   if (whole || promptJson === undefined) return { ...lead, prompt: promptIds, ...rest };
   const head = JSON.stringify(lead).slice(0, -1);
   const tail = JSON.stringify(rest).slice(1);

@@ -145,43 +145,77 @@ const HOST_LITTLE_ENDIAN = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1;
 
 /** Little-endian int32 bytes for a `*_i32` field. Throws RangeError on non-int32 values (no silent wrap). */
 export function i32Bin(values: ArrayLike<number>): Uint8Array {
-  const n = values.length;
-  const out = new Uint8Array(n * 4);
+  return i32BinOf([values]);
+}
+
+/** i32Bin of the parts one after another, without building their concatenation first. */
+export function i32BinOf(parts: readonly ArrayLike<number>[]): Uint8Array {
+  const out = new Uint8Array(totalLength(parts) * 4);
   const view = HOST_LITTLE_ENDIAN ? new Int32Array(out.buffer) : null;
   const dv = view ? null : new DataView(out.buffer);
-  for (let i = 0; i < n; i++) {
-    const v = values[i];
-    if ((v | 0) !== v) throw new RangeError(`i32Bin: values[${i}] = ${v} is not an int32`);
-    if (view) view[i] = v;
-    else dv!.setInt32(i * 4, v, true);
+  let at = 0;
+  for (const values of parts) {
+    const n = values.length;
+    for (let i = 0; i < n; i++, at++) {
+      const v = values[i];
+      if ((v | 0) !== v) throw new RangeError(`i32Bin: values[${at}] = ${v} is not an int32`);
+      if (view) view[at] = v;
+      else dv!.setInt32(at * 4, v, true);
+    }
   }
   return out;
 }
 
 /** uint8 bytes for a `*_u8` field (booleans become 0/1). Throws RangeError on values outside 0..255. */
 export function u8Bin(values: ArrayLike<number | boolean>): Uint8Array {
-  const n = values.length;
-  const out = new Uint8Array(n);
-  for (let i = 0; i < n; i++) {
-    const v = values[i];
-    if (typeof v === "boolean") out[i] = v ? 1 : 0;
-    else if ((v & 0xff) === v) out[i] = v;
-    else throw new RangeError(`u8Bin: values[${i}] = ${v} is not a uint8`);
+  return u8BinOf([values]);
+}
+
+/** u8Bin of the parts one after another. */
+export function u8BinOf(parts: readonly ArrayLike<number | boolean>[]): Uint8Array {
+  const out = new Uint8Array(totalLength(parts));
+  let at = 0;
+  for (const values of parts) {
+    const n = values.length;
+    for (let i = 0; i < n; i++, at++) {
+      const v = values[i];
+      if (typeof v === "boolean") out[at] = v ? 1 : 0;
+      else if ((v & 0xff) === v) out[at] = v;
+      else throw new RangeError(`u8Bin: values[${at}] = ${v} is not a uint8`);
+    }
   }
   return out;
 }
 
 /** Little-endian float32 bytes for a `*_f32` field (values round to float32; NaN/±Infinity/-0 kept). */
 export function f32Bin(values: ArrayLike<number>): Uint8Array {
-  const n = values.length;
+  return f32BinOf([values]);
+}
+
+/** f32Bin of the parts one after another. */
+export function f32BinOf(parts: readonly ArrayLike<number>[]): Uint8Array {
+  const n = totalLength(parts);
   if (HOST_LITTLE_ENDIAN) {
-    const arr = Float32Array.from(values);
+    const arr = new Float32Array(n);
+    let at = 0;
+    for (const values of parts) {
+      arr.set(values, at);
+      at += values.length;
+    }
     return new Uint8Array(arr.buffer);
   }
   const out = new Uint8Array(n * 4);
   const dv = new DataView(out.buffer);
-  for (let i = 0; i < n; i++) dv.setFloat32(i * 4, values[i], true);
+  let at = 0;
+  for (const values of parts)
+    for (let i = 0; i < values.length; i++, at++) dv.setFloat32(at * 4, values[i], true);
   return out;
+}
+
+function totalLength(parts: readonly ArrayLike<unknown>[]): number {
+  let n = 0;
+  for (const values of parts) n += values.length;
+  return n;
 }
 
 function checkWidth(bin: Uint8Array, width: number, what: string): number {

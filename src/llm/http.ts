@@ -98,6 +98,8 @@ export interface RequestOptions {
   connections?: EngineConnections;
   /** Time paused on it (a weight update) does not count against timeoutMs. */
   clock?: PauseClock;
+  /** Reads a 2xx answer's text in place of JSON.parse; undefined when it is not JSON. */
+  parse?: (text: string) => unknown;
 }
 
 /**
@@ -312,6 +314,7 @@ class Exchange implements SocketUser, Timed, ParentChild {
 
   private readonly connections: EngineConnections;
   private readonly onEvent: ((event: unknown) => void) | undefined;
+  private readonly parse: (text: string) => unknown;
 
   constructor(
     connections: EngineConnections,
@@ -320,6 +323,7 @@ class Exchange implements SocketUser, Timed, ParentChild {
   ) {
     this.connections = connections;
     this.onEvent = onEvent;
+    this.parse = options.parse ?? parseBody;
     this.timeoutMs = options.timeoutMs;
     this.clock = options.clock;
     this.signal = options.signal;
@@ -411,7 +415,7 @@ class Exchange implements SocketUser, Timed, ParentChild {
       this.succeed(undefined);
       return;
     }
-    const parsed = parseBody(text);
+    const parsed = this.parse(text);
     if (parsed === undefined)
       this.fail(new EngineError(`HTTP ${status}: the body is not JSON (${text.slice(0, 100)})`, 502));
     else this.succeed(parsed);

@@ -14,11 +14,13 @@ import { checkFinishReason, samplingFields } from "./generation.ts";
 import {
   type EngineConnections,
   EngineError,
+  JsonText,
   type RequestOptions,
   requestEvents,
   requestJson,
   UnusableAnswer,
 } from "./http.ts";
+import { parseEchoing } from "./prompt-echo.ts";
 import type { TurnVersions } from "./versions.ts";
 
 export interface TokenSample {
@@ -185,11 +187,17 @@ function sharedIn<T>(
   const computed = compute();
   map.set(key, computed);
   if (map.size > keep) map.delete(map.keys().next().value as string);
-  computed.catch(() => {
-    if (map.get(key) === computed) map.delete(key);
-  });
+  computed.then(
+    (value) => fulfilled.set(computed, value),
+    () => {
+      if (map.get(key) === computed) map.delete(key);
+    },
+  );
   return computed;
 }
+
+/** The values of shared computations that have come in, so their callers skip waiting on them. */
+const fulfilled = new WeakMap<Promise<unknown>, unknown>();
 
 function isIdList(value: unknown): value is number[] {
   return Array.isArray(value) && value.every((v) => Number.isSafeInteger(v) && v >= 0);
@@ -266,6 +274,9 @@ export class TokenEngine {
   private readonly constants = new Map<string, Promise<unknown>>();
   /** The latest first prompts' renders, shared by the episodes that start from them (a group's members). */
   private readonly firstPrompts = new Map<string, Promise<readonly number[]>>();
+  /** The extra body sent with samples, and the transport's extra body it was worked out from. */
+  private extra: Record<string, unknown> = {};
+  private extraFor: Record<string, unknown> | null = null;
   /** Requests whose echoed prompt ids differed from the log they were sent from. */
   promptDrift = 0;
   /** Requests whose answer echoed the prompt ids at all (vLLM's prompt_token_ids), for evidence. */
@@ -307,6 +318,7 @@ export class TokenEngine {
   private async orAbort<T>(value: Promise<T>, signal?: AbortSignal): Promise<T> {
     if (!signal) return value;
     signal.throwIfAborted();
+    if (fulfilled.has(value)) return fulfilled.get(value) as T;
     // One listener per rollout signal, shared with the engine requests.
     let leave = () => {};
     const aborted = new Promise<never>((_, reject) => {
@@ -351,7 +363,7 @@ export class TokenEngine {
     prefill: string,
     affinity: string,
     signal?: AbortSignal,
-  ): Promise<number[]> {
+  ): Promise<readonly number[]> {
     const key = `${prefill}\u0000${JSON.stringify(messages)}`;
     const render = sharedIn(
       this.firstPrompts,
@@ -359,7 +371,7 @@ export class TokenEngine {
       () => this.renderFirstPrompt(messages, prefill, affinity),
       FIRST_PROMPTS_KEPT,
     );
-    return [...(await this.orAbort(render, signal))];
+    return this.orAbort(render, signal);
   }
 
   private async renderFirstPrompt(
@@ -674,19 +686,21 @@ export class TokenEngine {
    * Samples from `promptIds`. Retried like chat requests (aborts, outages). A weight update
    * that interrupts it (the fallback's abort, vLLM's /pause?mode=abort) does not lose what was
    * sampled: the turn goes on after the update from the prompt plus those ids, with max_tokens
-   * lowered by their number, and the segments are joined (issue #22).
+   * lowered by their number, and the segments are joined (issue #22). `promptJson`, when the
+   * caller keeps it, is JSON.stringify(promptIds), sent as is.
    */
   async generate(
     promptIds: readonly number[],
     sampling: SamplingParams,
     affinity: string,
     signal?: AbortSignal,
+    promptJson?: string,
   ): Promise<TokenSample> {
     const observe = this.onSample;
-    if (observe === null) return this.sample(promptIds, sampling, affinity, signal);
+    if (observe === null) return this.sample(promptIds, sampling, affinity, signal, promptJson);
     const started = performance.now();
     try {
-      const sample = await this.sample(promptIds, sampling, affinity, signal);
+      const sample = await this.sample(promptIds, sampling, affinity, signal, promptJson);
       observe((performance.now() - started) / 1000, sample.ids.length);
       return sample;
     } catch (error) {
@@ -700,15 +714,18 @@ export class TokenEngine {
     sampling: SamplingParams,
     affinity: string,
     signal?: AbortSignal,
+    promptJson?: string,
   ): Promise<TokenSample> {
     const segments: Segment[] = [];
     let prompt: readonly number[] = promptIds;
+    let json = promptJson;
     for (;;) {
       const left = sampling.max_tokens - (prompt.length - promptIds.length);
-      const segment = await this.segment(prompt, { ...sampling, max_tokens: left }, affinity, signal);
+      const segment = await this.segment(prompt, { ...sampling, max_tokens: left }, affinity, signal, json);
       segments.push(segment);
       if (!segment.interrupted) break;
       prompt = [...prompt, ...segment.ids];
+      json = undefined;
       if (prompt.length - promptIds.length >= sampling.max_tokens) {
         segment.finishReason = "length";
         break;
@@ -732,30 +749,31 @@ export class TokenEngine {
     sampling: SamplingParams,
     affinity: string,
     signal?: AbortSignal,
+    promptJson?: string,
   ): Promise<Segment> {
-    const { model, connections, timeoutMs, grammar, extraBody, clock } = this.policy.transport;
-    // The extra body goes along except what only the chat route reads.
-    const extra = Object.fromEntries(Object.entries(extraBody).filter(([key]) => !CHAT_ONLY_FIELDS.has(key)));
+    const { model, connections, timeoutMs, grammar, clock } = this.policy.transport;
+    const extra = this.completionsExtra();
     const updates = this.policy.versions;
     return this.policy.routed(affinity, signal, async (url, _attempt, sent) => {
       const fields = samplingFields(sampling, this.dialect);
-      const options = { signal: sent.signal, timeoutMs, headers: sent.headers, connections, clock };
+      const options: Options = { signal: sent.signal, timeoutMs, headers: sent.headers, connections, clock };
       const stream = await updates.streams(url);
+      // vLLM echoes the prompt: where it echoes the very JSON sent, it is not parsed again.
+      if (this.dialect === "vllm" && !stream && promptJson !== undefined)
+        options.parse = (text) => parseEchoing(text, promptJson, promptIds);
       const sample =
         this.dialect === "vllm"
           ? await this.vllmSample(
               url,
               options,
-              {
-                model,
-                prompt: promptIds,
+              withPrompt({ model }, promptIds, stream ? undefined : promptJson, {
                 ...fields,
                 logprobs: 0,
                 return_token_ids: true,
                 ...(grammar ? { structured_outputs: { grammar } } : {}),
                 ...extra,
                 ...sent.body,
-              },
+              }),
               stream,
             )
           : await this.llamaSample(
@@ -782,7 +800,9 @@ export class TokenEngine {
       if (!interrupted) checkFinishReason(sample.finishReason);
       if (sample.promptIds) {
         this.promptEchoes++;
-        const same = sample.promptIds.length === promptIds.length && startsWith(sample.promptIds, promptIds);
+        const same =
+          sample.promptIds === promptIds ||
+          (sample.promptIds.length === promptIds.length && startsWith(sample.promptIds, promptIds));
         if (!same) {
           this.promptDrift++;
           sample.promptDrift = true;
@@ -791,6 +811,18 @@ export class TokenEngine {
       const answered = interrupted ? undefined : { epoch: sent.epoch, url };
       return { ...sample, interrupted, stamp: updates.stamp(sent.version, answered) };
     });
+  }
+
+  /** The extra body but what only the chat route reads, worked out once per extra body. */
+  private completionsExtra(): Record<string, unknown> {
+    const { extraBody } = this.policy.transport;
+    if (this.extraFor !== extraBody) {
+      this.extraFor = extraBody;
+      this.extra = Object.fromEntries(
+        Object.entries(extraBody).filter(([key]) => !CHAT_ONLY_FIELDS.has(key)),
+      );
+    }
+    return this.extra;
   }
 
   /** Text of `ids` with special tokens kept, as the engine decodes them. */
@@ -958,10 +990,10 @@ export class TokenEngine {
   private async vllmSample(
     url: string,
     options: Options,
-    body: Record<string, unknown>,
+    body: Record<string, unknown> | JsonText,
     stream: boolean,
   ): Promise<Answer> {
-    if (stream) return this.vllmStream(url, options, body);
+    if (stream) return this.vllmStream(url, options, body as Record<string, unknown>);
     const answer = (await requestJson("POST", `${url}/completions`, body, options)) as {
       choices?: VllmChoice[];
     };
@@ -1149,6 +1181,33 @@ function llamaFinishReason(stopType: unknown): string {
 }
 
 /**
+ * The body `{...lead, prompt: promptIds, ...rest}`: as JSON text when the caller keeps the
+ * prompt's (`promptJson`, JSON.stringify(promptIds)), the same text JSON.stringify writes for
+ * the object, without serialising every id again; the object itself when there is no such text
+ * or `rest` names the prompt or a lead key (the spread would replace it in place) or an
+ * integer-like one.
+ */
+export function withPrompt(
+  lead: Record<string, unknown>,
+  promptIds: readonly number[],
+  promptJson: string | undefined,
+  rest: Record<string, unknown>,
+): Record<string, unknown> | JsonText {
+  let whole = false;
+  for (const key in rest) {
+    // Integer-like keys (a digit first): JSON.stringify writes them first.
+    const first = key.charCodeAt(0);
+    if (key === "prompt" || key in lead || (first >= 48 && first <= 57)) whole = true;
+  }
+  if (whole || promptJson === undefined) return { ...lead, prompt: promptIds, ...rest };
+  const head = JSON.stringify(lead).slice(0, -1);
+  const tail = JSON.stringify(rest).slice(1);
+  return new JsonText(
+    `${head}${head === "{" ? "" : ","}"prompt":${promptJson}${tail === "}" ? "" : ","}${tail}`,
+  );
+}
+
+/**
  * The turn's sample from its segments: ids, logprobs and text joined, each id stamped with
  * its segment's version (the dispatch one where a segment spans a keep-mode pause).
  */
@@ -1158,10 +1217,12 @@ function joinSegments(segments: readonly Segment[]): TokenSample {
   const versions: number[] = [];
   for (const segment of segments)
     for (let i = 0; i < segment.ids.length; i++) versions.push(segment.stamp.dispatch);
+  // One segment, the common case: its arrays as they are.
+  const whole = segments.length === 1;
   return {
-    ids: segments.flatMap((s) => s.ids),
-    logprobs: segments.flatMap((s) => s.logprobs),
-    text: segments.map((s) => s.text).join(""),
+    ids: whole ? first.ids : segments.flatMap((s) => s.ids),
+    logprobs: whole ? first.logprobs : segments.flatMap((s) => s.logprobs),
+    text: whole ? first.text : segments.map((s) => s.text).join(""),
     finishReason: last.finishReason,
     stoppedOnString: last.stoppedOnString,
     promptIds: first.promptIds,

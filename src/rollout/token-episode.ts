@@ -52,6 +52,7 @@ export async function playTokenEpisode(
       { ...request.sampling, max_tokens: room, seed: requestSeed(request.seed, episode.envId, turn) },
       affinity,
       signal,
+      log.idsJson(),
     );
     await turnSlot();
     if (sample.promptDrift) log.promptDrift++;
@@ -84,8 +85,8 @@ export async function playTokenEpisode(
 
   // An episode that failed before its first prompt still gets a (empty) log, so its group's arrays stay whole.
   const finished = (log as TokenLog | null) ?? new TokenLog([]);
-  const record = finished.record();
-  const turns = record.turn_ends.length;
+  const turnEnds = finished.turnEnds;
+  const turns = turnEnds.length;
   if (turns > 0 && !episode.failed && !signal?.aborted) {
     // Earlier episodes verified the template append-only, so this log is its rendering unless
     // a turn kept an end token of its own where the template closes it (no request to tell).
@@ -98,7 +99,7 @@ export async function playTokenEpisode(
         // The conversation as chat inference would render it, each turn's content as the engine decoded it.
         // Up to the last sampled id: after it the log may hold the next turn's prompt (context_full).
         const [text, rendering] = await Promise.all([
-          engine.decode(record.ids.slice(0, record.turn_ends[turns - 1]), affinity, signal),
+          engine.decode(finished.ids.slice(0, turnEnds[turns - 1]), affinity, signal),
           engine.renderText(conversation, affinity, signal),
         ]);
         finished.templateDrift = textDrift(text, rendering);

@@ -8,16 +8,33 @@ import type { TokenRecord } from "../record/episode-record.ts";
 /** The version entry of ids no weights sampled: the prompt and the ids inserted between turns. */
 export const NOT_SAMPLED = -1;
 
+/**
+ * JSON array elements of first prompts, by prompt: a group's members start from one array of ids
+ * (TokenEngine.firstPrompt), so they share its serialisation.
+ */
+const promptElements = new WeakMap<readonly number[], string>();
+
+/** One turn's sampled ids in the log: where they sit, their logprobs, versions and the turn's reward. */
+interface SampledTurn {
+  start: number;
+  logprobs: readonly number[];
+  versions: readonly number[] | undefined;
+  reward: number;
+}
+
 export class TokenLog {
   readonly ids: number[];
-  private readonly mask: number[];
-  private readonly logprobs: number[];
-  private readonly rewards: number[];
-  /** The weight version ordinal that sampled each id (NOT_SAMPLED elsewhere). */
-  private readonly versions: number[];
+  /**
+   * The sampled turns; the per-id arrays (mask, logprobs, rewards, versions) are built from
+   * them once, when the record is taken, instead of growing five arrays id by id.
+   */
+  private readonly turns: SampledTurn[] = [];
   private readonly starts: number[] = [];
   private readonly ends: number[] = [];
-  private readonly promptLength: number;
+  private readonly prompt: readonly number[];
+  /** The JSON array elements of `ids` up to `jsonCount` (idsJson), extended as the log grows. */
+  private elements = "";
+  private jsonCount = 0;
   promptDrift = 0;
   private missing = 0;
   templateDrift: number | null = null;
@@ -35,11 +52,7 @@ export class TokenLog {
 
   constructor(prompt: readonly number[]) {
     this.ids = [...prompt];
-    this.promptLength = prompt.length;
-    this.mask = new Array<number>(prompt.length).fill(0);
-    this.logprobs = new Array<number>(prompt.length).fill(0);
-    this.rewards = new Array<number>(prompt.length).fill(0);
-    this.versions = new Array<number>(prompt.length).fill(NOT_SAMPLED);
+    this.prompt = prompt;
   }
 
   get length(): number {
@@ -51,39 +64,58 @@ export class TokenLog {
     return this.ids[this.ids.length - 1];
   }
 
+  /**
+   * `ids` as JSON text, the same as JSON.stringify(ids): each turn's request sends the whole
+   * log, so only the ids appended since the last call are serialised.
+   */
+  idsJson(): string {
+    const { ids, prompt } = this;
+    if (this.jsonCount === 0 && prompt.length > 0) {
+      let elements = promptElements.get(prompt);
+      if (elements === undefined) {
+        elements = JSON.stringify(prompt).slice(1, -1);
+        promptElements.set(prompt, elements);
+      }
+      this.elements = elements;
+      this.jsonCount = prompt.length;
+    }
+    if (this.jsonCount < ids.length) {
+      const added = JSON.stringify(ids.slice(this.jsonCount)).slice(1, -1);
+      this.elements = this.jsonCount === 0 ? added : `${this.elements},${added}`;
+      this.jsonCount = ids.length;
+    }
+    return `[${this.elements}]`;
+  }
+
+  /** Where each turn's sampled ids end (exclusive), in the log. */
+  get turnEnds(): readonly number[] {
+    return this.ends;
+  }
+
   /** Appends a turn's sampled ids; `versions` gives each one's weight version (default: all 0, the initial weights). */
   sampled(ids: readonly number[], logprobs: readonly number[], versions?: readonly number[]): void {
     if (ids.length !== logprobs.length)
       throw new RangeError(`${ids.length} sampled ids but ${logprobs.length} logprobs`);
     if (versions !== undefined && versions.length !== ids.length)
       throw new RangeError(`${ids.length} sampled ids but ${versions.length} versions`);
-    this.starts.push(this.ids.length);
+    const start = this.ids.length;
+    this.starts.push(start);
     for (let i = 0; i < ids.length; i++) {
       this.ids.push(ids[i]);
-      this.mask.push(1);
-      this.logprobs.push(logprobs[i]);
       if (Number.isNaN(logprobs[i])) this.missing++;
-      this.rewards.push(0);
-      this.versions.push(versions?.[i] ?? 0);
     }
     this.ends.push(this.ids.length);
+    this.turns.push({ start, logprobs, versions, reward: 0 });
   }
 
   /** The reward of the turn just sampled, on its last sampled id (or dropped on an empty turn). */
   reward(value: number): void {
-    const end = this.ends[this.ends.length - 1];
-    const start = this.starts[this.starts.length - 1];
-    if (end > start) this.rewards[end - 1] = value;
+    const turn = this.turns[this.turns.length - 1];
+    if (turn !== undefined) turn.reward = value;
   }
 
   inserted(ids: readonly number[]): void {
-    for (const id of ids) {
-      this.ids.push(id);
-      this.mask.push(0);
-      this.logprobs.push(0);
-      this.rewards.push(0);
-      this.versions.push(NOT_SAMPLED);
-    }
+    for (const id of ids) this.ids.push(id);
   }
 
   /** How continuations were found, when any was counted (env sessions' logs count none: their frames stay as they were). */
@@ -96,19 +128,46 @@ export class TokenLog {
 
   /** The sampled ids of every turn, concatenated. */
   sampledIds(): number[] {
-    return this.ids.filter((_, i) => this.mask[i] === 1);
+    return this.starts.flatMap((start, k) => this.ids.slice(start, this.ends[k]));
   }
 
   /** The log; `versions` only when the episode's turns carry theirs (a version the trainer named was played). */
   record(withVersions = false): TokenRecord {
+    const n = this.ids.length;
+    // Each entry written once, in order: Array#fill measured several times slower once the server is loaded.
+    const mask = new Array<number>(n);
+    const logprobs = new Array<number>(n);
+    const rewards = new Array<number>(n);
+    const versions = withVersions ? new Array<number>(n) : null;
+    let at = 0;
+    const unsampledTo = (end: number): void => {
+      for (; at < end; at++) {
+        mask[at] = 0;
+        logprobs[at] = 0;
+        rewards[at] = 0;
+        if (versions !== null) versions[at] = NOT_SAMPLED;
+      }
+    };
+    for (const turn of this.turns) {
+      unsampledTo(turn.start);
+      const count = turn.logprobs.length;
+      for (let i = 0; i < count; i++, at++) {
+        mask[at] = 1;
+        logprobs[at] = turn.logprobs[i];
+        rewards[at] = 0;
+        if (versions !== null) versions[at] = turn.versions?.[i] ?? 0;
+      }
+      if (count > 0) rewards[at - 1] = turn.reward;
+    }
+    unsampledTo(n);
     return {
       ids: this.ids,
-      loss_mask: this.mask,
-      logprobs: this.logprobs,
-      rewards: this.rewards,
+      loss_mask: mask,
+      logprobs,
+      rewards,
       turn_starts: this.starts,
       turn_ends: this.ends,
-      prompt_length: this.promptLength,
+      prompt_length: this.prompt.length,
       logprobs_missing: this.missing,
       prompt_drift: this.promptDrift,
       template_drift: this.templateChecked ? this.templateDrift : null,
@@ -116,7 +175,7 @@ export class TokenLog {
       ...(this.templateSkipped ? { template_skipped: true } : {}),
       ...this.continuationCounts(),
       ...(this.continuations.fallback === null ? {} : { continuation_fallback: this.continuations.fallback }),
-      ...(withVersions ? { versions: this.versions } : {}),
+      ...(versions === null ? {} : { versions }),
     };
   }
 }

@@ -2,7 +2,7 @@
 // typed arrays (PROTOCOL.md "Token logs"), and once a trainer has used weight updates the
 // versions that produced them (PROTOCOL.md "Versions"); before that, frames carry no version
 // field at all, so a client that never heard of versions sees the bytes it always did.
-import { f32Bin, i32Bin, u8Bin } from "../../protocol/codec.ts";
+import { f32Bin, f32BinOf, i32Bin, i32BinOf, u8Bin, u8BinOf } from "../../protocol/codec.ts";
 import type { GroupFrame } from "../../protocol/messages.ts";
 import type { EpisodeRecord } from "../record/episode-record.ts";
 
@@ -101,7 +101,7 @@ function withoutVersions(episode: EpisodeRecord): EpisodeRecord {
 /** Token mode: each id's ordinal, aligned with token_ids_i32 (only when every log has them). */
 function tokenVersions(episodes: readonly EpisodeRecord[]): Partial<GroupFrame> {
   if (episodes.length === 0 || !episodes.every((e) => e.tokens?.versions)) return {};
-  return { token_versions_i32: i32Bin(episodes.flatMap((e) => e.tokens!.versions!)) };
+  return { token_versions_i32: i32BinOf(episodes.map((e) => e.tokens!.versions!)) };
 }
 
 /** The record without its token arrays (the drift figures stay in the map). */
@@ -125,17 +125,15 @@ function tokenArrays(episodes: readonly EpisodeRecord[]): Partial<GroupFrame> {
   const logs = episodes.map((e) => e.tokens!);
   const offsets = [0];
   for (const log of logs) offsets.push(offsets[offsets.length - 1] + log.ids.length);
-  const all = <T>(pick: (log: (typeof logs)[number]) => readonly T[]): T[] =>
-    logs.flatMap((log) => pick(log));
   return {
     token_offsets_i32: i32Bin(offsets),
-    token_ids_i32: i32Bin(all((l) => l.ids)),
-    loss_mask_u8: u8Bin(all((l) => l.loss_mask)),
-    logprobs_f32: f32Bin(all((l) => l.logprobs)),
-    token_rewards_f32: f32Bin(all((l) => l.rewards)),
+    token_ids_i32: i32BinOf(logs.map((l) => l.ids)),
+    loss_mask_u8: u8BinOf(logs.map((l) => l.loss_mask)),
+    logprobs_f32: f32BinOf(logs.map((l) => l.logprobs)),
+    token_rewards_f32: f32BinOf(logs.map((l) => l.rewards)),
     prompt_lengths_i32: i32Bin(logs.map((l) => l.prompt_length)),
     turn_counts_i32: i32Bin(logs.map((l) => l.turn_starts.length)),
-    turn_starts_i32: i32Bin(all((l) => l.turn_starts)),
-    turn_ends_i32: i32Bin(all((l) => l.turn_ends)),
+    turn_starts_i32: i32BinOf(logs.map((l) => l.turn_starts)),
+    turn_ends_i32: i32BinOf(logs.map((l) => l.turn_ends)),
   };
 }

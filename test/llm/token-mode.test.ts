@@ -13,6 +13,7 @@ import { type MockEngine, startMockEngine } from "../../src/mock-engine/server.t
 import type { BatchResult, EpisodeRecord } from "../../src/record/episode-record.ts";
 import { type BatchRequest, runBatch } from "../../src/rollout/batch.ts";
 import { defaultBatchRequest } from "../../src/rollout/request.ts";
+import { engineProxy } from "../helpers/engine-proxy.ts";
 import { FIXTURES } from "../helpers/fixtures.ts";
 
 const registry = createRegistry();
@@ -112,6 +113,29 @@ describe("token mode against the mock vLLM engine", () => {
     }
     for (const e of batch.episodes.slice(0, 3)) await checkDecoding(tokens, e);
     await policy.close();
+  });
+
+  it("counts every turn whose echoed prompt is not the log sent", async () => {
+    // An engine that echoes one id off at the end of every prompt.
+    const proxy = await engineProxy(engine.url.replace(/\/v1$/, ""), ({ path, answer }) => {
+      const choice = (answer.choices as { prompt_token_ids: number[] }[] | undefined)?.[0];
+      if (path.endsWith("/v1/completions") && choice)
+        choice.prompt_token_ids = [...choice.prompt_token_ids.slice(0, -1), 7];
+    });
+    const policy = new ChatPolicy({ baseURL: `${proxy.url}/v1`, model: "mock", concurrency: 16 });
+    try {
+      await policy.preflight();
+      const batch = await runBatch(registry, tokenBatch(2, 2, 32, 3), policy);
+      const tokens = policy.tokenEngine()!;
+      expect(batch.failed).toBe(0);
+      const turns = batch.episodes.reduce((n, e) => n + e.turns.length, 0);
+      expect(tokens.promptEchoes).toBe(turns);
+      expect(tokens.promptDrift).toBe(turns);
+      for (const e of batch.episodes) expect(e.tokens!.prompt_drift).toBe(e.turns.length);
+    } finally {
+      await policy.close();
+      await proxy.close();
+    }
   });
 
   it("reports template drift under Qwen3's template, which drops earlier <think> blocks", async () => {

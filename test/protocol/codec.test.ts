@@ -13,13 +13,16 @@ import {
   encodeMessage,
   FrameDecodeError,
   f32Bin,
+  f32BinOf,
   i32Bin,
+  i32BinOf,
   MAX_FRAME_DEPTH,
   readF32,
   readI32,
   readU8,
   SERVER_MESSAGE_SCHEMAS,
   u8Bin,
+  u8BinOf,
 } from "../../protocol/index.ts";
 import { ROOT } from "../helpers/cli.ts";
 import { anyValue, arbitraryFor } from "./arbitrary.ts";
@@ -169,6 +172,38 @@ describe("typed-array helpers", () => {
 
   it("u8Bin maps booleans to 0/1", () => {
     expect(Array.from(u8Bin([true, false, 7, 255]))).toEqual([1, 0, 7, 255]);
+  });
+
+  it("the *BinOf helpers write the bytes of their parts concatenated", () => {
+    const parts = fc.array(fc.array(int32, { maxLength: 20 }), { maxLength: 6 });
+    fc.assert(
+      fc.property(parts, (lists) => {
+        expect(i32BinOf(lists)).toEqual(i32Bin(lists.flat()));
+      }),
+    );
+    fc.assert(
+      fc.property(fc.array(fc.array(fc.float(), { maxLength: 20 }), { maxLength: 6 }), (lists) => {
+        expect(f32BinOf(lists)).toEqual(f32Bin(lists.flat()));
+      }),
+    );
+    fc.assert(
+      fc.property(
+        fc.array(fc.array(fc.integer({ min: 0, max: 255 }), { maxLength: 20 }), { maxLength: 6 }),
+        (lists) => {
+          expect(u8BinOf(lists)).toEqual(u8Bin(lists.flat()));
+        },
+      ),
+    );
+  });
+
+  it("the *BinOf helpers name a bad value by its index in the concatenation", () => {
+    expect(() =>
+      i32BinOf([
+        [1, 2],
+        [3, 2 ** 31],
+      ]),
+    ).toThrow("i32Bin: values[3] = 2147483648 is not an int32");
+    expect(() => u8BinOf([[1], [], [2, 256]])).toThrow("u8Bin: values[2] = 256 is not a uint8");
   });
 
   it("round-trip int32 arrays through a frame", () => {

@@ -1202,9 +1202,12 @@ export function withPrompt(
   if (whole || promptJson === undefined) return { ...lead, prompt: promptIds, ...rest };
   const head = JSON.stringify(lead).slice(0, -1);
   const tail = JSON.stringify(rest).slice(1);
-  return new JsonText(
-    `${head}${head === "{" ? "" : ","}"prompt":${promptJson}${tail === "}" ? "" : ","}${tail}`,
-  );
+  const before = head === "{" ? "" : ",";
+  const after = tail === "}" ? "" : ",";
+  // The ids' JSON is ASCII: its byte length is its length, so the long part is never counted again.
+  const bytes =
+    Buffer.byteLength(head) + before.length + 9 + promptJson.length + after.length + Buffer.byteLength(tail);
+  return new JsonText(`${head}${before}"prompt":${promptJson}${after}${tail}`, bytes);
 }
 
 /**

@@ -122,10 +122,11 @@ describe("rollgym bench async", () => {
     const sync = r.modes[0];
     const episodes = sync.groups_trained * r.workload.group_size;
     const generated = sync.engine_tokens_per_s * sync.wall_s;
-    // Tokens the engines generated for groups still playing when the last step ended count too
-    // (up to a step's worth more on a loaded machine), so this is a lower bound on 2 × 64 and far
-    // below uncapped answers (2 × 200); the policy's own answers would give 20–60.
-    expect(generated / episodes).toBeGreaterThan(2 * 64 - 5);
+    // Near 2 × 64, between the policy's own answers (20–60) and uncapped ones (2 × 200). Not
+    // closer: the engines' rate is read over their /metrics window, which on a loaded machine
+    // is shifted against the bench's wall time both ways (groups still playing when the last step
+    // ended count too; 122.4 was seen beside another test run, 133.4 before).
+    expect(generated / episodes).toBeGreaterThan(100);
     expect(generated / episodes).toBeLessThan(2 * 200);
   }, 120_000);
 

@@ -13,15 +13,17 @@ function text(body: Record<string, unknown> | JsonText): string {
 describe("withPrompt", () => {
   const rests: Record<string, unknown>[] = [
     { max_tokens: 16, temperature: 1, seed: 5, logprobs: 0, return_token_ids: true },
-    { structured_outputs: { grammar: 'root ::= "a"' }, cache_salt: 's\u2028"x', nothing: undefined },
+    { structured_outputs: { grammar: 'root ::= "é"' }, cache_salt: 's\u2028"x😀', nothing: undefined },
     {},
   ];
-  for (const lead of [{ model: "Qwen/Qwen3-0.6B" }, {}, { model: undefined }])
+  for (const lead of [{ model: "Qwen/Qwen3-0.6B" }, {}, { model: undefined }, { model: "модель" }])
     for (const rest of rests)
       it(`writes JSON.stringify's text (lead ${JSON.stringify(lead)}, rest ${JSON.stringify(rest)})`, () => {
         const body = withPrompt(lead, IDS, JSON.stringify(IDS), rest);
         expect(body).toBeInstanceOf(JsonText);
         expect(text(body)).toBe(JSON.stringify({ ...lead, prompt: IDS, ...rest }));
+        // The byte length it carries is the one the Content-Length header needs.
+        expect((body as JsonText).bytes).toBe(Buffer.byteLength(text(body)));
       });
 
   it("is the object when rest would replace the prompt or a lead key in place, or has integer-like keys", () => {

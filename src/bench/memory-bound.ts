@@ -1,5 +1,7 @@
 // The server's RSS bound at a bench case's settings, from docs/server.md "Memory bounds, from the
 // limits": the lines a bench's trainers can fill, each at the settings the bench gives serve.
+import { TOKEN_ID_BYTES } from "../server/memory-costs.ts";
+
 const MIB = 2 ** 20;
 const KIB = 2 ** 10;
 
@@ -18,13 +20,6 @@ const CONNECTION_BYTES = 64 * KIB;
  * 17.9–18.2 KiB each).
  */
 const ENGINE_REQUEST_BYTES = 20 * KIB;
-/**
- * A token id of a token-mode episode's log: five arrays of 8-byte elements (id, loss mask,
- * logprob, reward, weight version) with their growth headroom, as the memory budget charges it
- * (TOKEN_ID_BYTES). bench/token-log-memory.ts: 4,096 logs of 692 ids held 54.5 B of heap and
- * 115-118 B of RSS per id after a full GC (three runs; the garbage of building them included).
- */
-const TOKEN_ID_BYTES = 128;
 /** MAX_CLIENT_DECODED_BYTES: the frame being decoded. */
 const DECODING_BYTES = 16 * MIB;
 
@@ -65,8 +60,13 @@ export function rssBound(shape: {
     ],
   ];
   const ids = shape.tokenLogIds ?? null;
+  // A token id as the memory budget charges it; bench/token-log-memory.ts measured 54.5 B of heap
+  // and 115-118 B of RSS per id of 4,096 logs of 692 ids after a full GC (three runs).
   if (ids !== null)
-    terms.push([`${held} episodes held × token logs of ${ids} ids × 128 B`, held * ids * TOKEN_ID_BYTES]);
+    terms.push([
+      `${held} episodes held × token logs of ${ids} ids × ${TOKEN_ID_BYTES} B`,
+      held * ids * TOKEN_ID_BYTES,
+    ]);
   const bytes = terms.reduce((sum, [, b]) => sum + b, 0);
   const mib = (b: number) => Number((b / MIB).toFixed(1));
   return {

@@ -5,6 +5,7 @@
 // counted on each piece as it is serialised: the request's Content-Length then needs no pass
 // over the whole body (which would flatten it into a copy first).
 import type { ChatMessage } from "./chat.ts";
+import { utf8Length } from "./http.ts";
 
 /**
  * The JSON of the latest system prompts, shared by the episodes that start with one: a
@@ -30,17 +31,13 @@ function systemMessageJson(message: ChatMessage): JsonPiece {
   return piece;
 }
 
+/**
+ * A message's JSON and its byte length. Lengths of JSON texts add up: JSON.stringify escapes
+ * lone surrogates, so no surrogate pair is ever split between two pieces.
+ */
 function jsonPiece(message: ChatMessage): JsonPiece {
   const json = JSON.stringify(message);
   return { json, bytes: utf8Length(json) };
-}
-
-/**
- * The UTF-8 byte length of `text`. Lengths of JSON texts add up: JSON.stringify escapes lone
- * surrogates, so no surrogate pair is ever split between two pieces.
- */
-export function utf8Length(text: string): number {
-  return Buffer.byteLength(text, "utf8");
 }
 
 export class HistoryJson {

@@ -87,7 +87,7 @@ function bodyText(body: unknown): string {
 
 /** The UTF-8 byte length of a body's text: the one its JsonText carries, or counted. */
 function bodyBytes(body: unknown, text: string): number {
-  return body instanceof JsonText && body.bytes !== undefined ? body.bytes : byteLength(text);
+  return body instanceof JsonText && body.bytes !== undefined ? body.bytes : utf8Length(text);
 }
 
 export interface RequestOptions {
@@ -265,7 +265,7 @@ function requestText(
  * Measured through a wrapper, the flat copy is the wrapper's, garbage at once, and the text an
  * Exchange keeps stays a rope of strings its episode holds anyway.
  */
-function byteLength(text: string): number {
+export function utf8Length(text: string): number {
   return Buffer.byteLength(`${text} `) - 1;
 }
 
@@ -516,7 +516,8 @@ function readEvent(line: string, onEvent: (event: unknown) => void): void {
   onEvent(event);
 }
 
-function parseBody(text: string): unknown {
+/** JSON.parse of an answer's text: null for an empty one, undefined for one that is not JSON. */
+export function parseBody(text: string): unknown {
   try {
     return text === "" ? null : JSON.parse(text);
   } catch {

@@ -12,8 +12,8 @@ import { type Dialect, describeEngine, type EngineInfo, EngineTokenCounter } fro
 import { type Dispatch, EngineUpdates, type Sent, UpdateInterrupted } from "./engine-updates.ts";
 import { extraBodyProblem, renderingFields, requestExtras } from "./extra-body.ts";
 import { checkFinishReason, samplingFields } from "./generation.ts";
-import { HistoryJson, utf8Length } from "./history-json.ts";
-import { EngineConnections, EngineError, JsonText, requestJson, UnusableAnswer } from "./http.ts";
+import { HistoryJson } from "./history-json.ts";
+import { EngineConnections, EngineError, JsonText, requestJson, UnusableAnswer, utf8Length } from "./http.ts";
 import {
   ContextLimitChanged,
   type EngineStatus,

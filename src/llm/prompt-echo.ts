@@ -3,6 +3,7 @@
 // text of the prompt sent, the answer is parsed without it and the echo read as the ids sent:
 // the same value JSON.parse would give, without parsing and allocating every id again.
 import { randomUUID } from "node:crypto";
+import { parseBody } from "./http.ts";
 
 const ECHO_KEY = '"prompt_token_ids":';
 /** Stands in for the echo while the rest is parsed: no engine can send it (a per-process nonce). */
@@ -17,21 +18,13 @@ export function parseEchoing(text: string, json: string, ids: readonly number[])
   const key = text.indexOf(ECHO_KEY);
   const at = key + ECHO_KEY.length;
   if (key <= 0 || text[key - 1] === "\\" || text.indexOf(ECHO_KEY, at) >= 0 || !text.startsWith(json, at))
-    return parseJson(text);
-  const parsed = parseJson(`${text.slice(0, at)}"${STAND_IN}"${text.slice(at + json.length)}`) as {
+    return parseBody(text);
+  const parsed = parseBody(`${text.slice(0, at)}"${STAND_IN}"${text.slice(at + json.length)}`) as {
     choices?: { prompt_token_ids?: unknown }[];
   };
   const choice = parsed?.choices?.[0];
   // Elsewhere than in the first choice, the stand-in is not read: the answer is parsed whole.
-  if (choice?.prompt_token_ids !== STAND_IN) return parseJson(text);
+  if (choice?.prompt_token_ids !== STAND_IN) return parseBody(text);
   choice.prompt_token_ids = ids;
   return parsed;
-}
-
-function parseJson(text: string): unknown {
-  try {
-    return text === "" ? null : JSON.parse(text);
-  } catch {
-    return undefined;
-  }
 }

@@ -19,6 +19,7 @@ import {
   requestEvents,
   requestJson,
   UnusableAnswer,
+  utf8Length,
 } from "./http.ts";
 import { parseEchoing } from "./prompt-echo.ts";
 import type { TurnVersions } from "./versions.ts";
@@ -1205,8 +1206,7 @@ export function withPrompt(
   const before = head === "{" ? "" : ",";
   const after = tail === "}" ? "" : ",";
   // The ids' JSON is ASCII: its byte length is its length, so the long part is never counted again.
-  const bytes =
-    Buffer.byteLength(head) + before.length + 9 + promptJson.length + after.length + Buffer.byteLength(tail);
+  const bytes = utf8Length(head) + before.length + 9 + promptJson.length + after.length + utf8Length(tail);
   return new JsonText(`${head}${before}"prompt":${promptJson}${after}${tail}`, bytes);
 }
 

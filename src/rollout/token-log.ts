@@ -14,9 +14,8 @@ export const NOT_SAMPLED = -1;
  */
 const promptElements = new WeakMap<readonly number[], string>();
 
-/** One turn's sampled ids in the log: where they sit, their logprobs, versions and the turn's reward. */
+/** One turn's sampled ids in the log (they start at its entry of `starts`): their logprobs, versions and the turn's reward. */
 interface SampledTurn {
-  start: number;
   logprobs: readonly number[];
   versions: readonly number[] | undefined;
   reward: number;
@@ -98,14 +97,13 @@ export class TokenLog {
       throw new RangeError(`${ids.length} sampled ids but ${logprobs.length} logprobs`);
     if (versions !== undefined && versions.length !== ids.length)
       throw new RangeError(`${ids.length} sampled ids but ${versions.length} versions`);
-    const start = this.ids.length;
-    this.starts.push(start);
+    this.starts.push(this.ids.length);
     for (let i = 0; i < ids.length; i++) {
       this.ids.push(ids[i]);
       if (Number.isNaN(logprobs[i])) this.missing++;
     }
     this.ends.push(this.ids.length);
-    this.turns.push({ start, logprobs, versions, reward: 0 });
+    this.turns.push({ logprobs, versions, reward: 0 });
   }
 
   /** The reward of the turn just sampled, on its last sampled id (or dropped on an empty turn). */
@@ -148,8 +146,8 @@ export class TokenLog {
         if (versions !== null) versions[at] = NOT_SAMPLED;
       }
     };
-    for (const turn of this.turns) {
-      unsampledTo(turn.start);
+    for (const [k, turn] of this.turns.entries()) {
+      unsampledTo(this.starts[k]);
       const count = turn.logprobs.length;
       for (let i = 0; i < count; i++, at++) {
         mask[at] = 1;

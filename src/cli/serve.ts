@@ -36,9 +36,15 @@ function integerRange(name: LimitName): [number, number] {
   return [schema.minimum ?? Math.floor(schema.exclusiveMinimum ?? 0) + 1, schema.maximum];
 }
 
+/** --port's default, which the image exposes (Dockerfile, deploy/kubernetes). */
+export const DEFAULT_PORT = 8787;
+
+/** --shutdown-deadline's default: a container's grace period must cover it (deploy/kubernetes). */
+export const SHUTDOWN_DEADLINE_S = 30;
+
 export const SERVE_FLAGS: Record<string, FlagSpec> = {
   host: { kind: "value", arg: "HOST", help: "interface to listen on (default 127.0.0.1)" },
-  port: { kind: "value", arg: "N", help: "port (default 8787; 0 picks a free one)" },
+  port: { kind: "value", arg: "N", help: `port (default ${DEFAULT_PORT}; 0 picks a free one)` },
   token: {
     kind: "value",
     arg: "T",
@@ -90,7 +96,11 @@ export const SERVE_FLAGS: Record<string, FlagSpec> = {
     "S",
     "seconds a weight update may stay open before the engines resume at the old version",
   ),
-  "shutdown-deadline": { kind: "value", arg: "S", help: "seconds SIGTERM lets rollouts finish (30)" },
+  "shutdown-deadline": {
+    kind: "value",
+    arg: "S",
+    help: `seconds SIGTERM lets rollouts finish (${SHUTDOWN_DEADLINE_S})`,
+  },
   "max-connections": limitFlag("max_connections", "N", "WebSocket connections at once"),
   "max-connections-per-address": limitFlag(
     "max_connections_per_address",
@@ -159,7 +169,7 @@ export async function serveCommand(argv: readonly string[]): Promise<void> {
   const { loaded, registry } = await setup(args, overrides);
   const { config } = loaded;
   checkPolicyKeys(loaded);
-  const port = parseInteger("--port", args.values.get("port") ?? "8787", 0, 65535);
+  const port = parseInteger("--port", args.values.get("port") ?? String(DEFAULT_PORT), 0, 65535);
   const host = args.values.get("host") ?? "127.0.0.1";
   const seconds = (flag: string, fallback: number) =>
     parseInteger(`--${flag}`, args.values.get(flag) ?? String(fallback), 0, 86_400);
@@ -179,7 +189,7 @@ export async function serveCommand(argv: readonly string[]): Promise<void> {
     throw new UsageError((error as Error).message);
   }
 
-  const shutdownDeadlineMs = seconds("shutdown-deadline", 30) * 1000;
+  const shutdownDeadlineMs = seconds("shutdown-deadline", SHUTDOWN_DEADLINE_S) * 1000;
   const share = args.values.get("share") ?? null;
   if (share !== null && !statSync(share, { throwIfNoEntry: false })?.isDirectory())
     throw new UsageError(`--share: ${JSON.stringify(share)} is not a directory`);

@@ -217,9 +217,11 @@ function serverState(
 /** /healthz, /metrics and /v1/envs. */
 function registerRoutes(app: FastifyInstance, state: ServerState): void {
   const { policy, metrics, registry } = state;
-  app.get("/healthz", async () => {
+  app.get("/healthz", async (_request, reply) => {
     // An open weight update holds every new group: not down, but said (docs/server.md "Routes").
     const update = state.updates.status();
+    // Closing takes no new clients: 503, so readiness probes and load balancers send none here.
+    if (state.closing) reply.code(503);
     return {
       status: state.closing ? "closing" : update ? "updating" : "ok",
       version: VERSION,

@@ -19,6 +19,7 @@ import { DEFAULT_PORT, SERVE_FLAGS, SHUTDOWN_DEADLINE_S } from "../../src/cli/se
 import { loadConfig } from "../../src/config/load.ts";
 import { buildServer } from "../../src/server/app.ts";
 import { DEFAULT_CONNECTION_LIMITS } from "../../src/server/connections.ts";
+import { limitOptions } from "../../src/server/limits.ts";
 import { DEFAULT_LIMITS } from "../../src/server/state.ts";
 import { ROOT } from "../helpers/cli.ts";
 import { TestClient } from "../helpers/ws-client.ts";
@@ -171,11 +172,9 @@ describe("the manifests against rollgym", () => {
     const volume = set.spec.template.spec.volumes.find((v: Manifest) => v.configMap);
     expect(volume.configMap.name).toBe(configMap.metadata.name);
     const mount = container(set).volumeMounts.find((m: Manifest) => m.name === volume.name);
-    const key = path.slice(`${mount.mountPath}/`.length);
-    expect(`${mount.mountPath}/${key}`).toBe(path);
-    const file = join(mkdtempSync(join(tmpdir(), "rollgym-k8s-")), key);
-    writeFileSync(file, configMap.data[key]);
-    const { config } = loadConfig({ files: [file] });
+    expect(path.startsWith(`${mount.mountPath}/`)).toBe(true);
+    expect(Object.keys(configMap.data)).toEqual([path.slice(`${mount.mountPath}/`.length)]);
+    const config = configMapConfig();
     expect(config.rollgym.llm.base_url?.length).toBeGreaterThan(0);
     expect(config.rollgym.llm.model).toBeTruthy();
   });
@@ -192,7 +191,9 @@ describe("the manifests against rollgym", () => {
       memory.watchers(),
     );
     const atStart = 150;
-    const replicas = Math.max(16, loadedEngines());
+    // Which holds only while the ConfigMap leaves every limit at its default.
+    expect(limitOptions(configMapConfig())).toEqual(limitOptions(loadConfig({}).config));
+    const replicas = Math.max(16, configMapConfig().rollgym.llm.base_url?.length ?? 0);
     const { requests, limits } = container().resources;
     expect(mebibytes(limits.memory)).toBeGreaterThanOrEqual(lines + atStart + 5 * replicas);
     expect(mebibytes(requests.memory)).toBeLessThanOrEqual(mebibytes(limits.memory));
@@ -204,9 +205,13 @@ describe("the manifests against rollgym", () => {
   });
 });
 
-/** Engine replicas the ConfigMap lists. */
-function loadedEngines(): number {
-  return (only("ConfigMap").data["rollgym.yaml"].match(/^\s+- http/gm) ?? []).length;
+/** The ConfigMap's one config file, as rollgym loads it. */
+function configMapConfig() {
+  const data = only("ConfigMap").data;
+  const [key] = Object.keys(data);
+  const file = join(mkdtempSync(join(tmpdir(), "rollgym-k8s-")), key);
+  writeFileSync(file, data[key]);
+  return loadConfig({ files: [file] }).config;
 }
 
 describe("the probes' route", () => {

@@ -111,7 +111,7 @@ describe("the manifests against rollgym", () => {
     expect(container(set).ports.map((p: Manifest) => p.name)).toContain(service.spec.ports[0].targetPort);
   });
 
-  it("serve on its default port, the one the container, the Service, Prometheus and the image name", () => {
+  it("serve on its default port, the one the container, the Service and Prometheus name", () => {
     const set = statefulSet();
     const args = serveArgs();
     expect(Number(args[args.indexOf("--port") + 1])).toBe(DEFAULT_PORT);
@@ -214,15 +214,20 @@ function configMapConfig() {
   return loadConfig({ files: [file] }).config;
 }
 
-describe("the probes' route", () => {
-  it("answers 200 while serving and 503 once SIGTERM's drain has begun", async () => {
+describe("the probes' route and the scrape target", () => {
+  it("/healthz answers 200 while serving and 503 once SIGTERM's drain has begun; /metrics answers", async () => {
     const path = container().readinessProbe.httpGet.path;
     expect(container().livenessProbe.httpGet.path).toBe(path);
-    const server = await buildServer({ shutdownDeadlineMs: 600_000 });
+    // With a token, as the manifests require one: probes and scrapes carry none.
+    const token = "k8s-test-token";
+    const server = await buildServer({ token, shutdownDeadlineMs: 600_000 });
     const url = await server.listen(0);
     expect((await fetch(`${url}${path}`)).status).toBe(200);
+    // The scrape target is there too, without a token, as Prometheus asks for it.
+    const scraped = statefulSet().spec.template.metadata.annotations["prometheus.io/path"];
+    expect(await (await fetch(`${url}${scraped}`)).text()).toContain("rollgym_active_rollouts");
     // A stream rollout nobody acknowledges keeps the drain waiting for its deadline.
-    const client = await TestClient.connect(url);
+    const client = await TestClient.connect(url, { token });
     client.send({
       type: "rollout",
       id: "held",

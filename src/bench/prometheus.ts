@@ -25,38 +25,47 @@ export function parsePrometheus(text: string): Samples {
 
 /**
  * GET `url` and parse it; one failed read (no answer, or an HTTP error) is tried once more, since
- * a bench that dies at its last scrape loses the whole run. Rejects naming the URL, the status
- * and both attempts when the second fails too. Reads go over one kept-alive connection per
- * origin (ScrapeConnections).
+ * a bench that dies at its last scrape loses the whole run, but not one that timed out: it has
+ * waited SCRAPE_TIMEOUT_MS already. Rejects naming the URL, the status and both attempts when
+ * the second fails too. Reads go over one kept-alive connection per origin (ScrapeConnections).
  */
-export async function scrape(url: string): Promise<Samples> {
+export async function scrape(url: string, timeoutMs = SCRAPE_TIMEOUT_MS): Promise<Samples> {
   try {
-    return await scrapeOnce(url);
+    return await scrapeOnce(url, timeoutMs);
   } catch (first) {
+    if (first instanceof ScrapeTimeout) throw first;
     try {
-      return await scrapeOnce(url);
+      return await scrapeOnce(url, timeoutMs);
     } catch (second) {
       throw new Error(`${messageOf(second)} (tried twice; first: ${messageOf(first)})`);
     }
   }
 }
 
-async function scrapeOnce(url: string): Promise<Samples> {
+/** Generous: a server whose event loop stalls answers late, and that is a finding, not an error. */
+const SCRAPE_TIMEOUT_MS = 180_000;
+
+async function scrapeOnce(url: string, timeoutMs: number): Promise<Samples> {
   const { origin, pathname, search } = new URL(url);
   try {
-    // Generous: a server whose event loop stalls answers late, and that is a finding, not an error.
     const response = await scrapeConnections.client(origin).request({
       path: pathname + search,
       method: "GET",
-      signal: AbortSignal.timeout(180_000),
+      signal: AbortSignal.timeout(timeoutMs),
     });
     const text = await response.body.text();
     if (response.statusCode < 200 || response.statusCode > 299) throw new HttpStatus(response.statusCode);
     return parsePrometheus(text);
   } catch (error) {
-    throw new Error(`GET ${url}: ${messageOf(error)}`);
+    const message = `GET ${url}: ${messageOf(error)}`;
+    // AbortSignal.timeout rejects with a DOMException named TimeoutError.
+    if ((error as { name?: unknown })?.name === "TimeoutError")
+      throw new ScrapeTimeout(`${message} (no answer in ${timeoutMs / 1000} s)`);
+    throw new Error(message);
   }
 }
+
+class ScrapeTimeout extends Error {}
 
 class HttpStatus extends Error {
   constructor(status: number) {
@@ -99,7 +108,7 @@ class ScrapeConnections {
     this.keeping = keeping;
     void (async () => {
       while (!keeping.stop) {
-        await Promise.all(urls.map((url) => scrapeOnce(url).catch(() => {})));
+        await Promise.all(urls.map((url) => scrapeOnce(url, SCRAPE_TIMEOUT_MS).catch(() => {})));
         await delay(KEEP_MS);
       }
     })();

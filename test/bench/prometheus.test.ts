@@ -1,11 +1,12 @@
-// The bench's /metrics reads: one failed read is tried once more, a second failure names both.
+// The bench's /metrics reads: one failed read is tried once more, a second failure names both;
+// a read that timed out is not tried again.
 import { once } from "node:events";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { describe, expect, it, onTestFinished } from "vitest";
 import { scrape } from "../../src/bench/prometheus.ts";
 
-/** A /metrics server answering each request with the next status of `statuses` (200 after them). */
+/** A /metrics server answering each request with the next status of `statuses` (200 after them; 0: never). */
 async function metricsServer(
   statuses: number[],
 ): Promise<{ url: string; requests: () => number; connections: () => number }> {
@@ -13,6 +14,7 @@ async function metricsServer(
   let connections = 0;
   const server: Server = createServer((_req, res) => {
     const status = statuses[requests++] ?? 200;
+    if (status === 0) return;
     // As Node answers a request it timed out: 408 and the connection closed.
     if (status !== 200) res.writeHead(status, { connection: "close" }).end();
     else res.writeHead(200, { "content-type": "text/plain" }).end('vllm:num_requests_running{m="a"} 3\n');
@@ -51,5 +53,12 @@ describe("scrape", () => {
     const engine = await metricsServer([]);
     for (let i = 0; i < 3; i++) await scrape(engine.url);
     expect([engine.requests(), engine.connections()]).toEqual([3, 1]);
+  });
+
+  it("does not try a read that timed out again: it has waited its time already", async () => {
+    const engine = await metricsServer([0, 0]);
+    await expect(scrape(engine.url, 200)).rejects.toThrow(`GET ${engine.url}: `);
+    await expect(scrape(engine.url, 200)).rejects.toThrow("(no answer in 0.2 s)");
+    expect(engine.requests()).toBe(2);
   });
 });

@@ -303,7 +303,7 @@ export class TokenEngine {
    * Blocks tokenized lately in id space, per replica epoch: a group's members often see the same
    * observation at the same turn, and a replica tokenizes the same text to the same ids.
    */
-  private readonly blocks = new Map<string, number[]>();
+  private readonly blocks = new Map<string, Promise<number[]>>();
   /** Id-space continuations whose block's ids were kept from an earlier /tokenize of the same text. */
   blockHits = 0;
   /** Full renders that verified the block at a depth on a replica epoch (spot checks aside). */
@@ -490,18 +490,29 @@ export class TokenEngine {
     }
   }
 
-  /** The ids of an id-space block on `url`: kept from an earlier /tokenize of it in this replica epoch, or asked. */
+  /**
+   * The ids of an id-space block on `url`: from a /tokenize of the same text in this replica
+   * epoch, finished or still under way (a group's members reach the same observation at about
+   * the same time), or asked. An ask that failed is not shared: each waiter then asks for itself.
+   */
   private async blockTokens(url: string, options: Options, block: string): Promise<number[]> {
     const key = `${url}\u0000${this.policy.replicaEpoch?.(url) ?? 0}\u0000${block}`;
     const kept = this.blocks.get(key);
     if (kept !== undefined) {
-      this.blockHits++;
-      return kept;
+      const ids = await kept.catch(() => null);
+      if (ids !== null) {
+        this.blockHits++;
+        return ids;
+      }
+      return this.tokenizeAt(url, options, block);
     }
-    const ids = await this.tokenizeAt(url, options, block);
-    this.blocks.set(key, ids);
+    const asked = this.tokenizeAt(url, options, block);
+    this.blocks.set(key, asked);
     if (this.blocks.size > BLOCKS_KEPT) this.blocks.delete(this.blocks.keys().next().value as string);
-    return ids;
+    asked.catch(() => {
+      if (this.blocks.get(key) === asked) this.blocks.delete(key);
+    });
+    return asked;
   }
 
   /** The text the template writes after the marked assistant content of the real conversation, rendered on `url`. */

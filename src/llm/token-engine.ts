@@ -108,6 +108,8 @@ const USER_MARK = "\u2063rollgym-user\u2063";
 const PAD = " \n";
 /** Distinct first prompts whose renders are kept for the episodes that start from them. */
 const FIRST_PROMPTS_KEPT = 256;
+/** Id-space blocks whose ids are kept (about 1 KiB each with a Sokoban observation). */
+const BLOCKS_KEPT = 1024;
 /** Drift checks in a row, on episodes of two turns or more, that verify a template append-only. */
 const APPEND_ONLY_CHECKS = 4;
 /** Whitespace by JavaScript's measure or Python's (Jinja's trim): the latter adds U+001C…U+001F and U+0085. */
@@ -297,6 +299,13 @@ export class TokenEngine {
   spotEvery = 64;
   /** Spot checks done (a full render of a continuation the id-space path would have taken). */
   spotChecks = 0;
+  /**
+   * Blocks tokenized lately in id space, per replica epoch: a group's members often see the same
+   * observation at the same turn, and a replica tokenizes the same text to the same ids.
+   */
+  private readonly blocks = new Map<string, Promise<number[]>>();
+  /** Id-space continuations whose block's ids were kept from an earlier /tokenize of the same text. */
+  blockHits = 0;
   /** Full renders that verified the block at a depth on a replica epoch (spot checks aside). */
   verifications = 0;
   /** Drift checks in a row that found the log to be the template's rendering of a multi-turn conversation. */
@@ -466,7 +475,7 @@ export class TokenEngine {
       const answer = await this.send(affinity, signal, async (url, options) => {
         const plan = typeof block === "string" ? this.planOn(url, depth) : null;
         if (plan === "id-space")
-          return { after: await this.tokenizeAt(url, options, block as string), path: plan };
+          return { after: await this.blockTokens(url, options, block as string), path: plan };
         if (plan !== null && "wait" in plan) return plan;
         try {
           const text = await this.renderedTail(url, options, conversation, conversation.length - 2);
@@ -479,6 +488,31 @@ export class TokenEngine {
       if (!("wait" in answer)) return answer;
       await this.orAbort(answer.wait, signal);
     }
+  }
+
+  /**
+   * The ids of an id-space block on `url`: from a /tokenize of the same text in this replica
+   * epoch, finished or still under way (a group's members reach the same observation at about
+   * the same time), or asked. An ask that failed is not shared: each waiter then asks for itself.
+   */
+  private async blockTokens(url: string, options: Options, block: string): Promise<number[]> {
+    const key = `${url}\u0000${this.policy.replicaEpoch?.(url) ?? 0}\u0000${block}`;
+    const kept = this.blocks.get(key);
+    if (kept !== undefined) {
+      const ids = await kept.catch(() => null);
+      if (ids !== null) {
+        this.blockHits++;
+        return ids;
+      }
+      return this.tokenizeAt(url, options, block);
+    }
+    const asked = this.tokenizeAt(url, options, block);
+    this.blocks.set(key, asked);
+    if (this.blocks.size > BLOCKS_KEPT) this.blocks.delete(this.blocks.keys().next().value as string);
+    asked.catch(() => {
+      if (this.blocks.get(key) === asked) this.blocks.delete(key);
+    });
+    return asked;
   }
 
   /** The text the template writes after the marked assistant content of the real conversation, rendered on `url`. */

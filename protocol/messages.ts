@@ -103,6 +103,14 @@ export type Filter = Static<typeof FilterSchema>;
 export const TagRequestSchema = map({ tag: Id, groups: GroupCount });
 export type TagRequest = Static<typeof TagRequestSchema>;
 
+/** An episode record (docs/rollouts.md); the wire schema does not pin its fields. */
+export const EpisodeSchema = Type.Refine(Type.Record(Type.String(), Type.Unknown()), isMap, mustBeMap);
+export type Episode = Static<typeof EpisodeSchema>;
+
+/** A shard's share of a rollout: groups first .. first + count - 1 (PROTOCOL.md "Shards"). */
+export const GroupRangeSchema = map({ first: GroupId, count: GroupCount });
+export type GroupRange = Static<typeof GroupRangeSchema>;
+
 export const RolloutRequestSchema = map({
   type: Type.Literal("rollout"),
   id: Id,
@@ -123,6 +131,18 @@ export const RolloutRequestSchema = map({
    * follow each other (group k plays seed + k) until `cancel` (PROTOCOL.md "Endless streams").
    */
   endless: Type.Optional(Type.Boolean()),
+  /**
+   * Stream delivery only: play only these groups of the rollout, numbered, seeded and sampled as
+   * the whole rollout plays them; its verdict keeps every group (`played_episodes` gives the
+   * whole rollout's).
+   */
+  group_range: Type.Optional(GroupRangeSchema),
+  /**
+   * Every episode of the rollout in env-id order, played elsewhere (by shards, `group_range`):
+   * the server plays nothing and answers with the rollout's `batch` frame over them, as if it
+   * had played them (PROTOCOL.md "Shards").
+   */
+  played_episodes: Type.Optional(Type.Array(EpisodeSchema, { maxItems: MAX_ITEMS })),
   // Pacing against the trainer's weight versions (settings.ts ASYNC); omitted: the configured value.
   ...WIRE_ASYNC,
 });
@@ -276,10 +296,6 @@ export const CLIENT_MESSAGE_TYPES = Object.keys(CLIENT_MESSAGE_SCHEMAS) as Clien
 // Server → client
 // ---------------------------------------------------------------------------------------------
 
-/** An episode record (docs/rollouts.md); the wire schema does not pin its fields. */
-export const EpisodeSchema = Type.Refine(Type.Record(Type.String(), Type.Unknown()), isMap, mustBeMap);
-export type Episode = Static<typeof EpisodeSchema>;
-
 /** RAGEN metric name → value. Values are not range-checked: NaN (e.g. a mean over nothing) is legal. */
 export const MetricsSchema = Type.Unsafe<Record<string, number>>(
   Type.Refine(Type.Record(Type.String(), Type.Unknown()), isMap, mustBeMap),
@@ -372,6 +388,8 @@ export const BatchFrameSchema = map({
   ...verdictFields,
   /** Endless streams: the windows whose `window` frame was sent. */
   windows: Type.Optional(Count),
+  /** A `played_episodes` rollout's: each group's filter score, as batch delivery's group frames carry it. */
+  group_scores: Type.Optional(Type.Array(Type.Union([Type.Number(), Type.Null()]))),
 });
 export type BatchFrame = Static<typeof BatchFrameSchema>;
 

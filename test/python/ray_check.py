@@ -26,11 +26,25 @@ import ray  # noqa: E402
 
 from rollgym_client import Batch, Client  # noqa: E402
 from rollgym_client.ray import RollgymShard, ShardGroup  # noqa: E402
+from rollgym_client.sharded import ShardedClient  # noqa: E402
 
 COMMAND = json.loads(os.environ["ROLLGYM_COMMAND"])
 SHARD_COUNTS = (1, 2, 3)
 # The request every shard plays: a train batch of two tags, so seeds, tags and group ids vary.
 REQUEST = dict(tags={"CoordSokoban": 2, "FrozenLake": 2}, group_size=4, mode="train", seed=41, max_turn=3)
+# The built-in random policy, so scores vary and the filter has something to rank.
+SERVE_ARGS = ["--policy", "random"]
+# Rollouts played sharded and by one server: 5 groups (shares of 5, 3 + 2, 2 + 2 + 1), a filter
+# that drops some (top_k keeps int(0.6 x 5) = 3), each delivery, a val batch and a step schedule.
+SHARDED = {
+    "train-filtered-batch": dict(tags={"CoordSokoban": 2, "FrozenLake": 3}, group_size=4, seed=7, max_turn=3, filter={"strategy": "top_k", "value": 0.6}),
+    "train-filtered-stream": dict(tags={"CoordSokoban": 2, "FrozenLake": 3}, group_size=4, seed=7, max_turn=3, filter={"strategy": "top_k", "value": 0.6}, delivery="stream"),
+    "train-step": dict(tag="FrozenLake", groups=5, group_size=3, step=2),
+    "val": dict(tag="CoordSokoban", groups=5, group_size=2, mode="val", max_turn=2),
+}
+# Fields that differ between processes and are left out of the comparison: the rollout id
+# (each shard plays its own share id) and each group frame's seq (a per-session counter).
+PER_PROCESS = ("rollout", "seq")
 
 
 def check(condition: bool, message: str) -> None:
@@ -62,6 +76,28 @@ def played(url: str) -> dict:
     })
 
 
+def comparable(batch: Batch) -> dict:
+    """Everything a trainer reads of a batch but PER_PROCESS."""
+    groups = [
+        {
+            "group": g.group, "tag": g.tag, "seed": g.seed, "kept": g.kept, "score": g.score, "failed": g.failed,
+            "episodes": g.episodes, "arrays": {k: v.tolist() for k, v in sorted(g.arrays.items())},
+        }
+        for g in batch.groups
+    ]
+    verdict = {k: v for k, v in batch.verdict.items() if k not in PER_PROCESS}
+    return clean({
+        "groups": groups, "verdict": verdict, "kept": batch.kept, "dropped": batch.dropped,
+        "failed_groups": batch.failed_groups, "metrics": batch.metrics, "episodes": batch.num_episodes,
+        "failed": batch.failed, "arrays": {k: v.tolist() for k, v in batch.arrays("kept").items()},
+    })
+
+
+def one_server(url: str) -> dict:
+    with Client(url) as client:
+        return {name: comparable(client.rollout(**request)) for name, request in SHARDED.items()}
+
+
 def answers(url: str) -> bool:
     try:
         with urllib.request.urlopen(url + "/healthz", timeout=5):
@@ -70,11 +106,29 @@ def answers(url: str) -> bool:
         return False
 
 
+def diff(a, b, path="") -> str:
+    """The first place two JSON values differ."""
+    if type(a) is not type(b):
+        return f"{path}: {a!r} != {b!r}"
+    if isinstance(a, dict):
+        for k in sorted(set(a) | set(b)):
+            if a.get(k) != b.get(k):
+                return diff(a.get(k), b.get(k), f"{path}.{k}")
+    if isinstance(a, list):
+        if len(a) != len(b):
+            return f"{path}: {len(a)} items != {len(b)}"
+        for i, (x, y) in enumerate(zip(a, b)):
+            if x != y:
+                return diff(x, y, f"{path}[{i}]")
+    return f"{path}: {a!r} != {b!r}"
+
+
 def main() -> None:
-    reference_shard = RollgymShard(COMMAND)
+    reference_shard = RollgymShard(COMMAND, args=SERVE_ARGS)
     reference_shard.start()
     try:
         reference = played(reference_shard.url())
+        alone = one_server(reference_shard.url())
     finally:
         check(reference_shard.stop() == 0, f"the reference shard did not exit 0:\n{reference_shard.output()}")
     check(len(reference["episodes"]) == 16, f"expected 16 episodes, got {len(reference['episodes'])}")
@@ -85,7 +139,7 @@ def main() -> None:
     checked = []
     try:
         for count in SHARD_COUNTS:
-            group = ShardGroup(count, num_cpus=0.25, command=COMMAND)
+            group = ShardGroup(count, num_cpus=0.25, command=COMMAND, args=SERVE_ARGS)
             try:
                 urls = group.urls
                 check(len(set(urls)) == count, f"{count} shards: expected distinct URLs, got {urls}")
@@ -93,6 +147,10 @@ def main() -> None:
                 check(all(h.get("status") == "ok" for h in health), f"{count} shards: /healthz {health}")
                 for url in urls:
                     check(played(url) == reference, f"{count} shards: {url} played another batch than the reference")
+                with ShardedClient(urls) as sharded:
+                    for name, request in SHARDED.items():
+                        merged = comparable(sharded.rollout(**request))
+                        check(merged == alone[name], f"{count} shards, {name}: the merged batch differs from one server's:\n{diff(merged, alone[name])}")
             finally:
                 codes = group.stop()
             check(codes == [0] * count, f"{count} shards: exit codes {codes}, expected 0 each")
@@ -101,7 +159,9 @@ def main() -> None:
             checked.append({"shards": count, "urls": len(urls)})
     finally:
         ray.shutdown()
-    print(json.dumps({"ok": True, "checked": checked, "episodes": len(reference["episodes"])}))
+    dropped = {name: len(batch["dropped"]) for name, batch in alone.items()}
+    check(dropped["train-filtered-batch"] > 0, f"the filter dropped nothing, so it was not compared: {dropped}")
+    print(json.dumps({"ok": True, "checked": checked, "episodes": len(reference["episodes"]), "sharded": sorted(SHARDED), "dropped": dropped}))
 
 
 if __name__ == "__main__":

@@ -103,9 +103,36 @@ export type Filter = Static<typeof FilterSchema>;
 export const TagRequestSchema = map({ tag: Id, groups: GroupCount });
 export type TagRequest = Static<typeof TagRequestSchema>;
 
-/** An episode record (docs/rollouts.md); the wire schema does not pin its fields. */
-export const EpisodeSchema = Type.Refine(Type.Record(Type.String(), Type.Unknown()), isMap, mustBeMap);
-export type Episode = Static<typeof EpisodeSchema>;
+/**
+ * What a rollout's verdict reads of an episode it did not play (`played_episodes`): its record's
+ * fields of these names, as its group frame carried them; a null field may be left out.
+ */
+export const PlayedEpisodeSchema = map({
+  env_id: EnvId,
+  group_id: GroupId,
+  tag: Type.String(),
+  seed: Seed,
+  score: Type.Number(),
+  success: Type.Boolean(),
+  failure: Type.Optional(Type.Union([Type.String(), Type.Null()])),
+  end_reason: Type.String(),
+  /** RAGEN metric name → value. */
+  metrics: Type.Refine(Type.Record(Type.String({ pattern: "^.+$" }), Type.Number()), isMap, mustBeMap),
+  /** Per turn, what the context tally counts. */
+  turns: Type.Array(
+    map({ context_dropped: Type.Optional(Count), ambiguous_split: Type.Optional(Type.Boolean()) }),
+    { maxItems: MAX_ITEMS },
+  ),
+  /** Token mode: the log's drift counts. */
+  tokens: Type.Optional(
+    map({
+      prompt_drift: Count,
+      logprobs_missing: Count,
+      template_drift: Type.Optional(Type.Union([Count, Type.Null()])),
+    }),
+  ),
+});
+export type PlayedEpisode = Static<typeof PlayedEpisodeSchema>;
 
 /** A shard's share of a rollout: groups first .. first + count - 1 (PROTOCOL.md "Shards"). */
 export const GroupRangeSchema = map({ first: GroupId, count: GroupCount });
@@ -142,7 +169,7 @@ export const RolloutRequestSchema = map({
    * the server plays nothing and answers with the rollout's `batch` frame over them, as if it
    * had played them (PROTOCOL.md "Shards").
    */
-  played_episodes: Type.Optional(Type.Array(EpisodeSchema, { maxItems: MAX_ITEMS })),
+  played_episodes: Type.Optional(Type.Array(PlayedEpisodeSchema, { maxItems: MAX_ITEMS })),
   // Pacing against the trainer's weight versions (settings.ts ASYNC); omitted: the configured value.
   ...WIRE_ASYNC,
 });
@@ -295,6 +322,10 @@ export const CLIENT_MESSAGE_TYPES = Object.keys(CLIENT_MESSAGE_SCHEMAS) as Clien
 // ---------------------------------------------------------------------------------------------
 // Server → client
 // ---------------------------------------------------------------------------------------------
+
+/** An episode record (docs/rollouts.md); the wire schema does not pin its fields. */
+export const EpisodeSchema = Type.Refine(Type.Record(Type.String(), Type.Unknown()), isMap, mustBeMap);
+export type Episode = Static<typeof EpisodeSchema>;
 
 /** RAGEN metric name → value. Values are not range-checked: NaN (e.g. a mean over nothing) is legal. */
 export const MetricsSchema = Type.Unsafe<Record<string, number>>(

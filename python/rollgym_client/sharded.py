@@ -31,8 +31,10 @@ from .sync import Client
 
 __all__ = ["ShardedClient", "shard_ranges"]
 
-# What the verdict reads of a turn (the context tally); texts stay with the trainer.
+# What the verdict reads of an episode (protocol/messages.ts PlayedEpisodeSchema).
+_EPISODE_FIELDS = ("env_id", "group_id", "tag", "seed", "score", "success", "failure", "end_reason", "metrics")
 _TURN_FLAGS = ("context_dropped", "ambiguous_split")
+_TOKEN_COUNTS = ("prompt_drift", "logprobs_missing", "template_drift")
 
 
 def shard_ranges(groups: int, shards: int) -> List[Tuple[int, int]]:
@@ -45,9 +47,13 @@ def shard_ranges(groups: int, shards: int) -> List[Tuple[int, int]]:
 
 
 def _verdict_episode(episode: Dict[str, Any]) -> Dict[str, Any]:
-    """An episode as the verdict needs it: its record without turn texts and final state."""
-    slim = {k: v for k, v in episode.items() if k not in ("turns", "final_state")}
+    """An episode as the verdict reads it (PROTOCOL.md "Shards"): the fields it reads of the
+    record, each turn's context flags; the texts stay here."""
+    slim = {k: episode[k] for k in _EPISODE_FIELDS if episode.get(k) is not None}
     slim["turns"] = [{k: t[k] for k in _TURN_FLAGS if k in t} for t in episode.get("turns", [])]
+    tokens = episode.get("tokens")
+    if isinstance(tokens, dict):
+        slim["tokens"] = {k: tokens[k] for k in _TOKEN_COUNTS if tokens.get(k) is not None}
     return slim
 
 

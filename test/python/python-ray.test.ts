@@ -1,4 +1,6 @@
-// rollgym shards on Ray (python/rollgym_client/ray.py, issue 34) under a Python with Ray 2.58:
+// rollgym shards on Ray (python/rollgym_client/ray.py, issue 34) and sharded rollouts over them
+// (python/rollgym_client/sharded.py; the fields left out of the comparison are PER_PROCESS in
+// test/python/ray_check.py), under a Python with Ray 2.58:
 // the venv .ci/run makes at ~/.cache/rollgym/ray-venv (or $ROLLGYM_RAY_PYTHON). Without Ray
 // the Ray tests are skipped with the reason in their name and a warning, never passed; the
 // import guard is checked with Debian's Python, which has no Ray.
@@ -70,7 +72,7 @@ describe("rollgym_client.ray without Ray", () => {
 describe.skipIf(missing !== null)(
   `rollgym shards as Ray actors${missing ? ` (skipped: ${missing})` : ""}`,
   () => {
-    it("1, 2 and 3 shards: /healthz ok, the same batch as a lone server, a clean stop", () => {
+    it("1, 2 and 3 shards: /healthz ok, the same batch as a lone server, merged batches equal to one server's, a clean stop", () => {
       expect(runCheck("ray_check.py", 240_000)).toMatchObject({
         ok: true,
         checked: [
@@ -79,6 +81,8 @@ describe.skipIf(missing !== null)(
           { shards: 3, urls: 3 },
         ],
         episodes: 16,
+        // ShardedClient.rollout over 1, 2 and 3 shards equals one server's batch for each.
+        sharded: ["train-filtered-batch", "train-filtered-stream", "train-step", "val"],
       });
     }, 300_000);
   },

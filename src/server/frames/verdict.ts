@@ -4,8 +4,7 @@
 // settleBatch), so a sharded batch is judged exactly as one server judges it, by one
 // implementation. Nothing is played or held: the batch frame is the whole answer.
 import { unknownTagMessage } from "../../../envs/registry.ts";
-import type { Episode, RolloutRequest } from "../../../protocol/messages.ts";
-import { isPlainObject } from "../../../protocol/plain-object.ts";
+import type { PlayedEpisode, RolloutRequest } from "../../../protocol/messages.ts";
 import { RollgymError } from "../../errors/catalogue.ts";
 import type { EpisodeRecord } from "../../record/episode-record.ts";
 import {
@@ -19,7 +18,11 @@ import { resolveRequest } from "../../rollout/request.ts";
 import { batchVerdict } from "../delivery/verdicts.ts";
 import type { Connection } from "./context.ts";
 
-export function onPlayedEpisodes(c: Connection, frame: RolloutRequest, episodes: readonly Episode[]): void {
+export function onPlayedEpisodes(
+  c: Connection,
+  frame: RolloutRequest,
+  episodes: readonly PlayedEpisode[],
+): void {
   const { state } = c;
   const unknown = frame.tags.find((t) => !state.registry.hasTag(t.tag));
   if (unknown)
@@ -53,11 +56,10 @@ function refuse(field: string, message: string): RollgymError {
 }
 
 /**
- * The episodes as records, after checking every field settleBatch reads: all of the rollout's
- * episodes in env-id order, each of its group's tag and seed. A null field may be left out
- * (clients drop None entries).
+ * The episodes as records, after checking what the schema cannot: all of the rollout's episodes
+ * in env-id order, each of its group's tag and seed. Null fields left out are null again.
  */
-function checkedEpisodes(episodes: readonly Episode[], request: BatchRequest): EpisodeRecord[] {
+function checkedEpisodes(episodes: readonly PlayedEpisode[], request: BatchRequest): EpisodeRecord[] {
   const tags = groupTags(request);
   const size = request.groupSize;
   if (episodes.length !== tags.length * size)
@@ -67,42 +69,17 @@ function checkedEpisodes(episodes: readonly Episode[], request: BatchRequest): E
     );
   episodes.forEach((e, i) => {
     const group = Math.floor(i / size);
-    const expect = (name: string, ok: boolean, allowed: string) => {
+    const expect = (name: keyof PlayedEpisode, ok: boolean, allowed: string) => {
       if (!ok)
-        throw refuse(
-          `played_episodes[${i}].${name}`,
-          `got ${JSON.stringify(e[name]) ?? "nothing"}, expected ${allowed}`,
-        );
+        throw refuse(`played_episodes[${i}].${name}`, `got ${JSON.stringify(e[name])}, expected ${allowed}`);
     };
     expect("env_id", e.env_id === i, `${i} (episodes in env-id order)`);
     expect("group_id", e.group_id === group, `${group}`);
     expect("tag", e.tag === tags[group], JSON.stringify(tags[group]));
     expect("seed", e.seed === request.seed + group, `${request.seed + group} (the rollout's seed + group)`);
-    expect("score", typeof e.score === "number", "a number");
-    expect("success", typeof e.success === "boolean", "a boolean");
-    expect("failure", e.failure == null || typeof e.failure === "string", "null or a string");
-    expect("end_reason", typeof e.end_reason === "string", "a string");
-    expect(
-      "metrics",
-      isPlainObject(e.metrics) && Object.values(e.metrics).every((v) => typeof v === "number"),
-      "a map of numbers",
-    );
-    expect("turns", Array.isArray(e.turns) && e.turns.every(isPlainObject), "an array of maps");
-    const tokens = e.tokens;
-    expect(
-      "tokens",
-      tokens === undefined ||
-        (isPlainObject(tokens) &&
-          typeof tokens.prompt_drift === "number" &&
-          typeof tokens.logprobs_missing === "number" &&
-          (tokens.template_drift == null || typeof tokens.template_drift === "number")),
-      "absent, or a map with prompt_drift, logprobs_missing and template_drift numbers",
-    );
   });
   return episodes.map((e) => {
-    const record: Record<string, unknown> = { ...e, failure: e.failure ?? null };
-    if (isPlainObject(e.tokens))
-      record.tokens = { ...e.tokens, template_drift: e.tokens.template_drift ?? null };
-    return record as unknown as EpisodeRecord;
+    const tokens = e.tokens && { ...e.tokens, template_drift: e.tokens.template_drift ?? null };
+    return { ...e, failure: e.failure ?? null, ...(tokens ? { tokens } : {}) } as unknown as EpisodeRecord;
   });
 }

@@ -1,0 +1,150 @@
+// A rollout played in shares (issue 34, PROTOCOL.md "Shards"): `group_range` plays a part of a
+// rollout exactly as the whole rollout plays it, and `played_episodes` judges every episode as one
+// server judges the batch it played. Bad values are refused naming the field.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { randomPolicy } from "../../src/llm/builtin.ts";
+import { buildServer, type RollgymServer } from "../../src/server/app.ts";
+import { type Frame, playToVerdict, TestClient } from "../helpers/ws-client.ts";
+
+let server: RollgymServer;
+let url: string;
+
+beforeAll(async () => {
+  // Random moves: scores differ, so the filter has something to rank.
+  server = await buildServer({ policy: randomPolicy() });
+  url = await server.listen(0, "127.0.0.1");
+});
+afterAll(async () => {
+  await server.shutdown();
+});
+
+// 5 groups of two tags; top_k keeps int(0.6 × 5) = 3 of them.
+const ROLLOUT = {
+  type: "rollout",
+  mode: "train",
+  tags: [
+    { tag: "SimpleSokoban", groups: 2 },
+    { tag: "FrozenLake", groups: 3 },
+  ],
+  group_size: 3,
+  seed: 11,
+  max_turn: 3,
+  filter: { strategy: "top_k", value: 0.6 },
+};
+
+/** The group frames of rollout `id` received so far, by group id. */
+function groupsOf(client: TestClient, id: string): Frame[] {
+  return client.received
+    .filter((f) => f.type === "group" && f.rollout === id)
+    .sort((a, b) => (a.group as number) - (b.group as number));
+}
+
+/** An episode record as `played_episodes` takes it: the fields the verdict reads. */
+function asPlayed(episode: Frame): Record<string, unknown> {
+  const { env_id, group_id, tag, seed, score, success, failure, end_reason, metrics } = episode;
+  const turns = (episode.turns as Record<string, unknown>[]).map(({ context_dropped, ambiguous_split }) => ({
+    ...(context_dropped === undefined ? {} : { context_dropped }),
+    ...(ambiguous_split === undefined ? {} : { ambiguous_split }),
+  }));
+  return { env_id, group_id, tag, seed, score, success, failure, end_reason, metrics, turns };
+}
+
+/** What a group frame says but its rollout id and per-session sequence number. */
+function content(frame: Frame): Frame {
+  const { rollout: _rollout, seq: _seq, ...rest } = frame;
+  return rest;
+}
+
+describe("a rollout in shares", () => {
+  it("group_range plays those groups as the whole rollout does; played_episodes gives its batch frame", async () => {
+    const client = await TestClient.connect(url);
+    const whole = await playToVerdict(client, { ...ROLLOUT, id: "whole", delivery: "stream" });
+    const wholeGroups = groupsOf(client, "whole");
+    expect(whole.dropped).toHaveLength(2);
+
+    const shares: Frame[] = [];
+    for (const [i, [first, count]] of [
+      [0, 2],
+      [2, 3],
+    ].entries()) {
+      const id = `share${i}`;
+      const verdict = await playToVerdict(client, {
+        ...ROLLOUT,
+        id,
+        delivery: "stream",
+        group_range: { first, count },
+      });
+      // A share's own verdict keeps all of its groups: the filter is the whole rollout's.
+      expect(verdict).toMatchObject({
+        kept: Array.from({ length: count }, (_, k) => first + k),
+        dropped: [],
+      });
+      shares.push(...groupsOf(client, id));
+    }
+    expect(shares.map(content)).toEqual(wholeGroups.map(content));
+
+    const episodes = shares.flatMap((g) => (g.episodes as Frame[]).map(asPlayed));
+    const judged = await playToVerdict(client, {
+      ...ROLLOUT,
+      id: "judged",
+      delivery: "stream",
+      played_episodes: episodes,
+    });
+    const { group_scores, ...verdict } = judged;
+    expect(verdict).toEqual({ ...whole, rollout: "judged" });
+    expect(group_scores).toHaveLength(5);
+    // Nothing was played for it.
+    expect(groupsOf(client, "judged")).toEqual([]);
+    client.close();
+  });
+
+  it("refuses bad shares and bad episodes naming the field", async () => {
+    const client = await TestClient.connect(url);
+    const refusal = async (id: string, extra: Record<string, unknown>): Promise<Frame> => {
+      client.send({ ...ROLLOUT, id, delivery: "stream", ...extra });
+      return client.next((f) => f.type === "error" && f.rollout === id);
+    };
+    expect(await refusal("batch", { delivery: "batch", group_range: { first: 0, count: 1 } })).toMatchObject({
+      code: "bad_frame",
+      field: "group_range",
+    });
+    expect(await refusal("endless", { endless: true, group_range: { first: 0, count: 1 } })).toMatchObject({
+      field: "group_range",
+    });
+    const past = await refusal("past", { group_range: { first: 3, count: 3 } });
+    expect(past).toMatchObject({ code: "bad_frame", field: "group_range.count" });
+    expect(past.message).toContain("allowed: first + count <= 5");
+    expect(await refusal("beyond", { group_range: { first: 5, count: 1 } })).toMatchObject({
+      field: "group_range.first",
+    });
+    expect(await refusal("zero", { group_range: { first: 0, count: 0 } })).toMatchObject({
+      code: "bad_frame",
+      field: "group_range.count",
+    });
+
+    const played = await playToVerdict(client, { ...ROLLOUT, id: "played", delivery: "stream" });
+    expect(played.type).toBe("batch");
+    const episodes = groupsOf(client, "played").flatMap((g) => (g.episodes as Frame[]).map(asPlayed));
+    const few = await refusal("few", { played_episodes: episodes.slice(1) });
+    expect(few).toMatchObject({ code: "bad_frame", field: "played_episodes" });
+    expect(few.message).toContain("got 14 episodes; the request's 5 groups × group_size 3 make 15");
+    const swapped = [episodes[1], episodes[0], ...episodes.slice(2)];
+    expect(await refusal("order", { played_episodes: swapped })).toMatchObject({
+      field: "played_episodes[0].env_id",
+    });
+    const badScore = episodes.map((e, i) => (i === 4 ? { ...e, score: "high" } : e));
+    const scored = await refusal("score", { played_episodes: badScore });
+    expect(scored).toMatchObject({ field: "played_episodes[4].score" });
+    expect(scored.message).toContain("played_episodes[4].score");
+    const extra = await refusal("extra", {
+      played_episodes: episodes.map((e) => ({ ...e, turns_text: "x" })),
+    });
+    expect(extra).toMatchObject({ code: "bad_frame", field: "played_episodes[0].turns_text" });
+    const otherSeed = await refusal("seed", { seed: 12, played_episodes: episodes });
+    expect(otherSeed).toMatchObject({ field: "played_episodes[0].seed" });
+    expect(
+      await refusal("both", { group_range: { first: 0, count: 1 }, played_episodes: episodes }),
+    ).toMatchObject({ field: "played_episodes" });
+    client.close();
+  });
+});

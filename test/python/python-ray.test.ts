@@ -5,6 +5,7 @@
 // the Ray tests are skipped with the reason in their name and a warning, never passed; the
 // import guard is checked with Debian's Python, which has no Ray.
 import { spawnSync } from "node:child_process";
+import { readFileSync } from "node:fs";
 import { homedir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
@@ -56,6 +57,18 @@ function runCheck(script: string, timeoutMs: number): Record<string, unknown> {
   return JSON.parse(result.stdout.trim().split("\n").at(-1) ?? "{}") as Record<string, unknown>;
 }
 
+const EXAMPLE = "python/examples/ray_shards.py";
+
+describe("docs/ray.md's example", () => {
+  it(`is ${EXAMPLE}, word for word`, () => {
+    const doc = readFileSync(join(ROOT, "docs", "ray.md"), "utf8");
+    const at = doc.indexOf(`<!-- ${EXAMPLE} `);
+    expect(at, `the ${EXAMPLE} marker in docs/ray.md`).toBeGreaterThanOrEqual(0);
+    const block = /```python\n([\s\S]*?)```/.exec(doc.slice(at));
+    expect(block?.[1]).toBe(readFileSync(join(ROOT, EXAMPLE), "utf8"));
+  });
+});
+
 describe("rollgym_client.ray without Ray", () => {
   it("refuses to import with an ImportError that says how to install Ray", () => {
     const result = python(PLAIN_PYTHON, ["-c", "import rollgym_client.ray"], 60_000);
@@ -85,5 +98,18 @@ describe.skipIf(missing !== null)(
         sharded: ["train-filtered-batch", "train-filtered-stream", "train-step", "val"],
       });
     }, 300_000);
+
+    it(`${EXAMPLE} runs as written: two shards, one filtered batch`, () => {
+      // No PYTHONPATH: the example finds the checkout's client by its own sys.path line.
+      const result = python(RAY_PYTHON, [EXAMPLE, "2"], 180_000, {
+        ROLLGYM_COMMAND: COMMAND,
+        PYTHONPATH: "",
+      });
+      expect(result.status, `${result.stdout}\n${result.stderr}`).toBe(0);
+      expect(result.stdout).toContain("shards: ['ok', 'ok']");
+      // top_k 0.5 of 6 groups keeps 3: 12 episodes.
+      expect(result.stdout).toMatch(/^kept groups \[\d, \d, \d\] of 6, 12 episodes, scores \[/m);
+      expect(result.stdout).toMatch(/^success \d\.\d{3}$/m);
+    }, 240_000);
   },
 );

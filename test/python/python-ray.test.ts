@@ -85,7 +85,7 @@ describe("rollgym_client.ray without Ray", () => {
 describe.skipIf(missing !== null)(
   `rollgym shards as Ray actors${missing ? ` (skipped: ${missing})` : ""}`,
   () => {
-    it("1, 2 and 3 shards: /healthz ok, the same batch as a lone server, merged batches equal to one server's, a clean stop", () => {
+    it("1, 2 and 3 shards: /healthz ok, the same batch as a lone server, merged batches equal to one server's (built-in policy, mock engine), a clean stop", () => {
       expect(runCheck("ray_check.py", 240_000)).toMatchObject({
         ok: true,
         checked: [
@@ -96,6 +96,8 @@ describe.skipIf(missing !== null)(
         episodes: 16,
         // ShardedClient.rollout over 1, 2 and 3 shards equals one server's batch for each.
         sharded: ["train-filtered-batch", "train-filtered-stream", "train-step", "val"],
+        // And against the mock engine (a remote engine, seeded requests).
+        mock_sharded: ["mock-train-filtered", "mock-val-stream"],
       });
     }, 300_000);
 

@@ -6,8 +6,10 @@ Environment:
 For 1, 2 and 3 shards placed by a ShardGroup: every shard answers /healthz with status ok on
 its own URL, plays the same request into the same batch as every other shard and as a shard
 started outside Ray (a group is a pure function of its request and index, which is what makes
-sharding sound), and stops cleanly on SIGTERM (exit code 0, then /healthz down). Prints one
-JSON summary line; exits non-zero with a message when a check fails.
+sharding sound), and stops cleanly on SIGTERM (exit code 0, then /healthz down); and
+ShardedClient.rollout over the shards gives one server's batch (but PER_PROCESS) for SHARDED with
+the built-in random policy and MOCK_SHARDED against the mock engine. Prints one JSON summary
+line; exits non-zero with a message when a check fails.
 """
 
 from __future__ import annotations
@@ -15,7 +17,11 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
+import signal
+import subprocess
 import sys
+import threading
 import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -41,6 +47,11 @@ SHARDED = {
     "train-filtered-stream": dict(tags={"CoordSokoban": 2, "FrozenLake": 3}, group_size=4, seed=7, max_turn=3, filter={"strategy": "top_k", "value": 0.6}, delivery="stream"),
     "train-step": dict(tag="FrozenLake", groups=5, group_size=3, step=2),
     "val": dict(tag="CoordSokoban", groups=5, group_size=2, mode="val", max_turn=2),
+}
+# The same against the mock engine (a remote engine: chat requests, token counts, sampling seeds).
+MOCK_SHARDED = {
+    "mock-train-filtered": dict(tags={"CoordSokoban": 2, "FrozenLake": 2}, group_size=3, seed=5, max_turn=3, filter={"strategy": "top_k", "value": 0.5}),
+    "mock-val-stream": dict(tag="FrozenLake", groups=3, group_size=2, mode="val", max_turn=2, delivery="stream"),
 }
 # Fields that differ between processes and are left out of the comparison: the rollout id
 # (each shard plays its own share id) and each group frame's seq (a per-session counter).
@@ -93,11 +104,6 @@ def comparable(batch: Batch) -> dict:
     })
 
 
-def one_server(url: str) -> dict:
-    with Client(url) as client:
-        return {name: comparable(client.rollout(**request)) for name, request in SHARDED.items()}
-
-
 def answers(url: str) -> bool:
     try:
         with urllib.request.urlopen(url + "/healthz", timeout=5):
@@ -123,45 +129,94 @@ def diff(a, b, path="") -> str:
     return f"{path}: {a!r} != {b!r}"
 
 
+def start_mock_engine() -> "tuple[subprocess.Popen, str]":
+    """`rollgym mock-engine` without latency: with a request seed its answer depends only on the
+    seed and the prompt (docs/mock-engine.md), so every shard gets the answers one server gets."""
+    engine = subprocess.Popen(
+        COMMAND + ["mock-engine", "--port", "0", "--latency-model", "none", "--model", "mock"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    )
+    assert engine.stdout is not None
+    for line in engine.stdout:
+        match = re.search(r"listening on (http://\S+)", line)
+        if match:
+            # Keep reading its output so it never blocks on a full pipe.
+            threading.Thread(target=engine.stdout.read, daemon=True).start()
+            return engine, match.group(1)
+    raise AssertionError(f"the mock engine printed no URL (exit {engine.wait()})")
+
+
+def one_server_of(options: dict, requests: dict) -> dict:
+    shard = RollgymShard(COMMAND, **options)
+    shard.start()
+    try:
+        with Client(shard.url()) as client:
+            return {name: comparable(client.rollout(**request)) for name, request in requests.items()}
+    finally:
+        check(shard.stop() == 0, f"the reference shard did not exit 0:\n{shard.output()}")
+
+
+def sharded_equals(count: int, options: dict, requests: dict, alone: dict, per_shard=None) -> None:
+    """`count` shards of a ShardGroup play every request sharded into one server's batch."""
+    group = ShardGroup(count, num_cpus=0.25, command=COMMAND, **options)
+    try:
+        urls = group.urls
+        check(len(set(urls)) == count, f"{count} shards: expected distinct URLs, got {urls}")
+        health = group.health()
+        check(all(h.get("status") == "ok" for h in health), f"{count} shards: /healthz {health}")
+        if per_shard is not None:
+            for url in urls:
+                per_shard(url)
+        with ShardedClient(urls) as sharded:
+            for name, request in requests.items():
+                merged = comparable(sharded.rollout(**request))
+                check(merged == alone[name], f"{count} shards, {name}: the merged batch differs from one server's:\n{diff(merged, alone[name])}")
+    finally:
+        codes = group.stop()
+    check(codes == [0] * count, f"{count} shards: exit codes {codes}, expected 0 each")
+    for url in urls:
+        check(not answers(url), f"{count} shards: {url} still answers /healthz after stop()")
+
+
 def main() -> None:
     reference_shard = RollgymShard(COMMAND, args=SERVE_ARGS)
     reference_shard.start()
     try:
         reference = played(reference_shard.url())
-        alone = one_server(reference_shard.url())
     finally:
         check(reference_shard.stop() == 0, f"the reference shard did not exit 0:\n{reference_shard.output()}")
     check(len(reference["episodes"]) == 16, f"expected 16 episodes, got {len(reference['episodes'])}")
 
-    # The actors import rollgym_client from this checkout (an installed client needs nothing).
-    runtime_env = {"env_vars": {"PYTHONPATH": PYTHON_DIR}}
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env=runtime_env)
-    checked = []
+    def same_as_reference(url: str) -> None:
+        check(played(url) == reference, f"{url} played another batch than the reference")
+
+    engine, engine_url = start_mock_engine()
     try:
-        for count in SHARD_COUNTS:
-            group = ShardGroup(count, num_cpus=0.25, command=COMMAND, args=SERVE_ARGS)
-            try:
-                urls = group.urls
-                check(len(set(urls)) == count, f"{count} shards: expected distinct URLs, got {urls}")
-                health = group.health()
-                check(all(h.get("status") == "ok" for h in health), f"{count} shards: /healthz {health}")
-                for url in urls:
-                    check(played(url) == reference, f"{count} shards: {url} played another batch than the reference")
-                with ShardedClient(urls) as sharded:
-                    for name, request in SHARDED.items():
-                        merged = comparable(sharded.rollout(**request))
-                        check(merged == alone[name], f"{count} shards, {name}: the merged batch differs from one server's:\n{diff(merged, alone[name])}")
-            finally:
-                codes = group.stop()
-            check(codes == [0] * count, f"{count} shards: exit codes {codes}, expected 0 each")
-            for url in urls:
-                check(not answers(url), f"{count} shards: {url} still answers /healthz after stop()")
-            checked.append({"shards": count, "urls": len(urls)})
+        builtin = {"args": SERVE_ARGS}
+        mock = {"llm": engine_url, "model": "mock"}
+        alone = one_server_of(builtin, SHARDED)
+        alone_mock = one_server_of(mock, MOCK_SHARDED)
+        # The actors import rollgym_client from this checkout (an installed client needs nothing).
+        runtime_env = {"env_vars": {"PYTHONPATH": PYTHON_DIR}}
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env=runtime_env)
+        checked = []
+        try:
+            for count in SHARD_COUNTS:
+                sharded_equals(count, builtin, SHARDED, alone, same_as_reference)
+                sharded_equals(count, mock, MOCK_SHARDED, alone_mock)
+                checked.append({"shards": count, "urls": count})
+        finally:
+            ray.shutdown()
     finally:
-        ray.shutdown()
-    dropped = {name: len(batch["dropped"]) for name, batch in alone.items()}
-    check(dropped["train-filtered-batch"] > 0, f"the filter dropped nothing, so it was not compared: {dropped}")
-    print(json.dumps({"ok": True, "checked": checked, "episodes": len(reference["episodes"]), "sharded": sorted(SHARDED), "dropped": dropped}))
+        os.killpg(engine.pid, signal.SIGTERM)
+        engine.wait(30)
+    dropped = {name: len(batch["dropped"]) for name, batch in {**alone, **alone_mock}.items()}
+    for name in ("train-filtered-batch", "mock-train-filtered"):
+        check(dropped[name] > 0, f"the filter dropped nothing in {name}, so its ranking was not compared: {dropped}")
+    print(json.dumps({
+        "ok": True, "checked": checked, "episodes": len(reference["episodes"]),
+        "sharded": sorted(SHARDED), "mock_sharded": sorted(MOCK_SHARDED), "dropped": dropped,
+    }))
 
 
 if __name__ == "__main__":

@@ -220,7 +220,9 @@ class RollgymShard:
         return "\n".join(self._tail)
 
 
-# The shard as a Ray actor; its process is ended when the actor is (ray.kill, actor exit).
+# The shard as a Ray actor. An actor that ends without stop() (ray.kill, a crash) takes its
+# server with it: Ray's raylet ends a worker's child processes when the worker exits (checked
+# in test/python/ray_check.py).
 ShardActor = ray.remote(RollgymShard)
 
 

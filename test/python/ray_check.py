@@ -22,6 +22,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -31,7 +32,7 @@ sys.path.insert(0, PYTHON_DIR)
 import ray  # noqa: E402
 
 from rollgym_client import Batch, Client  # noqa: E402
-from rollgym_client.ray import RollgymShard, ShardGroup  # noqa: E402
+from rollgym_client.ray import RollgymShard, ShardActor, ShardGroup  # noqa: E402
 from rollgym_client.sharded import ShardedClient  # noqa: E402
 
 COMMAND = json.loads(os.environ["ROLLGYM_COMMAND"])
@@ -178,6 +179,19 @@ def sharded_equals(count: int, options: dict, requests: dict, alone: dict, per_s
         check(not answers(url), f"{count} shards: {url} still answers /healthz after stop()")
 
 
+def killed_actor_stops_its_server() -> None:
+    """An actor Ray kills gets no chance to call stop(): its server goes anyway (Ray ends a
+    dead worker's child processes, even one in a session of its own)."""
+    actor = ShardActor.options(num_cpus=0.25).remote(COMMAND, args=SERVE_ARGS)
+    url = ray.get(actor.start.remote())
+    check(answers(url), f"the shard at {url} does not answer")
+    ray.kill(actor)
+    deadline = time.monotonic() + 60
+    while answers(url) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    check(not answers(url), f"a shard actor killed by Ray left its server at {url} running")
+
+
 def main() -> None:
     reference_shard = RollgymShard(COMMAND, args=SERVE_ARGS)
     reference_shard.start()
@@ -205,6 +219,7 @@ def main() -> None:
                 sharded_equals(count, builtin, SHARDED, alone, same_as_reference)
                 sharded_equals(count, mock, MOCK_SHARDED, alone_mock)
                 checked.append({"shards": count, "urls": count})
+            killed_actor_stops_its_server()
         finally:
             ray.shutdown()
     finally:

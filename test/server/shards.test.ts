@@ -79,6 +79,9 @@ describe("a rollout in shares", () => {
         kept: Array.from({ length: count }, (_, k) => first + k),
         dropped: [],
       });
+      // Its progress counts its own episodes.
+      const progress = client.received.filter((f) => f.type === "progress" && f.rollout === id).at(-1);
+      expect(progress).toMatchObject({ episodes_done: count * 3, episodes_total: count * 3 });
       shares.push(...groupsOf(client, id));
     }
     expect(shares.map(content)).toEqual(wholeGroups.map(content));

@@ -86,8 +86,8 @@ export function admitRollout(state: ServerState, session: Session, frame: Rollou
 
 /**
  * A shard's share must be a part of the rollout every shard resolves alike: its groups go out
- * as they finish (stream), the rollout ends, and its seeds do not depend on the server (a
- * random train base would differ per shard).
+ * as they finish (stream), and its seeds do not depend on the server (a random train base would
+ * differ per shard).
  */
 function checkGroupRange(state: ServerState, frame: RolloutRequest, range: GroupRange): void {
   const refuse = (field: string, message: string) => new RollgymError("bad_frame", { message }, field);
@@ -96,16 +96,13 @@ function checkGroupRange(state: ServerState, frame: RolloutRequest, range: Group
       "group_range",
       'group_range plays a shard\'s share of a rollout: it needs delivery "stream", not "batch"',
     );
-  if (frame.endless === true)
-    throw refuse(
-      "group_range",
-      "group_range shares a finite rollout's groups; an endless stream has no last group",
-    );
+  // An endless stream's share is the same range of every window.
   const total = frame.tags.reduce((n, t) => n + t.groups, 0);
+  const whose = frame.endless === true ? "a window's" : "the rollout's";
   if (range.first + range.count > total)
     throw refuse(
       range.first >= total ? "group_range.first" : "group_range.count",
-      `group_range ${range.first}..${range.first + range.count - 1} passes the rollout's ${total} groups (0..${total - 1}); allowed: first + count <= ${total}`,
+      `group_range ${range.first}..${range.first + range.count - 1} passes ${whose} ${total} groups (0..${total - 1}); allowed: first + count <= ${total}`,
     );
   if (frame.seed === undefined && (frame.mode ?? "train") === "train" && state.config.seed.train === null)
     throw refuse(

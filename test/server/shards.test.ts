@@ -4,7 +4,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { randomPolicy } from "../../src/llm/builtin.ts";
 import { buildServer, type RollgymServer } from "../../src/server/app.ts";
-import { type Frame, playToVerdict, TestClient } from "../helpers/ws-client.ts";
+import { type Frame, playToVerdict, TestClient, until } from "../helpers/ws-client.ts";
 
 let server: RollgymServer;
 let url: string;
@@ -47,6 +47,40 @@ function asPlayed(episode: Frame): Record<string, unknown> {
     ...(ambiguous_split === undefined ? {} : { ambiguous_split }),
   }));
   return { env_id, group_id, tag, seed, score, success, failure, end_reason, metrics, turns };
+}
+
+/**
+ * Plays an endless stream until `windows` window frames arrived, acknowledging its groups, then
+ * cancels it: its group and window frames.
+ */
+async function playWindows(
+  client: TestClient,
+  stream: Frame,
+  windows: number,
+): Promise<{ groups: Frame[]; windows: Frame[] }> {
+  const id = stream.id;
+  const ack = () => {
+    const f = client.received.at(-1)!;
+    if (f.type === "group" && f.rollout === id) client.send({ type: "ack", rollout: id, groups: [f.group] });
+  };
+  client.ws.on("message", ack);
+  client.send({ type: "credit", groups: 1000 });
+  client.send(stream);
+  try {
+    await until(
+      () => client.received.filter((f) => f.type === "window" && f.rollout === id).length >= windows,
+    );
+    client.send({ type: "cancel", rollout: id });
+    await client.next((f) => f.type === "batch" && f.rollout === id);
+    client.send({ type: "ack", rollout: id, groups: [], batch: true });
+  } finally {
+    client.ws.off("message", ack);
+  }
+  const frames = client.received.filter((f) => f.rollout === id);
+  return {
+    groups: groupsOf(client, id as string).filter((g) => (g.window as number) < windows),
+    windows: frames.filter((f) => f.type === "window" && (f.window as number) < windows),
+  };
 }
 
 /** What a group frame says but its rollout id and per-session sequence number. */
@@ -101,6 +135,69 @@ describe("a rollout in shares", () => {
     client.close();
   });
 
+  it("an endless stream in shares: each window's share as the whole stream plays it, judged as its window", async () => {
+    // Windows of 4 groups; top_k keeps int(0.5 × 4) = 2 of each.
+    const stream = {
+      ...ROLLOUT,
+      tags: [
+        { tag: "SimpleSokoban", groups: 2 },
+        { tag: "FrozenLake", groups: 2 },
+      ],
+      filter: { strategy: "top_k", value: 0.5 },
+      delivery: "stream",
+      endless: true,
+    };
+    const client = await TestClient.connect(url);
+    const whole = await playWindows(client, { ...stream, id: "endless" }, 2);
+    const shares = [
+      await playWindows(client, { ...stream, id: "half0", group_range: { first: 0, count: 2 } }, 2),
+      await playWindows(client, { ...stream, id: "half1", group_range: { first: 2, count: 2 } }, 2),
+    ];
+    for (const w of [0, 1]) {
+      const inWindow = (frames: Frame[]) => frames.filter((g) => g.window === w);
+      const merged = shares
+        .flatMap((share) => inWindow(share.groups))
+        .sort((a, b) => (a.group as number) - (b.group as number));
+      expect(merged.map(content)).toEqual(inWindow(whole.groups).map(content));
+      // The window's episodes as a rollout of its own: seeds from seed + w × 4, ids from 0.
+      const first = w * 4;
+      const episodes = merged.flatMap((g) =>
+        (g.episodes as Frame[]).map((e) => ({
+          ...asPlayed(e),
+          env_id: (e.env_id as number) - first * 3,
+          group_id: (e.group_id as number) - first,
+        })),
+      );
+      const judged = await playToVerdict(client, {
+        ...ROLLOUT,
+        ...stream,
+        endless: undefined,
+        id: `window${w}`,
+        seed: (ROLLOUT.seed as number) + first,
+        played_episodes: episodes,
+      });
+      const window = whole.windows.find((f) => f.window === w)!;
+      const shift = (ids: unknown) => (ids as number[]).map((g) => g + first);
+      expect({
+        kept: shift(judged.kept),
+        dropped: shift(judged.dropped),
+        failed_groups: shift(judged.failed_groups),
+        metrics: judged.metrics,
+        episodes: judged.episodes,
+        failed: judged.failed,
+      }).toEqual({
+        kept: window.kept,
+        dropped: window.dropped,
+        failed_groups: window.failed_groups,
+        metrics: window.metrics,
+        episodes: window.episodes,
+        failed: window.failed,
+      });
+      expect(window.dropped).toHaveLength(2);
+    }
+    client.close();
+  });
+
   it("refuses bad shares and bad episodes naming the field", async () => {
     const client = await TestClient.connect(url);
     const refusal = async (id: string, extra: Record<string, unknown>): Promise<Frame> => {
@@ -109,9 +206,6 @@ describe("a rollout in shares", () => {
     };
     expect(await refusal("batch", { delivery: "batch", group_range: { first: 0, count: 1 } })).toMatchObject({
       code: "bad_frame",
-      field: "group_range",
-    });
-    expect(await refusal("endless", { endless: true, group_range: { first: 0, count: 1 } })).toMatchObject({
       field: "group_range",
     });
     const past = await refusal("past", { group_range: { first: 3, count: 3 } });

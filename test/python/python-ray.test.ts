@@ -85,7 +85,7 @@ describe("rollgym_client.ray without Ray", () => {
 describe.skipIf(missing !== null)(
   `rollgym shards as Ray actors${missing ? ` (skipped: ${missing})` : ""}`,
   () => {
-    it("1, 2 and 3 shards: /healthz ok, the same batch as a lone server, merged batches equal to one server's (built-in policy, mock engine), a clean stop", () => {
+    it("1, 2 and 3 shards: /healthz ok, the same batch as a lone server, merged batches and endless-stream windows equal to one server's (built-in policy, mock engine), a clean stop", () => {
       expect(runCheck("ray_check.py", 240_000)).toMatchObject({
         ok: true,
         checked: [
@@ -98,6 +98,8 @@ describe.skipIf(missing !== null)(
         sharded: ["train-filtered-batch", "train-filtered-stream", "train-step", "val"],
         // And against the mock engine (a remote engine, seeded requests).
         mock_sharded: ["mock-train-filtered", "mock-val-stream"],
+        // And ShardedClient.stream: the first two windows of an endless stream.
+        stream_windows: 2,
       });
     }, 300_000);
 

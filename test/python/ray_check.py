@@ -8,7 +8,8 @@ its own URL, plays the same request into the same batch as every other shard and
 started outside Ray (a group is a pure function of its request and index, which is what makes
 sharding sound), and stops cleanly on SIGTERM (exit code 0, then /healthz down); and
 ShardedClient.rollout over the shards gives one server's batch (but PER_PROCESS) for SHARDED with
-the built-in random policy and MOCK_SHARDED against the mock engine. Prints one JSON summary
+the built-in random policy and MOCK_SHARDED against the mock engine, and ShardedClient.stream
+the first windows of one server's endless stream (groups and window verdicts). Prints one JSON summary
 line; exits non-zero with a message when a check fails.
 """
 
@@ -54,6 +55,9 @@ MOCK_SHARDED = {
     "mock-train-filtered": dict(tags={"CoordSokoban": 2, "FrozenLake": 2}, group_size=3, seed=5, max_turn=3, filter={"strategy": "top_k", "value": 0.5}),
     "mock-val-stream": dict(tag="FrozenLake", groups=3, group_size=2, mode="val", max_turn=2, delivery="stream"),
 }
+# An endless stream (windows of 5 groups, 3 kept of each), compared over its first windows.
+STREAM = dict(tags={"CoordSokoban": 2, "FrozenLake": 3}, group_size=3, seed=21, max_turn=3, filter={"strategy": "top_k", "value": 0.6})
+STREAM_WINDOWS = 2
 # Fields that differ between processes and are left out of the comparison: the rollout id
 # (each shard plays its own share id) and each group frame's seq (a per-session counter).
 PER_PROCESS = ("rollout", "seq")
@@ -88,21 +92,37 @@ def played(url: str) -> dict:
     })
 
 
+def comparable_group(g) -> dict:
+    return clean({
+        "group": g.group, "tag": g.tag, "seed": g.seed, "kept": g.kept, "score": g.score, "failed": g.failed,
+        "window": g.window, "episodes": g.episodes, "arrays": {k: v.tolist() for k, v in sorted(g.arrays.items())},
+    })
+
+
 def comparable(batch: Batch) -> dict:
     """Everything a trainer reads of a batch but PER_PROCESS."""
-    groups = [
-        {
-            "group": g.group, "tag": g.tag, "seed": g.seed, "kept": g.kept, "score": g.score, "failed": g.failed,
-            "episodes": g.episodes, "arrays": {k: v.tolist() for k, v in sorted(g.arrays.items())},
-        }
-        for g in batch.groups
-    ]
+    groups = [comparable_group(g) for g in batch.groups]
     verdict = {k: v for k, v in batch.verdict.items() if k not in PER_PROCESS}
     return clean({
         "groups": groups, "verdict": verdict, "kept": batch.kept, "dropped": batch.dropped,
         "failed_groups": batch.failed_groups, "metrics": batch.metrics, "episodes": batch.num_episodes,
         "failed": batch.failed, "arrays": {k: v.tolist() for k, v in batch.arrays("kept").items()},
     })
+
+
+def first_windows(stream) -> dict:
+    """The groups and window verdicts of an endless stream's first STREAM_WINDOWS windows, then
+    cancels it. A group's kept flag is left out: the window verdicts say it (one server's client
+    sets it only on groups it still holds when the verdict comes)."""
+    groups = []
+    for g in stream:
+        if g.window < STREAM_WINDOWS:
+            groups.append({k: v for k, v in comparable_group(g).items() if k not in ("kept", "failed")})
+        if all(w in stream.windows for w in range(STREAM_WINDOWS)):
+            break
+    stream.close()
+    windows = [{k: v for k, v in stream.windows[w].items() if k not in PER_PROCESS} for w in range(STREAM_WINDOWS)]
+    return clean({"groups": sorted(groups, key=lambda g: g["group"]), "windows": windows})
 
 
 def answers(url: str) -> bool:
@@ -152,7 +172,10 @@ def one_server_of(options: dict, requests: dict) -> dict:
     shard.start()
     try:
         with Client(shard.url()) as client:
-            return {name: comparable(client.rollout(**request)) for name, request in requests.items()}
+            alone = {name: comparable(client.rollout(**request)) for name, request in requests.items()}
+            if options.get("args") == SERVE_ARGS:
+                alone["endless-stream"] = first_windows(client.stream(**STREAM, endless=True))
+            return alone
     finally:
         check(shard.stop() == 0, f"the reference shard did not exit 0:\n{shard.output()}")
 
@@ -172,6 +195,9 @@ def sharded_equals(count: int, options: dict, requests: dict, alone: dict, per_s
             for name, request in requests.items():
                 merged = comparable(sharded.rollout(**request))
                 check(merged == alone[name], f"{count} shards, {name}: the merged batch differs from one server's:\n{diff(merged, alone[name])}")
+            if "endless-stream" in alone:
+                merged = first_windows(sharded.stream(**STREAM))
+                check(merged == alone["endless-stream"], f"{count} shards: the endless stream differs from one server's:\n{diff(merged, alone['endless-stream'])}")
     finally:
         codes = group.stop()
     check(codes == [0] * count, f"{count} shards: exit codes {codes}, expected 0 each")
@@ -225,12 +251,15 @@ def main() -> None:
     finally:
         os.killpg(engine.pid, signal.SIGTERM)
         engine.wait(30)
+    stream_windows = alone.pop("endless-stream")["windows"]
+    check(all(w["dropped"] for w in stream_windows), f"a stream window dropped nothing, so its ranking was not compared: {stream_windows}")
     dropped = {name: len(batch["dropped"]) for name, batch in {**alone, **alone_mock}.items()}
     for name in ("train-filtered-batch", "mock-train-filtered"):
         check(dropped[name] > 0, f"the filter dropped nothing in {name}, so its ranking was not compared: {dropped}")
     print(json.dumps({
         "ok": True, "checked": checked, "episodes": len(reference["episodes"]),
         "sharded": sorted(SHARDED), "mock_sharded": sorted(MOCK_SHARDED), "dropped": dropped,
+        "stream_windows": len(stream_windows),
     }))
 
 

@@ -117,6 +117,8 @@ class ShardedClient:
         (no ``on_progress``, and none of the stream pacing options). ``delivery="batch"`` gives the
         kept groups with their filter scores, ``"stream"`` every group, as one server does."""
         _refuse_unsharded("rollout", options)
+        if delivery not in ("batch", "stream"):
+            raise ValueError(f'delivery must be "batch" or "stream", not {delivery!r}')
         tag_list = normalize_tags(tags, tag, groups)
         total = sum(t["groups"] for t in tag_list)
         rid = rollout_id if rollout_id is not None else f"sharded-{uuid.uuid4().hex[:12]}"

@@ -114,11 +114,13 @@ def first_windows(stream) -> dict:
     """The groups and window verdicts of an endless stream's first STREAM_WINDOWS windows, then
     cancels it. A group's kept flag is left out: the window verdicts say it (one server's client
     sets it only on groups it still holds when the verdict comes)."""
+    per_window = sum(STREAM["tags"].values())
     groups = []
     for g in stream:
         if g.window < STREAM_WINDOWS:
             groups.append({k: v for k, v in comparable_group(g).items() if k not in ("kept", "failed")})
-        if all(w in stream.windows for w in range(STREAM_WINDOWS)):
+        # A window's verdict can come before its groups are iterated (they wait in the client).
+        if len(groups) == STREAM_WINDOWS * per_window and all(w in stream.windows for w in range(STREAM_WINDOWS)):
             break
     stream.close()
     windows = [{k: v for k, v in stream.windows[w].items() if k not in PER_PROCESS} for w in range(STREAM_WINDOWS)]

@@ -103,6 +103,41 @@ export type Filter = Static<typeof FilterSchema>;
 export const TagRequestSchema = map({ tag: Id, groups: GroupCount });
 export type TagRequest = Static<typeof TagRequestSchema>;
 
+/**
+ * What a rollout's verdict reads of an episode it did not play (`played_episodes`): its record's
+ * fields of these names, as its group frame carried them; a null field may be left out.
+ */
+export const PlayedEpisodeSchema = map({
+  env_id: EnvId,
+  group_id: GroupId,
+  tag: Type.String(),
+  seed: Seed,
+  score: Type.Number(),
+  success: Type.Boolean(),
+  failure: Type.Optional(Type.Union([Type.String(), Type.Null()])),
+  end_reason: Type.String(),
+  /** RAGEN metric name → value. */
+  metrics: Type.Refine(Type.Record(Type.String({ pattern: "^.+$" }), Type.Number()), isMap, mustBeMap),
+  /** Per turn, what the context tally counts. */
+  turns: Type.Array(
+    map({ context_dropped: Type.Optional(Count), ambiguous_split: Type.Optional(Type.Boolean()) }),
+    { maxItems: MAX_ITEMS },
+  ),
+  /** Token mode: the log's drift counts. */
+  tokens: Type.Optional(
+    map({
+      prompt_drift: Count,
+      logprobs_missing: Count,
+      template_drift: Type.Optional(Type.Union([Count, Type.Null()])),
+    }),
+  ),
+});
+export type PlayedEpisode = Static<typeof PlayedEpisodeSchema>;
+
+/** A shard's share of a rollout: groups first .. first + count - 1 (PROTOCOL.md "Shards"). */
+export const GroupRangeSchema = map({ first: GroupId, count: GroupCount });
+export type GroupRange = Static<typeof GroupRangeSchema>;
+
 export const RolloutRequestSchema = map({
   type: Type.Literal("rollout"),
   id: Id,
@@ -123,6 +158,18 @@ export const RolloutRequestSchema = map({
    * follow each other (group k plays seed + k) until `cancel` (PROTOCOL.md "Endless streams").
    */
   endless: Type.Optional(Type.Boolean()),
+  /**
+   * Stream delivery only: play only these groups of the rollout, numbered, seeded and sampled as
+   * the whole rollout plays them; its verdict keeps every group (`played_episodes` gives the
+   * whole rollout's).
+   */
+  group_range: Type.Optional(GroupRangeSchema),
+  /**
+   * Every episode of the rollout in env-id order, played elsewhere (by shards, `group_range`):
+   * the server plays nothing and answers with the rollout's `batch` frame over them, as if it
+   * had played them (PROTOCOL.md "Shards").
+   */
+  played_episodes: Type.Optional(Type.Array(PlayedEpisodeSchema, { maxItems: MAX_ITEMS })),
   // Pacing against the trainer's weight versions (settings.ts ASYNC); omitted: the configured value.
   ...WIRE_ASYNC,
 });
@@ -372,6 +419,8 @@ export const BatchFrameSchema = map({
   ...verdictFields,
   /** Endless streams: the windows whose `window` frame was sent. */
   windows: Type.Optional(Count),
+  /** A `played_episodes` rollout's: each group's filter score, as batch delivery's group frames carry it. */
+  group_scores: Type.Optional(Type.Array(Type.Union([Type.Number(), Type.Null()]))),
 });
 export type BatchFrame = Static<typeof BatchFrameSchema>;
 

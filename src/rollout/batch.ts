@@ -47,6 +47,11 @@ export interface BatchRequest {
   minResponseTokens?: number;
   /** Token in, token out: every episode keeps its exact token log (see token-episode.ts). */
   tokens?: boolean;
+  /**
+   * A shard's share: only groups first .. first + count - 1 are played, numbered, seeded and
+   * sampled as in the whole batch; no filter runs (the whole batch's comes from settleBatch).
+   */
+  groupRange?: { first: number; count: number };
 }
 
 export interface BatchHooks extends TurnHooks {
@@ -300,10 +305,11 @@ export async function playBatch(
   const batchId = ++batchCounter;
   const context = emptyTally();
   const byGroup: EpisodeRecord[][] = [];
-  let next = 0;
+  let next = request.groupRange?.first ?? 0;
+  const end = request.groupRange ? next + request.groupRange.count : tags.length;
   const notStarted: number[] = [];
   const playGroups = async (): Promise<void> => {
-    while (next < tags.length) {
+    while (next < end) {
       const group = next++;
       if (!hooks.signal?.aborted) await hooks.admitGroup?.(group);
       // Cancelled before it started: nothing is built or played for it (a cancelled 4096-group
@@ -350,10 +356,25 @@ export async function playBatch(
       byGroup[group] = retain ? records : records.map((r) => ({ ...r, turns: [], final_state: "" }));
     }
   };
-  const workers = Math.min(hooks.maxConcurrentGroups ?? tags.length, tags.length);
+  const played = end - (request.groupRange?.first ?? 0);
+  const workers = Math.min(hooks.maxConcurrentGroups ?? played, played);
   await Promise.all(Array.from({ length: workers }, playGroups));
+  return settleBatch(byGroup.flat(), request, notStarted, context);
+}
 
-  const records = byGroup.flat();
+/**
+ * A played batch's outcome from its episodes in env-id order: scores (when they depend on more
+ * than the group), the filter's verdict (none for a shard's share) and RAGEN's metrics;
+ * `context` is tallyContext's count over the episodes. The server's `verdict` frame runs this on
+ * the episodes shards played, so a sharded batch is judged as one server judges it.
+ */
+export function settleBatch(
+  records: EpisodeRecord[],
+  request: BatchRequest,
+  notStarted: number[],
+  context: Record<string, number>,
+): BatchResult {
+  const tags = groupTags(request);
   if (!groupLocalScores(request)) scoreEpisodes(records, request);
 
   const groups = groupResults(records, request);
@@ -373,7 +394,7 @@ export async function playBatch(
   const scored = groups.filter((g) => !g.failed);
   const metrics: Record<string, number> = tagMetrics(records, request);
   // RAGEN filters training batches only; validation keeps every group.
-  if (request.mode === "val" || isNoOpFilter(request)) {
+  if (request.mode === "val" || isNoOpFilter(request) || request.groupRange) {
     for (const g of scored) g.kept = true;
   } else if (scored.length > 0) {
     const filter = runGroupFilter(
@@ -390,6 +411,13 @@ export async function playBatch(
   metrics["rollgym/failed_episodes"] = failed;
   Object.assign(metrics, context);
   return { mode: request.mode, seed: request.seed, episodes: records, groups, metrics, failed, notStarted };
+}
+
+/** The context tally of `records` (what playBatch counts as its episodes end). */
+export function contextTally(records: readonly EpisodeRecord[]): Record<string, number> {
+  const tally = emptyTally();
+  for (const record of records) tallyContext(tally, record);
+  return tally;
 }
 
 function emptyTally() {

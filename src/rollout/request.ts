@@ -30,7 +30,7 @@ export type RolloutFrame = Pick<RolloutRequest, "tags" | "group_size"> &
   Partial<
     Pick<
       RolloutRequest,
-      "mode" | "step" | "seed" | "tokens" | "sampling" | "filter" | EpisodeField | AsyncField
+      "mode" | "step" | "seed" | "tokens" | "sampling" | "filter" | "group_range" | EpisodeField | AsyncField
     >
   >;
 
@@ -94,6 +94,7 @@ export function resolveRequest(
       frame.filter ?? {},
     ),
     pace: pace as PaceValues,
+    ...(frame.group_range ? { groupRange: { ...frame.group_range } } : {}),
   };
 }
 

@@ -2,7 +2,7 @@
 // each run once and in this order (the first that fails is the refusal the client gets). A
 // refusal is a RollgymError whose code says which check (errors/catalogue.ts).
 import { unknownTagMessage } from "../../envs/registry.ts";
-import type { EnvOpen, RolloutRequest } from "../../protocol/messages.ts";
+import type { EnvOpen, GroupRange, RolloutRequest } from "../../protocol/messages.ts";
 import { ASYNC } from "../../protocol/settings.ts";
 import { messageOf } from "../errors/boundary.ts";
 import { RollgymError } from "../errors/catalogue.ts";
@@ -49,6 +49,7 @@ export function admitRollout(state: ServerState, session: Session, frame: Rollou
   const stream = frame.delivery === "stream";
   const pacing = STREAM_ONLY.find((f) => frame[f] !== undefined && frame[f] !== null && frame[f] !== false);
   if (!stream && pacing !== undefined) throw new RollgymError("needs_stream", { field: pacing }, pacing);
+  if (frame.group_range) checkGroupRange(state, frame, frame.group_range);
 
   const request = resolveRequest(state.config, frame);
   // Configured alone it is ignored (no bound to keep); asked for, it must have one.
@@ -81,6 +82,33 @@ export function admitRollout(state: ServerState, session: Session, frame: Rollou
   const why = playable(() => policyRefusal(registry, request, policy));
   if (why) throw new RollgymError("policy_cannot_play", { policy: policy.name, why });
   return { request, tokenEngine };
+}
+
+/**
+ * A shard's share must be a part of the rollout every shard resolves alike: its groups go out
+ * as they finish (stream), and its seeds do not depend on the server (a random train base would
+ * differ per shard).
+ */
+function checkGroupRange(state: ServerState, frame: RolloutRequest, range: GroupRange): void {
+  const refuse = (field: string, message: string) => new RollgymError("bad_frame", { message }, field);
+  if (frame.delivery !== "stream")
+    throw refuse(
+      "group_range",
+      'group_range plays a shard\'s share of a rollout: it needs delivery "stream", not "batch"',
+    );
+  // An endless stream's share is the same range of every window.
+  const total = frame.tags.reduce((n, t) => n + t.groups, 0);
+  const whose = frame.endless === true ? "a window's" : "the rollout's";
+  if (range.first + range.count > total)
+    throw refuse(
+      range.first >= total ? "group_range.first" : "group_range.count",
+      `group_range ${range.first}..${range.first + range.count - 1} passes ${whose} ${total} groups (0..${total - 1}); allowed: first + count <= ${total}`,
+    );
+  if (frame.seed === undefined && (frame.mode ?? "train") === "train" && state.config.seed.train === null)
+    throw refuse(
+      "seed",
+      "group_range needs a seed every shard agrees on, and this server draws a random train seed (seed.train null): pass seed",
+    );
 }
 
 /** An env session that passed every check: its request, and the engine of a token session. */

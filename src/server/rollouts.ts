@@ -248,6 +248,9 @@ export class Rollout implements SessionRollout, DeliveryHost {
       metrics: ctx.metrics,
       windowed: endless,
     });
-    return endless ? new EndlessDelivery(this, player, stream, request.seed, this.windowGroups) : stream;
+    if (!endless) return stream;
+    // A shard's share (group_range) plays its range of every window.
+    const played = request.groupRange?.count ?? this.windowGroups;
+    return new EndlessDelivery(this, player, stream, request.seed, this.windowGroups, played);
   }
 }

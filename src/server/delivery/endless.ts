@@ -32,6 +32,8 @@ export class EndlessDelivery implements Delivery {
   /** Seed of window 0's first group. */
   private readonly seed: number;
   private readonly perWindow: number;
+  /** Groups of each window this server plays: perWindow, or a shard's share (group_range). */
+  private readonly playedPerWindow: number;
   /** Windows not yet done, by number. */
   private readonly unfinished = new Map<number, Exclude<WindowState, "done">>();
   private started = 0;
@@ -43,12 +45,14 @@ export class EndlessDelivery implements Delivery {
     stream: StreamDelivery,
     seed: number,
     perWindow: number,
+    playedPerWindow: number = perWindow,
   ) {
     this.host = host;
     this.player = player;
     this.stream = stream;
     this.seed = seed;
     this.perWindow = perWindow;
+    this.playedPerWindow = playedPerWindow;
   }
 
   /** Window `w`'s state; undefined before it started. */
@@ -89,7 +93,7 @@ export class EndlessDelivery implements Delivery {
       allAdmitted = resolve;
     });
     const afterAdmission = () => {
-      if (++admitted < this.perWindow) return;
+      if (++admitted < this.playedPerWindow) return;
       if (this.unfinished.has(w)) this.unfinished.set(w, "draining");
       allAdmitted();
     };

@@ -95,7 +95,9 @@ export class RolloutPlay implements WindowPlay {
       type: "progress",
       rollout,
       episodes_done: this.episodes,
-      episodes_total: (endless ? this.groupsDone : this.perWindow) * request.groupSize,
+      // A shard's share (group_range) plays its range only.
+      episodes_total:
+        (endless ? this.groupsDone : (request.groupRange?.count ?? this.perWindow)) * request.groupSize,
       groups_done: this.groupsDone,
       failed: this.failed,
     };

@@ -6,8 +6,14 @@ import { admitRollout } from "../admission.ts";
 import { holdWhenRoom } from "../budget.ts";
 import { Rollout } from "../rollouts.ts";
 import type { Connection } from "./context.ts";
+import { onPlayedEpisodes } from "./verdict.ts";
 
-export function onRollout({ state, session, worked }: Connection, frame: RolloutRequest): void {
+export function onRollout(c: Connection, frame: RolloutRequest): void {
+  if (frame.played_episodes) {
+    onPlayedEpisodes(c, frame, frame.played_episodes);
+    return;
+  }
+  const { state, session, worked } = c;
   const { request, tokenEngine } = admitRollout(state, session, frame);
   const rollout = new Rollout(session, frame, request, tokenEngine);
   rollout.start(state.rolloutContext, (episodes, bytes, signal, held) =>

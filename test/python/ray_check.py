@@ -16,7 +16,6 @@ line; exits non-zero with a message when a check fails.
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import signal
@@ -35,6 +34,7 @@ import ray  # noqa: E402
 from rollgym_client import Batch, Client  # noqa: E402
 from rollgym_client.ray import RollgymShard, ShardActor, ShardGroup  # noqa: E402
 from rollgym_client.sharded import ShardedClient  # noqa: E402
+from json_checks import check, clean  # noqa: E402
 
 COMMAND = json.loads(os.environ["ROLLGYM_COMMAND"])
 SHARD_COUNTS = (1, 2, 3)
@@ -61,21 +61,6 @@ STREAM_WINDOWS = 2
 # Fields that differ between processes and are left out of the comparison: the rollout id
 # (each shard plays its own share id) and each group frame's seq (a per-session counter).
 PER_PROCESS = ("rollout", "seq")
-
-
-def check(condition: bool, message: str) -> None:
-    if not condition:
-        raise AssertionError(message)
-
-
-def clean(value):
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: clean(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [clean(v) for v in value]
-    return value
 
 
 def played(url: str) -> dict:

@@ -26,27 +26,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "python"))
 
 from rollgym_client import AuthError, Batch, Client, ProtocolError, RollgymError  # noqa: E402
+from json_checks import check, clean  # noqa: E402
 
 URL = os.environ["ROLLGYM_URL"]
 TOKEN = os.environ.get("ROLLGYM_TOKEN") or None
 NOISY_URL = os.environ.get("ROLLGYM_NOISY_URL") or None
 OUT = os.environ.get("ROLLGYM_OUT")
-
-
-def check(condition: bool, message: str) -> None:
-    if not condition:
-        raise AssertionError(message)
-
-
-def clean(value):
-    """JSON as JavaScript writes it: NaN and infinities become null."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: clean(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [clean(v) for v in value]
-    return value
 
 
 def summary(batch: Batch) -> dict:

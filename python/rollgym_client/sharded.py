@@ -120,8 +120,7 @@ class ShardedClient:
         if delivery not in ("batch", "stream"):
             raise ValueError(f'delivery must be "batch" or "stream", not {delivery!r}')
         tag_list = normalize_tags(tags, tag, groups)
-        total = sum(t["groups"] for t in tag_list)
-        rid = rollout_id if rollout_id is not None else f"sharded-{uuid.uuid4().hex[:12]}"
+        rid = _rollout_id(rollout_id)
         shares = [
             self._pool.submit(
                 client.rollout,
@@ -136,8 +135,7 @@ class ShardedClient:
                 group_range={"first": first, "count": count},
                 **options,
             )
-            for i, (client, (first, count)) in enumerate(zip(self.clients, shard_ranges(total, len(self.clients))))
-            if count > 0
+            for i, client, first, count in self._shares(tag_list)
         ]
         played: List[Group] = sorted((g for share in shares for g in share.result().groups), key=lambda g: g.group)
         # The same rollout again with its episodes: the first shard judges them as if it had
@@ -187,7 +185,7 @@ class ShardedClient:
         _refuse_unsharded("stream", options)
         tag_list = normalize_tags(tags, tag, groups)
         per_window = sum(t["groups"] for t in tag_list)
-        rid = rollout_id if rollout_id is not None else f"sharded-{uuid.uuid4().hex[:12]}"
+        rid = _rollout_id(rollout_id)
         shares = [
             client.stream(
                 tag_list,
@@ -200,11 +198,22 @@ class ShardedClient:
                 group_range={"first": first, "count": count},
                 **options,
             )
-            for i, (client, (first, count)) in enumerate(zip(self.clients, shard_ranges(per_window, len(self.clients))))
-            if count > 0
+            for i, client, first, count in self._shares(tag_list)
         ]
         judge = _WindowJudge(self.clients[0], rid, tag_list, group_size, mode, options)
         return ShardedStream(rid, per_window, shares, judge)
+
+
+    def _shares(self, tag_list: List[Dict[str, Any]]) -> List[Tuple[int, Client, int, int]]:
+        """Each shard's share of the tags' groups (of a rollout, or of every window): its index,
+        client, first group and count; shards left without groups are left out."""
+        total = sum(t["groups"] for t in tag_list)
+        ranges = shard_ranges(total, len(self.clients))
+        return [(i, client, first, count) for i, (client, (first, count)) in enumerate(zip(self.clients, ranges)) if count > 0]
+
+
+def _rollout_id(given: Optional[str]) -> str:
+    return given if given is not None else f"sharded-{uuid.uuid4().hex[:12]}"
 
 
 def _refuse_unsharded(call: str, options: Dict[str, Any]) -> None:

@@ -305,8 +305,9 @@ export async function playBatch(
   const batchId = ++batchCounter;
   const context = emptyTally();
   const byGroup: EpisodeRecord[][] = [];
-  let next = request.groupRange?.first ?? 0;
-  const end = request.groupRange ? next + request.groupRange.count : tags.length;
+  const first = request.groupRange?.first ?? 0;
+  const end = request.groupRange ? first + request.groupRange.count : tags.length;
+  let next = first;
   const notStarted: number[] = [];
   const playGroups = async (): Promise<void> => {
     while (next < end) {
@@ -356,7 +357,7 @@ export async function playBatch(
       byGroup[group] = retain ? records : records.map((r) => ({ ...r, turns: [], final_state: "" }));
     }
   };
-  const played = end - (request.groupRange?.first ?? 0);
+  const played = end - first;
   const workers = Math.min(hooks.maxConcurrentGroups ?? played, played);
   await Promise.all(Array.from({ length: workers }, playGroups));
   return settleBatch(byGroup.flat(), request, notStarted, context);

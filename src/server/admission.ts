@@ -104,11 +104,16 @@ function checkGroupRange(state: ServerState, frame: RolloutRequest, range: Group
       range.first >= total ? "group_range.first" : "group_range.count",
       `group_range ${range.first}..${range.first + range.count - 1} passes ${whose} ${total} groups (0..${total - 1}); allowed: first + count <= ${total}`,
     );
-  if (frame.seed === undefined && (frame.mode ?? "train") === "train" && state.config.seed.train === null)
+  if (drawsRandomSeed(state, frame))
     throw refuse(
       "seed",
       "group_range needs a seed every shard agrees on, and this server draws a random train seed (seed.train null): pass seed",
     );
+}
+
+/** True when this server would draw the rollout's train seed at random (seed.train null, no seed given): no other server plays the same groups. */
+export function drawsRandomSeed(state: ServerState, frame: RolloutRequest): boolean {
+  return frame.seed === undefined && (frame.mode ?? "train") === "train" && state.config.seed.train === null;
 }
 
 /** An env session that passed every check: its request, and the engine of a token session. */

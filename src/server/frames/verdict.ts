@@ -15,6 +15,7 @@ import {
   settleBatch,
 } from "../../rollout/batch.ts";
 import { resolveRequest } from "../../rollout/request.ts";
+import { drawsRandomSeed } from "../admission.ts";
 import { batchVerdict } from "../delivery/verdicts.ts";
 import type { Connection } from "./context.ts";
 
@@ -38,7 +39,7 @@ export function onPlayedEpisodes(
       "played_episodes",
       "played_episodes judge a finite rollout; an endless stream's windows are judged by its own server",
     );
-  if (frame.seed === undefined && (frame.mode ?? "train") === "train" && state.config.seed.train === null)
+  if (drawsRandomSeed(state, frame))
     throw refuse(
       "seed",
       "this server draws a random train seed (seed.train null): pass the seed the shards played",

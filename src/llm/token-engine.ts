@@ -108,7 +108,7 @@ const USER_MARK = "\u2063rollgym-user\u2063";
 const PAD = " \n";
 /** Distinct first prompts whose renders are kept for the episodes that start from them. */
 const FIRST_PROMPTS_KEPT = 256;
-/** Id-space blocks whose ids are kept (about 1 KiB each with a Sokoban observation). */
+/** Id-space blocks whose ids are kept per replica (about 1 KiB each with a Sokoban observation). */
 const BLOCKS_KEPT = 1024;
 /** Drift checks in a row, on episodes of two turns or more, that verify a template append-only. */
 const APPEND_ONLY_CHECKS = 4;
@@ -303,7 +303,7 @@ export class TokenEngine {
    * Blocks tokenized lately in id space, per replica epoch: a group's members often see the same
    * observation at the same turn, and a replica tokenizes the same text to the same ids.
    */
-  private readonly blocks = new Map<string, Promise<number[]>>();
+  private readonly blocks = new Map<string, { epoch: number; ids: Map<string, Promise<number[]>> }>();
   /** Id-space continuations whose block's ids were kept from an earlier /tokenize of the same text. */
   blockHits = 0;
   /** Full renders that verified the block at a depth on a replica epoch (spot checks aside). */
@@ -496,21 +496,28 @@ export class TokenEngine {
    * the same time), or asked. An ask that failed is not shared: each waiter then asks for itself.
    */
   private async blockTokens(url: string, options: Options, block: string): Promise<number[]> {
-    const key = `${url}\u0000${this.policy.replicaEpoch?.(url) ?? 0}\u0000${block}`;
-    const kept = this.blocks.get(key);
-    if (kept !== undefined) {
-      const ids = await kept.catch(() => null);
-      if (ids !== null) {
+    // Per replica, by the block's text itself: no key is built (and hashed) from a copy of it.
+    const epoch = this.policy.replicaEpoch?.(url) ?? 0;
+    let kept = this.blocks.get(url);
+    if (kept === undefined || kept.epoch !== epoch) {
+      kept = { epoch, ids: new Map() };
+      this.blocks.set(url, kept);
+    }
+    const { ids } = kept;
+    const earlier = ids.get(block);
+    if (earlier !== undefined) {
+      const found = await earlier.catch(() => null);
+      if (found !== null) {
         this.blockHits++;
-        return ids;
+        return found;
       }
       return this.tokenizeAt(url, options, block);
     }
     const asked = this.tokenizeAt(url, options, block);
-    this.blocks.set(key, asked);
-    if (this.blocks.size > BLOCKS_KEPT) this.blocks.delete(this.blocks.keys().next().value as string);
+    ids.set(block, asked);
+    if (ids.size > BLOCKS_KEPT) ids.delete(ids.keys().next().value as string);
     asked.catch(() => {
-      if (this.blocks.get(key) === asked) this.blocks.delete(key);
+      if (ids.get(block) === asked) ids.delete(block);
     });
     return asked;
   }

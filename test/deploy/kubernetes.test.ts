@@ -22,7 +22,7 @@ import { DEFAULT_CONNECTION_LIMITS } from "../../src/server/connections.ts";
 import { limitOptions } from "../../src/server/limits.ts";
 import { DEFAULT_LIMITS } from "../../src/server/state.ts";
 import { ROOT } from "../helpers/cli.ts";
-import { TestClient } from "../helpers/ws-client.ts";
+import { stalledRollout, TestClient } from "../helpers/ws-client.ts";
 import { IMAGE } from "./image.ts";
 
 const DIR = join(ROOT, "deploy", "kubernetes");
@@ -228,16 +228,7 @@ describe("the probes' route and the scrape target", () => {
     expect(await (await fetch(`${url}${scraped}`)).text()).toContain("rollgym_active_rollouts");
     // A stream rollout nobody acknowledges keeps the drain waiting for its deadline.
     const client = await TestClient.connect(url, { token });
-    client.send({
-      type: "rollout",
-      id: "held",
-      tags: [{ tag: "SimpleSokoban", groups: 1000 }],
-      mode: "train",
-      group_size: 4,
-      delivery: "stream",
-    });
-    client.send({ type: "credit", groups: 10 });
-    await client.next((f) => f.type === "group");
+    await stalledRollout(client, "held");
     const closed = server.shutdown();
     await client.next((f) => f.type === "closing");
     const health = await fetch(`${url}${path}`);

@@ -69,3 +69,17 @@ export async function playToVerdict(client: TestClient, rollout: Frame): Promise
     client.ws.off("message", ack);
   }
 }
+
+/** A stream rollout whose client never acknowledges: it stalls at the buffer bound. */
+export async function stalledRollout(client: TestClient, id = "last"): Promise<void> {
+  client.send({
+    type: "rollout",
+    id,
+    tags: [{ tag: "SimpleSokoban", groups: 1000 }],
+    mode: "train",
+    group_size: 4,
+    delivery: "stream",
+  });
+  client.send({ type: "credit", groups: 10 });
+  await client.next((f) => f.type === "group");
+}

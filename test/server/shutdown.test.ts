@@ -7,7 +7,7 @@ import { afterEach, describe, expect, it } from "vitest";
 import { servingUrl } from "../../src/bench/children.ts";
 import { ROOT, spawnServe } from "../helpers/cli.ts";
 import { descendants, gone, killLeftovers } from "../helpers/processes.ts";
-import { TestClient } from "../helpers/ws-client.ts";
+import { stalledRollout, TestClient } from "../helpers/ws-client.ts";
 
 // Processes a failed test may leave behind (an orphaned server is what these tests look for).
 const leftovers: number[] = [];
@@ -130,20 +130,6 @@ describe("graceful shutdown", () => {
     expect(third.stderr()).toContain("a third time: exiting now");
   }, 120_000);
 });
-
-/** A stream rollout whose client never acknowledges: it stalls at the buffer bound. */
-async function stalledRollout(client: TestClient): Promise<void> {
-  client.send({
-    type: "rollout",
-    id: "last",
-    tags: [{ tag: "SimpleSokoban", groups: 1000 }],
-    mode: "train",
-    group_size: 4,
-    delivery: "stream",
-  });
-  client.send({ type: "credit", groups: 10 });
-  await client.next((f) => f.type === "group");
-}
 
 interface Served {
   child: ChildProcess;

@@ -214,6 +214,20 @@ export function f32BinOf(parts: readonly ArrayLike<number>[]): Uint8Array {
   return out;
 }
 
+/** The wire bytes (little-endian) of a `*_f32` field held as a Float32Array: a view of it on a little-endian host. */
+export function f32Bytes(values: Float32Array): Uint8Array {
+  return HOST_LITTLE_ENDIAN
+    ? new Uint8Array(values.buffer, values.byteOffset, values.byteLength)
+    : f32Bin(values);
+}
+
+/** The wire bytes of a `*_i32` field held as an Int32Array, as f32Bytes. */
+export function i32Bytes(values: Int32Array): Uint8Array {
+  return HOST_LITTLE_ENDIAN
+    ? new Uint8Array(values.buffer, values.byteOffset, values.byteLength)
+    : i32Bin(values);
+}
+
 function totalLength(parts: readonly ArrayLike<unknown>[]): number {
   let n = 0;
   for (const values of parts) n += values.length;

@@ -319,48 +319,62 @@ export async function playBatch(
         notStarted.push(group);
         continue;
       }
-      // Resets are synchronous: a slot before each group keeps a wave of workers (or of
-      // rollouts) starting together from holding everyone else's frames and requests.
-      await turnSlot();
-      const charge = hooks.onEnvBytes;
-      const episodes = groupEpisodes(
-        registry,
-        request,
-        group,
-        tags[group],
-        charge && ((bytes) => charge(group, bytes)),
-      );
-      const records = await Promise.all(
-        episodes.map(async (episode) => {
-          const affinity = `${batchId}:${episode.envId}`;
-          let tokens: TokenLog | null = null;
-          try {
-            if (episode.ready) await episode.ready;
-            if (request.tokens)
-              tokens = await playTokenEpisode(episode, request, tokenEngine!, hooks, affinity);
-            else await playChatEpisode(episode, request, policy, hooks, affinity);
-          } finally {
-            episode.close();
-          }
-          policy.forget?.(affinity);
-          const record = episode.record();
-          // Versions as the turns have them: once a version the trainer named was played.
-          if (tokens) record.tokens = tokens.record(record.turns.some((t) => t.version !== undefined));
-          tallyContext(context, record);
-          hooks.onEpisode?.(record);
-          return record;
-        }),
-      );
-      if (groupLocalScores(request)) scoreEpisodes(records, request);
-      hooks.onGroup?.(group, records);
-      // Without retention only what metrics and the filter need is kept.
-      byGroup[group] = retain ? records : records.map((r) => ({ ...r, turns: [], final_state: "" }));
+      await playGroup(group);
     }
+  };
+  // Its own frame, so a worker's registers do not hold a finished group's records (and their
+  // token arrays) while it plays the next one.
+  const playGroup = async (group: number): Promise<void> => {
+    // Resets are synchronous: a slot before each group keeps a wave of workers (or of
+    // rollouts) starting together from holding everyone else's frames and requests.
+    await turnSlot();
+    const charge = hooks.onEnvBytes;
+    const episodes = groupEpisodes(
+      registry,
+      request,
+      group,
+      tags[group],
+      charge && ((bytes) => charge(group, bytes)),
+    );
+    const records = await Promise.all(
+      episodes.map(async (episode) => {
+        const affinity = `${batchId}:${episode.envId}`;
+        let tokens: TokenLog | null = null;
+        try {
+          if (episode.ready) await episode.ready;
+          if (request.tokens)
+            tokens = await playTokenEpisode(episode, request, tokenEngine!, hooks, affinity);
+          else await playChatEpisode(episode, request, policy, hooks, affinity);
+        } finally {
+          episode.close();
+        }
+        policy.forget?.(affinity);
+        const record = episode.record();
+        // Versions as the turns have them: once a version the trainer named was played.
+        if (tokens) record.tokens = tokens.record(record.turns.some((t) => t.version !== undefined));
+        tallyContext(context, record);
+        hooks.onEpisode?.(record);
+        return record;
+      }),
+    );
+    if (groupLocalScores(request)) scoreEpisodes(records, request);
+    hooks.onGroup?.(group, records);
+    byGroup[group] = retain ? records : records.map(slimRecord);
   };
   const played = end - first;
   const workers = Math.min(hooks.maxConcurrentGroups ?? played, played);
   await Promise.all(Array.from({ length: workers }, playGroups));
   return settleBatch(byGroup.flat(), request, notStarted, context);
+}
+
+/**
+ * What metrics and the filter need of an episode: a stream's episodes went out in their group
+ * frames, and keeping their turns and token logs until the batch ends held every token array
+ * of the rollout (the young generation then copied them, and memory grew with the rollout).
+ */
+function slimRecord(record: EpisodeRecord): EpisodeRecord {
+  const { tokens: _tokens, ...rest } = record;
+  return { ...rest, turns: [], final_state: "" };
 }
 
 /**

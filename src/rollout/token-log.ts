@@ -129,14 +129,136 @@ export class TokenLog {
     return this.starts.flatMap((start, k) => this.ids.slice(start, this.ends[k]));
   }
 
-  /** The log; `versions` only when the episode's turns carry theirs (a version the trainer named was played). */
+  /**
+   * The log; `versions` only when the episode's turns carry theirs (a version the trainer named
+   * was played). Its per-id arrays (mask, logprobs, rewards, versions) are built when first
+   * read: a group frame writes them straight into its typed arrays (tokenColumns), so on the
+   * stream path they are never built, and the records a group holds until its slowest episode
+   * ends stay small.
+   */
   record(withVersions = false): TokenRecord {
-    const n = this.ids.length;
+    const columns = new LogColumns(this.ids.length, this.turns.slice(), this.starts, withVersions);
+    let built: ReturnType<LogColumns["arrays"]> | null = null;
+    const record = { ids: this.ids } as TokenRecord;
+    const lazy = (key: "loss_mask" | "logprobs" | "rewards" | "versions"): void => {
+      const settle = (value: number[]) => {
+        Object.defineProperty(record, key, { value, writable: true, enumerable: true, configurable: true });
+        return value;
+      };
+      Object.defineProperty(record, key, {
+        enumerable: true,
+        configurable: true,
+        get() {
+          if (built === null) {
+            built = columns.arrays();
+            // Seen arrays may be changed: from now on they are the record's columns.
+            sources.delete(record);
+          }
+          return settle(built[key] as number[]);
+        },
+        set(value: number[]) {
+          sources.delete(record);
+          settle(value);
+        },
+      });
+    };
+    // In the order the record's keys have always had (files and frames keep it).
+    lazy("loss_mask");
+    lazy("logprobs");
+    lazy("rewards");
+    Object.assign(record, {
+      turn_starts: this.starts,
+      turn_ends: this.ends,
+      prompt_length: this.prompt.length,
+      logprobs_missing: this.missing,
+      prompt_drift: this.promptDrift,
+      template_drift: this.templateChecked ? this.templateDrift : null,
+      ...(this.templateChecked ? {} : { template_checked: false }),
+      ...(this.templateSkipped ? { template_skipped: true } : {}),
+      ...this.continuationCounts(),
+      ...(this.continuations.fallback === null ? {} : { continuation_fallback: this.continuations.fallback }),
+    });
+    if (withVersions) lazy("versions");
+    sources.set(record, columns);
+    return record;
+  }
+}
+
+/** The columns behind records not read yet (TokenLog.record). */
+const sources = new WeakMap<TokenRecord, LogColumns>();
+
+/**
+ * What a record's per-id columns are made of, while nobody has read them: a frame writes them
+ * into its own typed arrays with `fill`. Undefined once they were read (or for a record not
+ * made by a TokenLog): read the record's arrays then.
+ */
+export function tokenColumns(record: TokenRecord): LogColumns | undefined {
+  return sources.get(record);
+}
+
+/** A log's sampled turns as per-id columns: 0 (NOT_SAMPLED for versions) wherever no turn sampled. */
+export class LogColumns {
+  readonly length: number;
+  readonly hasVersions: boolean;
+  private readonly turns: readonly SampledTurn[];
+  private readonly starts: readonly number[];
+
+  constructor(
+    length: number,
+    turns: readonly SampledTurn[],
+    starts: readonly number[],
+    hasVersions: boolean,
+  ) {
+    this.length = length;
+    this.turns = turns;
+    this.starts = starts;
+    this.hasVersions = hasVersions;
+  }
+
+  /** Writes the mask, logprobs and rewards from index `at` of each output, which start out zero. */
+  fill(mask: Uint8Array, logprobs: Float32Array, rewards: Float32Array, at: number): void {
+    this.turns.forEach((turn, k) => {
+      const start = at + this.starts[k];
+      const count = turn.logprobs.length;
+      for (let i = 0; i < count; i++) {
+        mask[start + i] = 1;
+        logprobs[start + i] = turn.logprobs[i];
+      }
+      if (count > 0) rewards[start + count - 1] = turn.reward;
+    });
+  }
+
+  /** Writes each id's version from index `at` (NOT_SAMPLED where no turn sampled). */
+  fillVersions(versions: Int32Array, at: number): void {
+    versions.fill(NOT_SAMPLED, at, at + this.length);
+    this.turns.forEach((turn, k) => {
+      const start = at + this.starts[k];
+      for (let i = 0; i < turn.logprobs.length; i++) versions[start + i] = turn.versions?.[i] ?? 0;
+    });
+  }
+
+  /** The oldest and newest version that sampled any id, or null when none did (or versions are not kept). */
+  versionRange(): { min: number; max: number } | null {
+    if (!this.hasVersions) return null;
+    let min = Number.POSITIVE_INFINITY;
+    let max = Number.NEGATIVE_INFINITY;
+    for (const turn of this.turns)
+      for (let i = 0; i < turn.logprobs.length; i++) {
+        const v = turn.versions?.[i] ?? 0;
+        if (v < min) min = v;
+        if (v > max) max = v;
+      }
+    return Number.isFinite(min) ? { min, max } : null;
+  }
+
+  /** The columns as the record's arrays. */
+  arrays(): { loss_mask: number[]; logprobs: number[]; rewards: number[]; versions: number[] | null } {
+    const n = this.length;
     // Each entry written once, in order: Array#fill measured several times slower once the server is loaded.
     const mask = new Array<number>(n);
     const logprobs = new Array<number>(n);
     const rewards = new Array<number>(n);
-    const versions = withVersions ? new Array<number>(n) : null;
+    const versions = this.hasVersions ? new Array<number>(n) : null;
     let at = 0;
     const unsampledTo = (end: number): void => {
       for (; at < end; at++) {
@@ -158,23 +280,7 @@ export class TokenLog {
       if (count > 0) rewards[at - 1] = turn.reward;
     }
     unsampledTo(n);
-    return {
-      ids: this.ids,
-      loss_mask: mask,
-      logprobs,
-      rewards,
-      turn_starts: this.starts,
-      turn_ends: this.ends,
-      prompt_length: this.prompt.length,
-      logprobs_missing: this.missing,
-      prompt_drift: this.promptDrift,
-      template_drift: this.templateChecked ? this.templateDrift : null,
-      ...(this.templateChecked ? {} : { template_checked: false }),
-      ...(this.templateSkipped ? { template_skipped: true } : {}),
-      ...this.continuationCounts(),
-      ...(this.continuations.fallback === null ? {} : { continuation_fallback: this.continuations.fallback }),
-      ...(versions === null ? {} : { versions }),
-    };
+    return { loss_mask: mask, logprobs, rewards, versions };
   }
 }
 

@@ -2,9 +2,19 @@
 // typed arrays (PROTOCOL.md "Token logs"), and once a trainer has used weight updates the
 // versions that produced them (PROTOCOL.md "Versions"); before that, frames carry no version
 // field at all, so a client that never heard of versions sees the bytes it always did.
-import { f32Bin, f32BinOf, i32Bin, i32BinOf, u8Bin, u8BinOf } from "../../protocol/codec.ts";
+import {
+  f32Bin,
+  f32BinOf,
+  f32Bytes,
+  i32Bin,
+  i32BinOf,
+  i32Bytes,
+  u8Bin,
+  u8BinOf,
+} from "../../protocol/codec.ts";
 import type { GroupFrame } from "../../protocol/messages.ts";
-import type { EpisodeRecord } from "../record/episode-record.ts";
+import type { EpisodeRecord, TokenRecord } from "../record/episode-record.ts";
+import { type LogColumns, tokenColumns } from "../rollout/token-log.ts";
 
 /** What a frame adds beyond its episodes. */
 export interface GroupFrameExtras {
@@ -58,6 +68,15 @@ export function versionRange(episodes: readonly EpisodeRecord[]): { min: number;
       min = Math.min(min, turn.version.dispatch);
       max = Math.max(max, turn.version.completion);
     }
+    const columns = episode.tokens && tokenColumns(episode.tokens);
+    if (columns) {
+      const range = columns.versionRange();
+      if (range) {
+        min = Math.min(min, range.min);
+        max = Math.max(max, range.max);
+      }
+      continue;
+    }
     for (const v of episode.tokens?.versions ?? []) {
       if (v < 0) continue;
       min = Math.min(min, v);
@@ -100,7 +119,19 @@ function withoutVersions(episode: EpisodeRecord): EpisodeRecord {
 
 /** Token mode: each id's ordinal, aligned with token_ids_i32 (only when every log has them). */
 function tokenVersions(episodes: readonly EpisodeRecord[]): Partial<GroupFrame> {
-  if (episodes.length === 0 || !episodes.every((e) => e.tokens?.versions)) return {};
+  if (episodes.length === 0) return {};
+  const columns = unreadColumns(episodes);
+  if (columns !== null) {
+    if (!columns.every((c) => c.hasVersions)) return {};
+    const versions = new Int32Array(totalIds(columns));
+    let at = 0;
+    for (const c of columns) {
+      c.fillVersions(versions, at);
+      at += c.length;
+    }
+    return { token_versions_i32: i32Bytes(versions) };
+  }
+  if (!episodes.every((e) => e.tokens?.versions)) return {};
   return { token_versions_i32: i32BinOf(episodes.map((e) => e.tokens!.versions!)) };
 }
 
@@ -128,12 +159,51 @@ function tokenArrays(episodes: readonly EpisodeRecord[]): Partial<GroupFrame> {
   return {
     token_offsets_i32: i32Bin(offsets),
     token_ids_i32: i32BinOf(logs.map((l) => l.ids)),
-    loss_mask_u8: u8BinOf(logs.map((l) => l.loss_mask)),
-    logprobs_f32: f32BinOf(logs.map((l) => l.logprobs)),
-    token_rewards_f32: f32BinOf(logs.map((l) => l.rewards)),
+    ...sampledColumns(episodes, logs),
     prompt_lengths_i32: i32Bin(logs.map((l) => l.prompt_length)),
     turn_counts_i32: i32Bin(logs.map((l) => l.turn_starts.length)),
     turn_starts_i32: i32BinOf(logs.map((l) => l.turn_starts)),
     turn_ends_i32: i32BinOf(logs.map((l) => l.turn_ends)),
   };
+}
+
+/** The mask, logprobs and rewards columns: written from the logs' turns while no record's arrays were read. */
+function sampledColumns(
+  episodes: readonly EpisodeRecord[],
+  logs: readonly TokenRecord[],
+): Partial<GroupFrame> {
+  const columns = unreadColumns(episodes);
+  if (columns === null)
+    return {
+      loss_mask_u8: u8BinOf(logs.map((l) => l.loss_mask)),
+      logprobs_f32: f32BinOf(logs.map((l) => l.logprobs)),
+      token_rewards_f32: f32BinOf(logs.map((l) => l.rewards)),
+    };
+  const n = totalIds(columns);
+  const mask = new Uint8Array(n);
+  const logprobs = new Float32Array(n);
+  const rewards = new Float32Array(n);
+  let at = 0;
+  for (const c of columns) {
+    c.fill(mask, logprobs, rewards, at);
+    at += c.length;
+  }
+  return { loss_mask_u8: mask, logprobs_f32: f32Bytes(logprobs), token_rewards_f32: f32Bytes(rewards) };
+}
+
+/** Every episode's unread log columns, or null when any was read (or not made by a TokenLog). */
+function unreadColumns(episodes: readonly EpisodeRecord[]): LogColumns[] | null {
+  const columns: LogColumns[] = [];
+  for (const e of episodes) {
+    const c = e.tokens && tokenColumns(e.tokens);
+    if (!c) return null;
+    columns.push(c);
+  }
+  return columns;
+}
+
+function totalIds(columns: readonly LogColumns[]): number {
+  let n = 0;
+  for (const c of columns) n += c.length;
+  return n;
 }

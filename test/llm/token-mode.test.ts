@@ -223,6 +223,24 @@ describe("token mode against the mock vLLM engine", () => {
     }
   });
 
+  it("without retention (stream delivery) each group hands on its logs and the result keeps none, while metrics and the verdict stay whole", async () => {
+    const policy = new ChatPolicy({ baseURL: engine.url, model: "mock", concurrency: 16 });
+    await policy.preflight();
+    const handed: EpisodeRecord[] = [];
+    const slim = await runBatch(registry, tokenBatch(3, 2, 32, 2), policy, {
+      retainEpisodes: false,
+      onGroup: (_group, records) => handed.push(...records),
+    });
+    const whole = await runBatch(registry, tokenBatch(3, 2, 32, 2), policy);
+    await policy.close();
+    expect(handed).toHaveLength(6);
+    for (const e of handed) checkLog(e);
+    // Held until the batch ends, the logs of a long stream would grow with it.
+    expect(slim.episodes.every((e) => e.tokens === undefined && e.turns.length === 0)).toBe(true);
+    expect(slim.metrics).toEqual(whole.metrics);
+    expect(slim.groups).toEqual(whole.groups);
+  });
+
   it("a cancelled rollout leaves the engine's shared renders intact for the next one", async () => {
     const policy = new ChatPolicy({ baseURL: engine.url, model: "mock", concurrency: 16 });
     await policy.preflight();

@@ -3,6 +3,7 @@
 import { describe, expect, it } from "vitest";
 import { decodeFrame, encodeMessage, readI32 } from "../../protocol/codec.ts";
 import type { EpisodeRecord, TurnRecord } from "../../src/record/episode-record.ts";
+import { TokenLog } from "../../src/rollout/token-log.ts";
 import { groupFrame, versionRange } from "../../src/server/group-frame.ts";
 
 function turn(dispatch: number, completion: number): TurnRecord {
@@ -114,5 +115,78 @@ describe("group frames and versions", () => {
     expect(versionRange([episode(0, [turn(4, 5)])])).toEqual({ min: 4, max: 5 });
     const { version: _v, ...bare } = turn(0, 0);
     expect(versionRange([episode(0, [bare as TurnRecord])])).toBeNull();
+  });
+});
+
+describe("group frames from token logs", () => {
+  /** Two episodes' logs: NaN and negative logprobs, an empty turn, versions on some turns. */
+  function logs(withVersions: boolean): TokenLog[] {
+    const a = new TokenLog([5, 6, 7]);
+    a.sampled([8, 9], [-0.25, Number.NaN], withVersions ? [1, 2] : undefined);
+    a.reward(1.5);
+    a.inserted([10]);
+    a.sampled([], []);
+    a.reward(9);
+    a.inserted([11]);
+    a.sampled([12], [-3.1], withVersions ? [2] : undefined);
+    a.reward(-0.1);
+    const b = new TokenLog([5]);
+    b.sampled([13, 14, 15], [-1e-8, -0.5, -2], withVersions ? [3, 3, 4] : undefined);
+    b.reward(0.3);
+    return [a, b];
+  }
+
+  function framed(read: boolean, withVersions: boolean): Uint8Array {
+    const records = logs(withVersions).map((log, i) => {
+      const tokens = log.record(withVersions);
+      // Reading any array makes the frame use the record's arrays instead of the log's turns.
+      if (read) expect(tokens.loss_mask.length).toBe(tokens.ids.length);
+      return { ...episode(i, [turn(1, 2)]), tokens };
+    });
+    return encodeMessage(groupFrame("r", 0, records, null, null, { versions: withVersions }));
+  }
+
+  it("write the same bytes from the logs' turns as from the records' arrays, with and without versions", () => {
+    for (const withVersions of [false, true]) {
+      const direct = framed(false, withVersions);
+      expect(direct).toEqual(framed(true, withVersions));
+      const decoded = decodeFrame(direct) as Record<string, unknown>;
+      expect([...readI32(decoded.token_offsets_i32 as Uint8Array)]).toEqual([0, 8, 12]);
+      if (withVersions) {
+        expect([...readI32(decoded.token_versions_i32 as Uint8Array)]).toEqual([
+          -1, -1, -1, 1, 2, -1, -1, 2, -1, 3, 3, 4,
+        ]);
+        expect(decoded.min_version).toBe(1);
+        expect(decoded.max_version).toBe(4);
+      } else expect(decoded).not.toHaveProperty("token_versions_i32");
+    }
+  });
+
+  it("a record's array given a new value before it was read is the one the frame writes", () => {
+    const [log] = logs(false);
+    const tokens = log.record();
+    tokens.rewards = tokens.ids.map(() => 7);
+    const frame = groupFrame("r", 0, [{ ...episode(0, [turn(1, 1)]), tokens }], null, null);
+    expect([...new Float32Array((frame.token_rewards_f32 as Uint8Array).slice().buffer)]).toEqual(
+      tokens.ids.map(() => 7),
+    );
+  });
+
+  it("a record keeps its keys in their order, and JSON gives its arrays", () => {
+    const [log] = logs(true);
+    const tokens = log.record(true);
+    expect(Object.keys(tokens).slice(0, 5)).toEqual([
+      "ids",
+      "loss_mask",
+      "logprobs",
+      "rewards",
+      "turn_starts",
+    ]);
+    expect(Object.keys(tokens).at(-1)).toBe("versions");
+    const json = JSON.parse(JSON.stringify(tokens)) as Record<string, unknown>;
+    expect(json.loss_mask).toEqual([0, 0, 0, 1, 1, 0, 0, 1]);
+    // The empty turn's reward has no id to sit on.
+    expect(json.rewards).toEqual([0, 0, 0, 0, 1.5, 0, 0, -0.1]);
+    expect(json.logprobs).toEqual([0, 0, 0, -0.25, null, 0, 0, -3.1]);
   });
 });

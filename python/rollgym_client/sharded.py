@@ -27,6 +27,7 @@ sees an error only once no shard is left.
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import logging
 import queue
@@ -277,17 +278,19 @@ class ShardedClient:
         return min(self._live(), key=lambda i: (busy.count(i), i))
 
     def _give_up(self, shard: int, why: Union[str, BaseException]) -> None:
-        """Shard ``shard`` is lost for good: its client is closed, so whatever it still plays
-        fails with ConnectionLost and is played elsewhere."""
+        """Shard ``shard`` is lost for good: its connection is closed, so whatever it still plays
+        fails and is played elsewhere. Its client's thread runs on until :meth:`close`: a call
+        still on its way to a stopped event loop would never return."""
         with self._dead_lock:
             if shard in self.dead:
                 return
             self.dead[shard] = str(why)
-        log.warning("shard %d (%s) given up: %s", shard, self.clients[shard].aio.url, why)
+        client = self.clients[shard]
+        log.warning("shard %d (%s) given up: %s", shard, client.aio.url, why)
         try:
-            self.clients[shard].close()
-        except Exception:  # a dead shard's client may not close cleanly; it is not used again
-            log.exception("closing shard %d's client failed", shard)
+            asyncio.run_coroutine_threadsafe(client.aio.close(), client.loop).result(15)
+        except Exception:  # a dead shard's connection may not close cleanly; it is not used again
+            log.exception("closing shard %d's connection failed", shard)
 
     def _watch(self) -> None:
         """Gives up a shard whose connection has been down ``give_up_after`` seconds: the
@@ -467,7 +470,7 @@ class ShardedStream:
             try:
                 self._start(survivor, lost.first, lost.count, start, f"{self.rollout_id}.replay{len(self.replayed) + 1}")
                 break
-            except RuntimeError:  # its client was closed meanwhile: given up too
+            except RuntimeError:  # its client was closed meanwhile (ShardedClient.close)
                 if survivor not in sharded.dead:
                     raise
         last = lost.first + lost.count - 1
@@ -538,10 +541,12 @@ class ShardedStream:
             return
         self._closed = True
         for share in self._shares:
+            if share.shard in self._sharded.dead:
+                continue  # its connection is closed already
             try:
                 share.stream.close()
-            except RuntimeError:  # its shard was given up and its client closed
-                pass
+            except Exception:  # the shard went meanwhile: nothing left to cancel
+                log.debug("closing share on shard %d failed", share.shard, exc_info=True)
 
     def __enter__(self) -> "ShardedStream":
         return self

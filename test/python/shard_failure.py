@@ -6,7 +6,8 @@ first window is judged, and goes on until WINDOWS_AFTER windows past the one its
 played again from are judged; then every group of those windows must have been handed out
 exactly once, and the groups and window verdicts must equal a lone server's for the same seed
 (all but PER_PROCESS). :func:`stopped_shard_batch` stops one shard's server (SIGSTOP: it keeps
-its sockets but answers nothing) and checks a batch rollout still equals a lone server's.
+its sockets but answers nothing) and checks a batch rollout still equals a lone server's;
+:func:`no_shard_left` kills them all and checks the error names each one.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 from typing import Callable, Dict, List, Sequence
 
 from json_checks import PER_PROCESS, check, clean, comparable_group, diff
-from rollgym_client import Client
+from rollgym_client import Client, ConnectionLost
 from rollgym_client.sharded import ShardedClient
 
 # Windows of 5 groups (3 kept of each by top_k) from the built-in random policy, so verdicts vary.
@@ -111,3 +112,19 @@ def stopped_shard_batch(urls: Sequence[str], victim: int, stop: Callable[[], Non
     check(merged == alone, f"the batch with shard {victim} stopped differs from a lone server's:\n{diff(merged, alone)}")
     check(bool(alone["verdict"]["dropped"]), "the filter dropped nothing, so its ranking was not compared")
     return {"victim": victim, "groups": replayed[0]["groups"]}
+
+
+def no_shard_left(urls: Sequence[str], kill_all: Callable[[], None]) -> dict:
+    """Every shard killed before a batch rollout: ConnectionLost ``no_shards`` naming each."""
+    with ShardedClient(urls, give_up_after=GIVE_UP_AFTER) as sharded:
+        kill_all()
+        try:
+            sharded.rollout(**BATCH)
+        except ConnectionLost as error:
+            raised = error
+        else:
+            raise AssertionError("a rollout with every shard killed did not fail")
+    check(raised.code == "no_shards", f"expected code no_shards, got {raised!r}")
+    for i, url in enumerate(urls):
+        check(f"shard {i} (" in raised.message and url.split("//")[1] in raised.message, f"the error does not name shard {i} ({url}): {raised.message}")
+    return {"code": raised.code, "shards": len(urls)}

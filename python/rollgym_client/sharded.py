@@ -215,11 +215,11 @@ class ShardedClient:
     def _play_shares(self, tag_list: List[Dict[str, Any]], rid: str, request: Dict[str, Any]) -> List[Group]:
         """Every group of a rollout, its shares played at once; a share whose shard is lost is
         played again, whole, on the least busy survivor (its groups were never handed out)."""
-        running: Dict[concurrent.futures.Future, Tuple[int, int, int, int]] = {}
+        running: Dict[concurrent.futures.Future, Tuple[int, int, int]] = {}  # shard, first, count
 
         def play(shard: int, first: int, count: int, name: str) -> None:
             future = self._pool.submit(self.clients[shard].rollout, tag_list, rollout_id=name, group_range={"first": first, "count": count}, **request)
-            running[future] = (shard, first, count, len(running))
+            running[future] = (shard, first, count)
 
         for i, _, first, count in self._shares(tag_list):
             play(i, first, count, f"{rid}.shard{i}")
@@ -228,7 +228,7 @@ class ShardedClient:
         while running:
             done, _ = concurrent.futures.wait(running, return_when=concurrent.futures.FIRST_COMPLETED)
             for future in done:
-                shard, first, count, _ = running.pop(future)
+                shard, first, count = running.pop(future)
                 try:
                     played.extend(future.result().groups)
                     continue
@@ -236,7 +236,7 @@ class ShardedClient:
                     if not self._lost(shard, error):
                         raise
                     self._give_up(shard, error)
-                busy = [s for s, *_ in running.values()]
+                busy = [s for s, _, _ in running.values()]
                 survivor = self._least_busy(busy)
                 replays += 1
                 self.replayed.append({"rollout": rid, "shard": shard, "url": self.clients[shard].aio.url, "groups": [first, first + count], "on": survivor, "reason": self.dead[shard]})

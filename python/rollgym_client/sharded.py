@@ -18,19 +18,33 @@ carries the episodes' scores, metrics and flags (their texts stay behind).
 The shards must run with the same configuration (``rollgym_client.ray.ShardGroup`` starts them
 so), and a train rollout needs a seed they agree on: ``seed=``, or ``step=`` with a configured
 ``seed.train`` (RAGEN's default, 10000).
+
+A shard that dies or stops answering is given up ``give_up_after`` seconds (10 by default) after
+its connection dropped and could not be resumed; its unfinished groups are played again on the
+survivors with the same seeds and group ids (docs/ray.md "When a shard dies"), and the caller
+sees an error only once no shard is left.
 """
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
+import logging
 import queue
 import threading
+import time
 import uuid
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple, TypeVar, Union
+
+import numpy as np
 
 from .aio import TagsArg, normalize_tags
 from .batch import Batch, Group
-from .sync import Client
+from .errors import ConnectionLost
+from .sync import Client, SyncRolloutStream
+
+log = logging.getLogger("rollgym_client")
+_T = TypeVar("_T")
 
 __all__ = ["ShardedClient", "ShardedStream", "shard_ranges"]
 
@@ -68,15 +82,32 @@ class ShardedClient:
 
     Args:
         urls: the shards' URLs (``ShardGroup.urls``), in a fixed order: group shares follow it.
-        token: their bearer token; **options: the other :class:`~rollgym_client.sync.Client` arguments.
+        token: their bearer token.
+        give_up_after: seconds a shard may stay without a connection (dropped and not yet
+            resumed) before it is given up for good and its groups are played elsewhere. Its
+            WebSocket pings default to every ``give_up_after / 2`` s, with ``give_up_after`` s
+            for the pong, so a shard that stops answering without closing is found too.
+        **options: the other :class:`~rollgym_client.sync.Client` arguments.
 
     One :class:`~rollgym_client.sync.Client` per shard (``clients``); each rollout plays the
-    shares at once, one thread per shard.
+    shares at once, one thread per shard. ``dead`` maps each given-up shard's index to the
+    reason; ``replayed`` lists the batch shares played again elsewhere.
     """
 
-    def __init__(self, urls: Sequence[str], token: Optional[str] = None, **options: Any):
+    def __init__(self, urls: Sequence[str], token: Optional[str] = None, *, give_up_after: float = 10.0, **options: Any):
         if isinstance(urls, str) or not urls:
             raise ValueError("urls must be a non-empty list of shard URLs")
+        if not isinstance(give_up_after, (int, float)) or isinstance(give_up_after, bool) or not give_up_after > 0:
+            raise ValueError(f"give_up_after must be a number of seconds > 0, got {give_up_after!r}")
+        self.give_up_after = float(give_up_after)
+        options.setdefault("ping_interval", self.give_up_after / 2)
+        options.setdefault("ping_timeout", self.give_up_after)
+        #: Shards given up, by index: why.
+        self.dead: Dict[int, str] = {}
+        #: Batch shares played again on a survivor: ``{rollout, shard, url, groups, on, reason}``.
+        self.replayed: List[Dict[str, Any]] = []
+        self._dead_lock = threading.Lock()
+        self._closing = threading.Event()
         self.clients: List[Client] = []
         try:
             for url in urls:
@@ -85,8 +116,13 @@ class ShardedClient:
             self.close()
             raise
         self._pool = concurrent.futures.ThreadPoolExecutor(len(self.clients), thread_name_prefix="rollgym-shard")
+        self._watchdog = threading.Thread(target=self._watch, name="rollgym-shard-watchdog", daemon=True)
+        self._watchdog.start()
 
     def close(self) -> None:
+        self._closing.set()
+        if hasattr(self, "_watchdog"):
+            self._watchdog.join(20)  # it may be closing a client it gave up
         for client in self.clients:
             client.close()
         if hasattr(self, "_pool"):
@@ -121,37 +157,12 @@ class ShardedClient:
             raise ValueError(f'delivery must be "batch" or "stream", not {delivery!r}')
         tag_list = normalize_tags(tags, tag, groups)
         rid = _rollout_id(rollout_id)
-        shares = [
-            self._pool.submit(
-                client.rollout,
-                tag_list,
-                group_size=group_size,
-                mode=mode,
-                step=step,
-                seed=seed,
-                delivery="stream",
-                rollout_id=f"{rid}.shard{i}",
-                timeout=timeout,
-                group_range={"first": first, "count": count},
-                **options,
-            )
-            for i, client, first, count in self._shares(tag_list)
-        ]
-        played: List[Group] = sorted((g for share in shares for g in share.result().groups), key=lambda g: g.group)
-        # The same rollout again with its episodes: the first shard judges them as if it had
-        # played them all, and answers with the batch frame one server would send.
-        judged = self.clients[0].rollout(
-            tag_list,
-            group_size=group_size,
-            mode=mode,
-            step=step,
-            seed=seed,
-            delivery="stream",
-            rollout_id=rid,
-            timeout=timeout,
-            played_episodes=[_verdict_episode(e) for g in played for e in g.episodes],
-            **options,
-        )
+        request = dict(group_size=group_size, mode=mode, step=step, seed=seed, delivery="stream", timeout=timeout, **options)
+        played = sorted(self._play_shares(tag_list, rid, request), key=lambda g: g.group)
+        # The same rollout again with its episodes: a shard judges them as if it had played them
+        # all, and answers with the batch frame one server would send.
+        episodes = [_verdict_episode(e) for g in played for e in g.episodes]
+        judged = self._on_a_shard(lambda client: client.rollout(tag_list, rollout_id=rid, played_episodes=episodes, **request))
         group_scores = judged.verdict.get("group_scores", [])
         verdict = {k: v for k, v in judged.verdict.items() if k != "group_scores"}
         for g in played:
@@ -181,35 +192,123 @@ class ShardedClient:
         of the tags' groups is split over the shards as :meth:`rollout` splits a batch. Iterate
         it for the groups as they arrive from any shard; each window's verdict appears in
         ``windows`` (the ``window`` frame one server sends) once all its groups have arrived,
-        judged by the first shard, and sets ``kept`` on them. ``close()`` cancels every share."""
+        judged by one shard, and sets ``kept`` on them. ``close()`` cancels every share.
+
+        A shard lost mid-stream has its range of every window from the earliest one not fully
+        delivered played again on a survivor (same seeds and group ids); groups that arrive twice
+        are dropped, so each is handed out once (``ShardedStream.replayed`` says what moved)."""
         _refuse_unsharded("stream", options)
         tag_list = normalize_tags(tags, tag, groups)
-        per_window = sum(t["groups"] for t in tag_list)
         rid = _rollout_id(rollout_id)
-        shares = [
-            client.stream(
-                tag_list,
-                group_size=group_size,
-                mode=mode,
-                step=step,
-                seed=seed,
-                rollout_id=f"{rid}.shard{i}",
-                endless=True,
-                group_range={"first": first, "count": count},
-                **options,
-            )
-            for i, client, first, count in self._shares(tag_list)
-        ]
-        judge = _WindowJudge(self.clients[0], rid, tag_list, group_size, mode, options)
-        return ShardedStream(rid, per_window, shares, judge)
-
+        request = dict(group_size=group_size, mode=mode, step=step, seed=seed, **options)
+        judge = _WindowJudge(self, rid, tag_list, group_size, mode, options)
+        return ShardedStream(self, rid, tag_list, request, judge)
 
     def _shares(self, tag_list: List[Dict[str, Any]]) -> List[Tuple[int, Client, int, int]]:
         """Each shard's share of the tags' groups (of a rollout, or of every window): its index,
         client, first group and count; shards left without groups are left out."""
         total = sum(t["groups"] for t in tag_list)
-        ranges = shard_ranges(total, len(self.clients))
-        return [(i, client, first, count) for i, (client, (first, count)) in enumerate(zip(self.clients, ranges)) if count > 0]
+        live = self._live()
+        ranges = shard_ranges(total, len(live))
+        return [(i, self.clients[i], first, count) for i, (first, count) in zip(live, ranges) if count > 0]
+
+    def _play_shares(self, tag_list: List[Dict[str, Any]], rid: str, request: Dict[str, Any]) -> List[Group]:
+        """Every group of a rollout, its shares played at once; a share whose shard is lost is
+        played again, whole, on the least busy survivor (its groups were never handed out)."""
+        running: Dict[concurrent.futures.Future, Tuple[int, int, int]] = {}  # shard, first, count
+
+        def play(shard: int, first: int, count: int, name: str) -> None:
+            future = self._pool.submit(self.clients[shard].rollout, tag_list, rollout_id=name, group_range={"first": first, "count": count}, **request)
+            running[future] = (shard, first, count)
+
+        for i, _, first, count in self._shares(tag_list):
+            play(i, first, count, f"{rid}.shard{i}")
+        played: List[Group] = []
+        replays = 0
+        while running:
+            done, _ = concurrent.futures.wait(running, return_when=concurrent.futures.FIRST_COMPLETED)
+            for future in done:
+                shard, first, count = running.pop(future)
+                try:
+                    played.extend(future.result().groups)
+                    continue
+                except Exception as error:
+                    if not self._lost(shard, error):
+                        raise
+                    self._give_up(shard, error)
+                busy = [s for s, _, _ in running.values()]
+                survivor = self._least_busy(busy)
+                replays += 1
+                self.replayed.append({"rollout": rid, "shard": shard, "url": self.clients[shard].aio.url, "groups": [first, first + count], "on": survivor, "reason": self.dead[shard]})
+                log.warning("rollout %s: shard %d is gone (%s); playing its groups %d..%d again on shard %d", rid, shard, self.dead[shard], first, first + count - 1, survivor)
+                play(survivor, first, count, f"{rid}.replay{replays}")
+        return played
+
+    def _on_a_shard(self, call: Callable[[Client], _T]) -> _T:
+        """``call`` on the first live shard, then the next while shards are lost under it."""
+        while True:
+            shard = self._live()[0]
+            try:
+                return call(self.clients[shard])
+            except Exception as error:
+                if not self._lost(shard, error):
+                    raise
+                self._give_up(shard, error)
+
+    def _lost(self, shard: int, error: Exception) -> bool:
+        """Whether ``error`` means shard ``shard`` is gone (and not this client closing): its
+        connection could not be resumed, or it was given up (its closed client raises anything)."""
+        if self._closing.is_set():
+            return False
+        with self._dead_lock:
+            return isinstance(error, ConnectionLost) or shard in self.dead
+
+    def _live(self) -> List[int]:
+        """The shards not given up, in shard order; ConnectionLost naming every shard's reason
+        when none is left."""
+        with self._dead_lock:
+            live = [i for i in range(len(self.clients)) if i not in self.dead]
+            if not live:
+                reasons = "; ".join(f"shard {i} ({self.clients[i].aio.url}): {why}" for i, why in sorted(self.dead.items()))
+                raise ConnectionLost(f"every shard is gone: {reasons}", code="no_shards")
+        return live
+
+    def _least_busy(self, busy: Sequence[int]) -> int:
+        """The live shard that appears least in ``busy`` (the lower index on ties)."""
+        return min(self._live(), key=lambda i: (busy.count(i), i))
+
+    def _give_up(self, shard: int, why: Union[str, BaseException]) -> None:
+        """Shard ``shard`` is lost for good: its connection is closed, so whatever it still plays
+        fails and is played elsewhere. Its client's thread runs on until :meth:`close`: a call
+        still on its way to a stopped event loop would never return."""
+        with self._dead_lock:
+            if shard in self.dead:
+                return
+            self.dead[shard] = str(why)
+        client = self.clients[shard]
+        log.warning("shard %d (%s) given up: %s", shard, client.aio.url, why)
+        try:
+            asyncio.run_coroutine_threadsafe(client.aio.close(), client.loop).result(15)
+        except Exception:  # a dead shard's connection may not close cleanly; it is not used again
+            log.exception("closing shard %d's connection failed", shard)
+
+    def _watch(self) -> None:
+        """Gives up a shard whose connection has been down ``give_up_after`` seconds: the
+        client's own resume would keep trying for up to the server's ``resume_grace_s`` (60 s)."""
+        down_since: Dict[int, float] = {}
+        while not self._closing.wait(0.25):
+            now = time.monotonic()
+            with self._dead_lock:
+                live = [i for i in range(len(self.clients)) if i not in self.dead]
+            for i in live:
+                aio = self.clients[i].aio
+                # Never connected, or a session over: nothing waits on it.
+                if aio.connected or aio.session is None:
+                    down_since.pop(i, None)
+                    continue
+                since = down_since.setdefault(i, now)
+                if now - since >= self.give_up_after:
+                    self._give_up(i, f"no connection for {self.give_up_after:g} s (it dropped and could not be resumed)")
 
 
 def _rollout_id(given: Optional[str]) -> str:
@@ -227,8 +326,8 @@ class _WindowJudge:
     from seed ``seed + w × W``, ids from 0, PROTOCOL.md "Shards"), shifted back to the stream's
     group ids."""
 
-    def __init__(self, client: Client, rid: str, tags: List[Dict[str, Any]], group_size: Optional[int], mode: str, options: Dict[str, Any]):
-        self._client, self._rid, self._tags = client, rid, tags
+    def __init__(self, sharded: ShardedClient, rid: str, tags: List[Dict[str, Any]], group_size: Optional[int], mode: str, options: Dict[str, Any]):
+        self._sharded, self._rid, self._tags = sharded, rid, tags
         self._group_size, self._mode, self._options = group_size, mode, options
 
     def __call__(self, window: int, groups: List[Group]) -> Dict[str, Any]:
@@ -242,7 +341,7 @@ class _WindowJudge:
                 local["env_id"] = int(e["env_id"]) - first * size
                 local["group_id"] = int(e["group_id"]) - first
                 episodes.append(local)
-        judged = self._client.rollout(
+        judged = self._sharded._on_a_shard(lambda client: client.rollout(
             self._tags,
             group_size=self._group_size,
             mode=self._mode,
@@ -251,7 +350,7 @@ class _WindowJudge:
             rollout_id=f"{self._rid}.window{window}",
             played_episodes=episodes,
             **self._options,
-        )
+        ))
         verdict = judged.verdict
         shifted = {k: [int(g) + first for g in verdict.get(k, [])] for k in ("kept", "dropped", "failed_groups")}
         # The fields in a window frame's order.
@@ -271,48 +370,150 @@ class _WindowJudge:
 _END = object()
 
 
+class _Share:
+    """One shard's range of groups ``first … first + count − 1`` in every window from ``start``
+    on: an endless stream of its own whose window 0 is the sharded stream's window ``start``."""
+
+    def __init__(self, shard: int, first: int, count: int, start: int, stream: SyncRolloutStream):
+        self.shard, self.first, self.count, self.start, self.stream = shard, first, count, start, stream
+
+
 class ShardedStream:
-    """The groups of an endless stream played in shares (:meth:`ShardedClient.stream`)."""
+    """The groups of an endless stream played in shares (:meth:`ShardedClient.stream`).
 
-    def __init__(self, rollout_id: str, per_window: int, shares: List[Any], judge: _WindowJudge):
+    Attributes:
+        windows: each window's verdict (the ``window`` frame one server sends), by window number.
+        replayed: the shares played again after their shard was lost:
+            ``{shard, url, reason, group_range, from_window, on}``.
+        duplicates: groups that arrived twice (a replayed share plays again what had arrived)
+            and were dropped.
+    """
+
+    def __init__(self, sharded: ShardedClient, rollout_id: str, tags: List[Dict[str, Any]], request: Dict[str, Any], judge: _WindowJudge):
         self.rollout_id = rollout_id
-        #: Each window's verdict (the ``window`` frame one server sends), by window number.
         self.windows: Dict[int, Dict[str, Any]] = {}
-        self._per_window = per_window
-        self._shares = shares
-        self._judge = judge
-        self._arrived: "queue.Queue[Any]" = queue.Queue()
-        self._pending: Dict[int, Dict[int, Group]] = {}
-        self._running = len(shares)
+        self.replayed: List[Dict[str, Any]] = []
+        self.duplicates = 0
+        self._sharded, self._tags, self._request, self._judge = sharded, tags, request, judge
+        self._per_window = sum(t["groups"] for t in tags)
+        # Seed of group 0: a replayed share starting at window w plays from this + w × W.
+        self._base_seed: Optional[int] = request.get("seed")
+        self._arrived: "queue.Queue[Tuple[_Share, Any]]" = queue.Queue()
+        self._pending: Dict[int, Dict[int, Group]] = {}  # windows not yet judged: group id → group
+        self._judged_below = 0  # every window below it is judged
+        self._judged: Set[int] = set()  # judged windows from _judged_below on
+        self._shares: List[_Share] = []
         self._closed = False
-        self._readers = [threading.Thread(target=self._read, args=(share,), name="rollgym-share", daemon=True) for share in shares]
-        for reader in self._readers:
-            reader.start()
+        for shard, _, first, count in sharded._shares(tags):
+            self._start(shard, first, count, 0, f"{rollout_id}.shard{shard}")
 
-    def _read(self, share: Any) -> None:
+    def _start(self, shard: int, first: int, count: int, start: int, name: str) -> None:
+        request = self._request
+        if start > 0:
+            # Window `start` of the stream is window 0 of the stream from its first seed.
+            assert self._base_seed is not None  # a group of window 0 has arrived
+            request = {**request, "step": None, "seed": self._base_seed + start * self._per_window}
+        stream = self._sharded.clients[shard].stream(self._tags, rollout_id=name, endless=True, group_range={"first": first, "count": count}, **request)
+        share = _Share(shard, first, count, start, stream)
+        self._shares.append(share)
+        threading.Thread(target=self._read, args=(share,), name="rollgym-share", daemon=True).start()
+
+    def _read(self, share: _Share) -> None:
         try:
-            for group in share:
-                self._arrived.put(group)
-        except BaseException as error:  # handed to the consumer, which raises it
-            self._arrived.put(error)
-        finally:
-            self._arrived.put(_END)
+            for group in share.stream:
+                self._arrived.put((share, group))
+        except BaseException as error:  # handed to the consumer, which replays the share or raises
+            self._arrived.put((share, error))
+        else:
+            self._arrived.put((share, _END))
 
     def __iter__(self) -> Iterator[Group]:
         return self
 
     def __next__(self) -> Group:
         while True:
-            if self._running == 0:
+            if not self._shares:
                 raise StopIteration
-            item = self._arrived.get()
+            share, item = self._arrived.get()
+            if share not in self._shares:
+                continue
             if item is _END:
-                self._running -= 1
+                self._shares.remove(share)
                 continue
             if isinstance(item, BaseException):
+                if not self._closed and isinstance(item, Exception) and self._sharded._lost(share.shard, item):
+                    self._replay(share, item)
+                    continue
                 self.close()
                 raise item
-            return self._take(item)
+            group = self._renumbered(share, item)
+            if self._base_seed is None:
+                self._base_seed = group.seed - group.group
+            if self._arrived_before(group):
+                self.duplicates += 1
+                continue
+            return self._take(group)
+
+    def _replay(self, lost: _Share, error: Exception) -> None:
+        """Plays ``lost``'s range again on a survivor from the earliest window in which one of its
+        groups has not arrived; what arrives twice is dropped by :meth:`_arrived_before`."""
+        self._shares.remove(lost)
+        sharded = self._sharded
+        sharded._give_up(lost.shard, error)
+        start = self._first_window_missing(lost.first, lost.count)
+        while True:
+            try:
+                survivor = sharded._least_busy([s.shard for s in self._shares])
+            except ConnectionLost:
+                self.close()
+                raise
+            try:
+                self._start(survivor, lost.first, lost.count, start, f"{self.rollout_id}.replay{len(self.replayed) + 1}")
+                break
+            except RuntimeError:  # its client was closed meanwhile (ShardedClient.close)
+                if survivor not in sharded.dead:
+                    raise
+        last = lost.first + lost.count - 1
+        self.replayed.append({
+            "shard": lost.shard, "url": sharded.clients[lost.shard].aio.url, "reason": sharded.dead[lost.shard],
+            "group_range": {"first": lost.first, "count": lost.count}, "from_window": start, "on": survivor,
+        })
+        log.warning(
+            "stream %s: shard %d is gone (%s); its groups %d..%d of every window from window %d now play on shard %d",
+            self.rollout_id, lost.shard, sharded.dead[lost.shard], lost.first, last, start, survivor,
+        )
+
+    def _first_window_missing(self, first: int, count: int) -> int:
+        w = self._judged_below
+        while True:
+            if w not in self._judged:
+                have = self._pending.get(w, {})
+                if any(w * self._per_window + g not in have for g in range(first, first + count)):
+                    return w
+            w += 1
+
+    def _renumbered(self, share: _Share, group: Group) -> Group:
+        """A replayed share's group numbered as the stream numbers it (its windows start at
+        ``share.start``), as _WindowJudge shifts a window's groups the other way."""
+        if share.start == 0:
+            return group
+        shift = share.start * self._per_window
+        size = len(group.episodes)
+        group.group += shift
+        group.window = int(group.window or 0) + share.start
+        for e in group.episodes:
+            e["group_id"] = int(e["group_id"]) + shift
+            e["env_id"] = int(e["env_id"]) + shift * size
+        env_ids = (group.env_ids + shift * size).astype(np.int32)
+        env_ids.setflags(write=False)
+        group.env_ids = group.arrays["env_ids"] = env_ids
+        return group
+
+    def _arrived_before(self, group: Group) -> bool:
+        w = int(group.window or 0)
+        if w < self._judged_below or w in self._judged:
+            return True
+        return group.group in self._pending.get(w, {})
 
     def _take(self, group: Group) -> Group:
         group.rollout = self.rollout_id
@@ -324,6 +525,10 @@ class ShardedStream:
             del self._pending[window]
             verdict = self._judge(window, groups)
             self.windows[window] = verdict
+            self._judged.add(window)
+            while self._judged_below in self._judged:
+                self._judged.discard(self._judged_below)
+                self._judged_below += 1
             kept, failed = set(verdict["kept"]), set(verdict["failed_groups"])
             for g in groups:
                 g.kept = g.group in kept
@@ -336,7 +541,12 @@ class ShardedStream:
             return
         self._closed = True
         for share in self._shares:
-            share.close()
+            if share.shard in self._sharded.dead:
+                continue  # its connection is closed already
+            try:
+                share.stream.close()
+            except Exception:  # the shard went meanwhile: nothing left to cancel
+                log.debug("closing share on shard %d failed", share.shard, exc_info=True)
 
     def __enter__(self) -> "ShardedStream":
         return self

@@ -1,6 +1,7 @@
 // rollgym shards on Ray (python/rollgym_client/ray.py, issue 34) and sharded rollouts over them
 // (python/rollgym_client/sharded.py; the fields left out of the comparison are PER_PROCESS in
-// test/python/ray_check.py), under a Python with Ray 2.58:
+// test/python/json_checks.py), one of 3 shards killed mid-stream (shard_failure.py), under a
+// Python with Ray 2.58:
 // the venv .ci/run makes at ~/.cache/rollgym/ray-venv (or $ROLLGYM_RAY_PYTHON). Without Ray
 // the Ray tests are skipped with the reason in their name and a warning, never passed; the
 // import guard is checked with Debian's Python, which has no Ray.
@@ -49,8 +50,8 @@ if (missing) {
 }
 
 /** Runs a check script of test/python under the Ray venv; its last stdout line is its JSON summary. */
-function runCheck(script: string, timeoutMs: number): Record<string, unknown> {
-  const result = python(RAY_PYTHON, [join("test", "python", script)], timeoutMs, {
+function runCheck(script: string, timeoutMs: number, args: readonly string[] = []): Record<string, unknown> {
+  const result = python(RAY_PYTHON, [join("test", "python", script), ...args], timeoutMs, {
     ROLLGYM_COMMAND: COMMAND,
   });
   expect(result.status, `${result.stdout}\n${result.stderr}`).toBe(0);
@@ -102,6 +103,13 @@ describe.skipIf(missing !== null)(
         stream_windows: 2,
       });
     }, 300_000);
+
+    it("3 shards, the first (it judges) killed with SIGKILL mid-stream: every group handed out once, the windows equal to a lone server's, the stream goes on", () => {
+      const summary = runCheck("ray_check.py", 180_000, ["shard-failure"]);
+      expect(summary).toMatchObject({ ok: true, shards: 3, victim: 0 });
+      // Windows compared: from 0 to WINDOWS_AFTER (3) past the first one played again elsewhere.
+      expect(summary.windows).toBe((summary.from_window as number) + 3);
+    }, 240_000);
 
     it(`${EXAMPLE} runs as written: two shards, one filtered batch`, () => {
       // No PYTHONPATH: the example finds the checkout's client by its own sys.path line.

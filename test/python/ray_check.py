@@ -9,7 +9,10 @@ started outside Ray (a group is a pure function of its request and index, which 
 sharding sound), and stops cleanly on SIGTERM (exit code 0, then /healthz down); and
 ShardedClient.rollout over the shards gives one server's batch (but PER_PROCESS) for SHARDED with
 the built-in random policy and MOCK_SHARDED against the mock engine, and ShardedClient.stream
-the first windows of one server's endless stream (groups and window verdicts). Prints one JSON summary
+the first windows of one server's endless stream (groups and window verdicts).
+
+With the argument ``shard-failure`` it checks instead that 3 shards go on when one's server is
+killed (SIGKILL) mid-way through an endless stream (shard_failure.py). Prints one JSON summary
 line; exits non-zero with a message when a check fails.
 """
 
@@ -34,7 +37,8 @@ import ray  # noqa: E402
 from rollgym_client import Batch, Client  # noqa: E402
 from rollgym_client.ray import RollgymShard, ShardActor, ShardGroup  # noqa: E402
 from rollgym_client.sharded import ShardedClient  # noqa: E402
-from json_checks import check, clean  # noqa: E402
+from json_checks import PER_PROCESS, check, clean, comparable_group, diff  # noqa: E402
+from shard_failure import killed_shard_stream  # noqa: E402
 
 COMMAND = json.loads(os.environ["ROLLGYM_COMMAND"])
 SHARD_COUNTS = (1, 2, 3)
@@ -58,11 +62,6 @@ MOCK_SHARDED = {
 # An endless stream (windows of 5 groups, 3 kept of each), compared over its first windows.
 STREAM = dict(tags={"CoordSokoban": 2, "FrozenLake": 3}, group_size=3, seed=21, max_turn=3, filter={"strategy": "top_k", "value": 0.6})
 STREAM_WINDOWS = 2
-# Fields that differ between processes and are left out of the comparison: the rollout id
-# (each shard plays its own share id) and each group frame's seq (a per-session counter).
-PER_PROCESS = ("rollout", "seq")
-
-
 def played(url: str) -> dict:
     """What a batch holds, as comparable JSON."""
     with Client(url) as client:
@@ -74,13 +73,6 @@ def played(url: str) -> dict:
         "episodes": batch.all_episodes,
         "scores": batch.scores.tolist(),
         "seeds": [g.seed for g in batch.groups],
-    })
-
-
-def comparable_group(g) -> dict:
-    return clean({
-        "group": g.group, "tag": g.tag, "seed": g.seed, "kept": g.kept, "score": g.score, "failed": g.failed,
-        "window": g.window, "episodes": g.episodes, "arrays": {k: v.tolist() for k, v in sorted(g.arrays.items())},
     })
 
 
@@ -118,23 +110,6 @@ def answers(url: str) -> bool:
             return True
     except OSError:
         return False
-
-
-def diff(a, b, path="") -> str:
-    """The first place two JSON values differ."""
-    if type(a) is not type(b):
-        return f"{path}: {a!r} != {b!r}"
-    if isinstance(a, dict):
-        for k in sorted(set(a) | set(b)):
-            if a.get(k) != b.get(k):
-                return diff(a.get(k), b.get(k), f"{path}.{k}")
-    if isinstance(a, list):
-        if len(a) != len(b):
-            return f"{path}: {len(a)} items != {len(b)}"
-        for i, (x, y) in enumerate(zip(a, b)):
-            if x != y:
-                return diff(x, y, f"{path}[{i}]")
-    return f"{path}: {a!r} != {b!r}"
 
 
 def start_mock_engine() -> "tuple[subprocess.Popen, str]":
@@ -205,7 +180,28 @@ def killed_actor_stops_its_server() -> None:
     check(not answers(url), f"a shard actor killed by Ray left its server at {url} running")
 
 
+def shard_failure() -> None:
+    """3 shards, the first (the one that judges) killed mid-stream."""
+    runtime_env = {"env_vars": {"PYTHONPATH": PYTHON_DIR}}
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env=runtime_env)
+    try:
+        group = ShardGroup(3, num_cpus=0.25, command=COMMAND, args=SERVE_ARGS)
+        try:
+            victim = 0
+            pid = ray.get(group.actors[victim].pid.remote())
+            summary = killed_shard_stream(group.urls, victim, lambda: os.killpg(pid, signal.SIGKILL))
+        finally:
+            codes = group.stop()
+    finally:
+        ray.shutdown()
+    check(codes[victim] == -signal.SIGKILL and codes[1:] == [0, 0], f"exit codes {codes}: expected the killed shard's -9, then 0 each")
+    print(json.dumps({"ok": True, "shards": 3, **summary}))
+
+
 def main() -> None:
+    if sys.argv[1:] == ["shard-failure"]:
+        shard_failure()
+        return
     reference_shard = RollgymShard(COMMAND, args=SERVE_ARGS)
     reference_shard.start()
     try:

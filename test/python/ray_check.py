@@ -11,6 +11,9 @@ ShardedClient.rollout over the shards gives one server's batch (but PER_PROCESS)
 the built-in random policy and MOCK_SHARDED against the mock engine, and ShardedClient.stream
 the first windows of one server's endless stream (groups and window verdicts). Prints one JSON summary
 line; exits non-zero with a message when a check fails.
+
+With the argument ``update``: a weight update through ShardedClient over 3 shards sharing 2 mock
+engines instead (update_across_shards).
 """
 
 from __future__ import annotations

@@ -104,7 +104,7 @@ describe.skipIf(missing !== null)(
       });
     }, 300_000);
 
-    it("an update over 3 shards sharing 2 mock replicas: each replica paused and resumed once (the mock's /metrics), every turn's stamp the engine's, turns of follower shards spanning it included; an update a follower refuses pauses nothing and reopens the others", () => {
+    it("an update over 3 shards sharing 2 mock replicas: each replica paused and resumed once (the mock's /metrics), every turn's stamp the engine's, turns of follower shards spanning it included; updates a follower or the lead refuses pause nothing and reopen every shard", () => {
       const summary = runCheck("ray_check.py", 180_000, ["update"]);
       expect(summary).toMatchObject({
         ok: true,

@@ -243,10 +243,11 @@ UPDATE_SHARDS = 3
 UPDATE_ROLLOUT = dict(tag="CoordSokoban", groups=6, group_size=2, seed=9, max_turn=3, delivery="stream")
 
 
-def refused_update_reopens(sharded: ShardedClient) -> None:
+def refused_updates_reopen(sharded: ShardedClient) -> None:
     """A follower refuses begin_update (shard 2 is already at the announced ordinal): shard 1,
-    which had begun, ends at the version in force and plays again; nothing is paused (the
-    caller's pause counts stay one per replica)."""
+    which had begun, ends at the version in force and plays again; then the lead refuses, and
+    both followers do the same. Nothing is paused (the caller's pause counts stay one per
+    replica)."""
     # Shard 2 alone moves on, asking the engines nothing (so the pause counts stay the update's).
     last = sharded.clients[-1]
     last.begin_update("ahead", label="step-2", ordinal=2, engines="held_elsewhere")
@@ -259,8 +260,29 @@ def refused_update_reopens(sharded: ShardedClient) -> None:
         raise AssertionError("begin_update announcing an ordinal shard 2 has reached was not refused")
     check(sharded.clients[1].version == {"label": "step-1", "ordinal": 1}, f"shard 1's version {sharded.clients[1].version}")
     check(sharded.version == {"label": "step-1", "ordinal": 1}, f"the lead's version {sharded.version}")
-    replay = sharded.clients[1].rollout(tag="CoordSokoban", groups=1, group_size=1, seed=1, max_turn=1, timeout=60)
-    check(replay.num_episodes == 1, "shard 1 plays again after the refused update")
+    plays_again(sharded.clients[1], "shard 1, after shard 2 refused")
+
+    # The lead refuses (it alone moved to ordinal 3): both followers, which had begun, end at
+    # the version each had.
+    lead = sharded.clients[0]
+    lead.begin_update("lead-ahead", label="step-3", ordinal=3, engines="held_elsewhere")
+    lead.end_update("lead-ahead", "step-3", 3)
+    try:
+        sharded.begin_update("refused-by-lead", label="step-3", ordinal=3)
+    except RollgymError as error:
+        check(error.field == "version.ordinal", f"the lead's refusal names {error.field}: {error}")
+    else:
+        raise AssertionError("begin_update announcing an ordinal the lead has reached was not refused")
+    versions = [c.version["ordinal"] for c in sharded.clients]
+    check(versions == [3, 1, 2], f"versions after the lead refused: {versions}, expected [3, 1, 2]")
+    for shard in (1, 2):
+        plays_again(sharded.clients[shard], f"shard {shard}, after the lead refused")
+
+
+def plays_again(client: Client, who: str) -> None:
+    """`client`'s shard admits groups: no update holds it."""
+    replay = client.rollout(tag="CoordSokoban", groups=1, group_size=1, seed=1, max_turn=1, timeout=60)
+    check(replay.num_episodes == 1, f"{who}: a rollout played {replay.num_episodes} episodes")
 
 
 def update_across_shards() -> dict:
@@ -299,7 +321,7 @@ def update_across_shards() -> dict:
                 batch = done.get("batch")
                 check(batch is not None and batch.failed == 0, f"the rollout's batch {batch and batch.verdict}")
                 records = [r for u in urls_of_engines for r in engine_get(u, "/mock/generations")["generations"]]
-                refused_update_reopens(sharded)
+                refused_updates_reopen(sharded)
         finally:
             group.stop()
         counts = []

@@ -12,6 +12,7 @@ import {
   optionalFields,
   PAUSE_MODES,
   SAMPLING,
+  UPDATE_ENGINES,
   WIRE_ASYNC,
   WIRE_FILTER,
   welcomeLimitFields,
@@ -258,6 +259,12 @@ const NewVersionSchema = map({
 
 export const PauseModeSchema = Type.Enum(PAUSE_MODES);
 
+/** Who pauses the engines: this server ("pause", the default) or another sharing them. */
+export const UpdateEnginesSchema = Type.Enum(UPDATE_ENGINES, {
+  description:
+    '"held_elsewhere": close admission and move the version, but send no engine request (another server pauses and resumes the shared engines)',
+});
+
 /**
  * Trainer only: close admission and pause every engine before the trainer moves its weights.
  * `version`, when given, is the one end_update will name: checked here, before any engine pauses.
@@ -267,6 +274,7 @@ export const BeginUpdateSchema = map({
   id: Id,
   mode: Type.Optional(PauseModeSchema),
   version: Type.Optional(NewVersionSchema),
+  engines: Type.Optional(UpdateEnginesSchema),
 });
 export type BeginUpdate = Static<typeof BeginUpdateSchema>;
 
@@ -457,6 +465,8 @@ export const UpdateBegunSchema = map({
   id: Type.String(),
   /** The version in force during the update (the one before it). */
   version: VersionSchema,
+  /** "held_elsewhere" when begin_update said so: no engine was asked anything; absent otherwise. */
+  engines: Type.Optional(Type.Literal("held_elsewhere")),
   /** Replicas paused through the engine's own /pause. */
   paused: Count,
   /** Replicas without /pause whose in-flight requests were aborted, to be continued after the update. */
@@ -477,6 +487,8 @@ export const UpdateEndedSchema = map({
   type: Type.Literal("update_ended"),
   id: Type.String(),
   version: VersionSchema,
+  /** "held_elsewhere" when its begin_update said so: no engine was resumed here; absent otherwise. */
+  engines: Type.Optional(Type.Literal("held_elsewhere")),
   /** Replicas still paused after /resume was retried: out of routing, with the reason. */
   failed_to_resume: Type.Array(ReplicaProblemSchema),
 });

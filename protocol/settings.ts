@@ -56,6 +56,13 @@ export type NormalizationMethod = (typeof NORMALIZATION_METHODS)[number];
 export const PAUSE_MODES = ["keep", "wait", "abort"] as const;
 export type PauseMode = (typeof PAUSE_MODES)[number];
 /**
+ * Who pauses the engines in a weight update: "pause", this server (the default), or
+ * "held_elsewhere", another server sharing them (a shard follower): this one only closes its
+ * admission and moves its version, and sends no engine request (docs/ray.md "Weight updates").
+ */
+export const UPDATE_ENGINES = ["pause", "held_elsewhere"] as const;
+export type UpdateEngines = (typeof UPDATE_ENGINES)[number];
+/**
  * The largest weight-version ordinal (2³¹−1): token mode's token_versions_i32 carries ordinals
  * as int32. end_update past it is refused, and begin_update once the ordinal has reached it.
  */

@@ -28,12 +28,18 @@ try:
     # One `rollgym serve` per shard, spread over the nodes, all with the same settings.
     with ShardGroup(shards, num_cpus=0.5, command=command, args=["--policy", "random"]) as group:
         print("shards:", [h["status"] for h in group.health()])
-        with ShardedClient(group.urls) as client:
+        # trainer=True: this client also brackets weight updates on every shard.
+        with ShardedClient(group.urls, trainer=True) as client:
             # The groups are split over the shards; the filter and metrics are the whole batch's.
             batch = client.rollout(
                 tag="CoordSokoban", groups=6, group_size=4, seed=100, filter={"strategy": "top_k", "value": 0.5}
             )
             print(f"kept groups {batch.kept} of 6, {len(batch)} episodes, scores {[round(float(s), 2) for s in batch.scores]}")
             print(f"success {batch.metrics['train/CoordSokoban/success']:.3f}")
+            # A weight update: the other shards close their admission first, the first shard
+            # pauses each engine replica once (the built-in policy has none), and ends last.
+            with client.update("step-1", 1) as begun:
+                pass  # the trainer moves its weights here
+            print("version", client.version["label"], [b.get("engines", "pause") for b in begun["shards"]])
 finally:
     ray.shutdown()

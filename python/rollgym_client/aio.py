@@ -53,6 +53,9 @@ _UPDATE_ERRORS = ("update", "not_trainer")
 
 #: vLLM's pause modes, as begin_update takes them.
 PAUSE_MODES = ("keep", "wait", "abort")
+#: Who pauses the engines in an update, as begin_update takes it: this server, or another
+#: sharing them (a shard follower).
+UPDATE_ENGINES = ("pause", "held_elsewhere")
 
 _END = object()  # end-of-stream marker in a stream's queue
 
@@ -1037,6 +1040,7 @@ class AsyncClient:
         mode: Optional[str] = None,
         label: Optional[str] = None,
         ordinal: Optional[int] = None,
+        engines: Optional[str] = None,
     ) -> Dict[str, Any]:
         """Trainer only: close the server's admission and pause every engine (``mode``: one of
         ``"keep"``, ``"wait"``, ``"abort"``; the server's default when ``None``). Returns the
@@ -1047,6 +1051,11 @@ class AsyncClient:
         will name: the server checks the ordinal now, before any engine pauses, and
         ``end_update`` must then name the same version.
 
+        ``engines="held_elsewhere"``: another server sharing the engines pauses them (a shard
+        follower, :class:`~rollgym_client.sharded.ShardedClient`); this one only closes its
+        admission and moves its version, and asks the engines nothing (PROTOCOL.md "Engines held
+        elsewhere").
+
         Raises:
             RollgymError: ``not_trainer`` (the client was not made with ``trainer=True``) or
                 ``update`` (one is open already, pausing failed, an announced ordinal not
@@ -1055,6 +1064,8 @@ class AsyncClient:
         """
         if mode is not None and mode not in PAUSE_MODES:
             raise ValueError(f"mode must be one of {PAUSE_MODES}, not {mode!r}")
+        if engines is not None and engines not in UPDATE_ENGINES:
+            raise ValueError(f"engines must be one of {UPDATE_ENGINES}, not {engines!r}")
         if (label is None) != (ordinal is None):
             raise TypeError("label and ordinal announce the new version together: pass both or neither")
         uid = update_id if update_id is not None else f"update-{self._prefix}-{next(self._ids)}"
@@ -1063,6 +1074,8 @@ class AsyncClient:
             frame["mode"] = mode
         if label is not None:
             frame["version"] = _new_version(label, ordinal)
+        if engines is not None:
+            frame["engines"] = engines
         return await self._update_request(frame, "update_begun")
 
     async def end_update(self, update_id: str, label: str, ordinal: int) -> Dict[str, Any]:

@@ -15,6 +15,11 @@ reproduces PyTorch's float32 kernels bit for bit (src/rollout/filter.ts), and a 
 would drift; asking a server keeps one implementation, at the cost of one round trip that
 carries the episodes' scores, metrics and flags (their texts stay behind).
 
+Weight updates (:meth:`ShardedClient.update`, ``begin_update``/``end_update``) pause each
+engine replica once for all shards: the other shards close their admission without touching the
+engines (``engines="held_elsewhere"``), and the first shard pauses and resumes them
+(docs/ray.md "Weight updates" has the order and why).
+
 The shards must run with the same configuration (``rollgym_client.ray.ShardGroup`` starts them
 so), and a train rollout needs a seed they agree on: ``seed=``, or ``step=`` with a configured
 ``seed.train`` (RAGEN's default, 10000).
@@ -30,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import contextlib
 import queue
 import threading
 import time
@@ -38,7 +44,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set,
 
 import numpy as np
 
-from .aio import TagsArg, normalize_tags
+from .aio import TagsArg, _left_open, normalize_tags
 from .batch import Batch, Group
 from .errors import ConnectionLost
 from .sync import Client, SyncRolloutStream
@@ -78,7 +84,8 @@ def _verdict_episode(episode: Dict[str, Any]) -> Dict[str, Any]:
 
 
 class ShardedClient:
-    """:meth:`Client.rollout <rollgym_client.sync.Client.rollout>` over several servers.
+    """:meth:`Client.rollout <rollgym_client.sync.Client.rollout>`, ``stream`` and weight
+    updates over several servers.
 
     Args:
         urls: the shards' URLs (``ShardGroup.urls``), in a fixed order: group shares follow it.
@@ -118,6 +125,8 @@ class ShardedClient:
         self._pool = concurrent.futures.ThreadPoolExecutor(len(self.clients), thread_name_prefix="rollgym-shard")
         self._watchdog = threading.Thread(target=self._watch, name="rollgym-shard-watchdog", daemon=True)
         self._watchdog.start()
+        # Per update id: the shards whose end_update was answered (a retry skips them).
+        self._ended: Dict[str, Dict[int, Dict[str, Any]]] = {}
 
     def close(self) -> None:
         self._closing.set()
@@ -203,6 +212,90 @@ class ShardedClient:
         request = dict(group_size=group_size, mode=mode, step=step, seed=seed, **options)
         judge = _WindowJudge(self, rid, tag_list, group_size, mode, options)
         return ShardedStream(self, rid, tag_list, request, judge)
+
+    # ------------------------------------------------------------------ weight updates
+
+    @property
+    def version(self) -> Optional[Dict[str, Any]]:
+        """The weight version in force as the lead shard (shard 0) last said (trainer clients)."""
+        return self.clients[0].version
+
+    def begin_update(
+        self,
+        update_id: Optional[str] = None,
+        mode: Optional[str] = None,
+        label: Optional[str] = None,
+        ordinal: Optional[int] = None,
+    ) -> Dict[str, Any]:
+        """:meth:`Client.begin_update <rollgym_client.sync.Client.begin_update>` over the shards,
+        each engine replica paused once (needs ``ShardedClient(..., trainer=True)``): every other
+        shard begins first with ``engines="held_elsewhere"`` (its admission closes and its turns
+        wait; it asks the engines nothing), then the lead shard (shard 0) begins as one server
+        does and pauses every replica in ``mode``. Returns the lead's ``update_begun`` with
+        ``shards``: every shard's, in shard order (docs/ray.md "Weight updates").
+
+        A refusal anywhere raises that shard's error with nothing paused and every admission
+        open again: the followers that had begun end at the version in force (no weights moved).
+        """
+        uid = update_id if update_id is not None else f"update-{uuid.uuid4().hex[:12]}"
+        followers: List[Dict[str, Any]] = []
+        try:
+            for client in self.clients[1:]:
+                followers.append(client.begin_update(uid, mode, label, ordinal, engines="held_elsewhere"))
+            lead = self.clients[0].begin_update(uid, mode, label, ordinal)
+        except BaseException as error:
+            self._reopen(uid, followers, error)
+            raise
+        return {**lead, "shards": [lead, *followers]}
+
+    def _reopen(self, update_id: str, followers: List[Dict[str, Any]], error: BaseException) -> None:
+        """The followers that began ``update_id`` end it at the version they had: the lead paused
+        nothing, so no weights moved."""
+        for shard, (client, begun) in enumerate(zip(self.clients[1:], followers), start=1):
+            before = begun["version"]
+            try:
+                client.end_update(update_id, before["label"], before["ordinal"])
+            except Exception as stuck:  # told with the original error, which is what the caller sees
+                note = f"update {update_id!r} stays open on shard {shard}: reopening it failed ({stuck})"
+                if hasattr(error, "add_note"):
+                    error.add_note(note)
+
+    def end_update(self, update_id: str, label: str, ordinal: int) -> Dict[str, Any]:
+        """:meth:`Client.end_update <rollgym_client.sync.Client.end_update>` over the shards: the
+        followers end first, while the engines are still paused, so each of their turns is
+        stamped with the new version before any token of the new weights is sampled; then the
+        lead resumes every replica once. Returns the lead's ``update_ended`` with ``shards``.
+
+        A refusal raises that shard's error and leaves the update open where it was not ended
+        yet (the lead's, so the engines stay paused, as one server's update stays open); call
+        again with the same arguments: the shards that ended are not asked again.
+        """
+        ended = self._ended.setdefault(update_id, {})
+        order = [*range(1, len(self.clients)), 0]
+        for i in order:
+            if i not in ended:
+                ended[i] = self.clients[i].end_update(update_id, label, ordinal)
+        del self._ended[update_id]
+        frames = [ended[i] for i in range(len(self.clients))]
+        return {**frames[0], "shards": frames}
+
+    @contextlib.contextmanager
+    def update(self, label: str, ordinal: int, mode: Optional[str] = None) -> Iterator[Dict[str, Any]]:
+        """:meth:`Client.update <rollgym_client.sync.Client.update>` over the shards
+        (:meth:`begin_update`, then :meth:`end_update` on a normal exit; a body that raises
+        leaves the update open):
+
+        >>> next_ordinal = sharded.version["ordinal"] + 1
+        >>> with sharded.update(f"step-{next_ordinal}", next_ordinal):
+        ...     push_weights()
+        """
+        begun = self.begin_update(mode=mode, label=label, ordinal=ordinal)
+        try:
+            yield begun
+        except BaseException as error:
+            _left_open(error, begun["id"], label, ordinal)
+            raise
+        self.end_update(begun["id"], label, ordinal)
 
     def _shares(self, tag_list: List[Dict[str, Any]]) -> List[Tuple[int, Client, int, int]]:
         """Each shard's share of the tags' groups (of a rollout, or of every window): its index,

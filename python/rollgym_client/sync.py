@@ -253,9 +253,10 @@ class Client:
         mode: Optional[str] = None,
         label: Optional[str] = None,
         ordinal: Optional[int] = None,
+        engines: Optional[str] = None,
     ) -> Dict[str, Any]:
         """See :meth:`AsyncClient.begin_update` (needs ``Client(..., trainer=True)``)."""
-        return self._run(self._async.begin_update(update_id, mode, label, ordinal))
+        return self._run(self._async.begin_update(update_id, mode, label, ordinal, engines))
 
     def end_update(self, update_id: str, label: str, ordinal: int) -> Dict[str, Any]:
         """See :meth:`AsyncClient.end_update`."""

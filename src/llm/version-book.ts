@@ -3,7 +3,7 @@
 // clock that keeps the time held off request timeouts and retry budgets. Remote policies add
 // the engines (engine-updates.ts); the built-in policies use it as it is.
 import type { Version } from "../../protocol/messages.ts";
-import { MAX_VERSION_ORDINAL, PAUSE_MODES } from "../../protocol/settings.ts";
+import { MAX_VERSION_ORDINAL, PAUSE_MODES, UPDATE_ENGINES } from "../../protocol/settings.ts";
 import { RollgymError } from "../errors/catalogue.ts";
 import { onParentAbort, type PauseClock } from "./deadline.ts";
 import {
@@ -12,6 +12,7 @@ import {
   INITIAL_VERSION,
   type PauseMode,
   type TurnVersions,
+  type UpdateEngines,
   type WeightUpdates,
 } from "./versions.ts";
 
@@ -53,6 +54,8 @@ export class VersionBook implements WeightUpdates, PauseClock {
   readonly #resumeWaiters = new Set<() => void>();
   /** Replicas the latest update paused in a mode that holds every request arriving after the pause (see stamp()). */
   #holding: ReadonlySet<string> = new Set();
+  /** The open update leaves the engines to another server: no engine request in begin() or end(). */
+  #heldElsewhere = false;
   /** Turns dispatched and not yet answered, kept by the policy (for update_begun's in_flight). */
   inFlight = 0;
 
@@ -129,9 +132,11 @@ export class VersionBook implements WeightUpdates, PauseClock {
     return { dispatch: held ? completion : dispatch, completion };
   }
 
-  async begin(mode: PauseMode = "keep"): Promise<EnginesPaused> {
+  async begin(mode: PauseMode = "keep", engines: UpdateEngines = "pause"): Promise<EnginesPaused> {
     if (!PAUSE_MODES.includes(mode))
       throw new RangeError(`pause mode ${JSON.stringify(mode)} is not one of ${PAUSE_MODES.join(", ")}`);
+    if (!UPDATE_ENGINES.includes(engines))
+      throw new RangeError(`engines ${JSON.stringify(engines)} is not one of ${UPDATE_ENGINES.join(", ")}`);
     if (this.#updating)
       throw new UpdateStateError(
         `an update is already open (begun under version ${this.#current.label}); end it before beginning another`,
@@ -143,6 +148,11 @@ export class VersionBook implements WeightUpdates, PauseClock {
       this.#open = resolve;
     });
     this.#holding = new Set();
+    this.#heldElsewhere = engines === "held_elsewhere";
+    // Held elsewhere: the turns wait at the gate, and what the engines do is the other server's
+    // business (its pause mode), so stamps here stay lower bounds (stamp()).
+    if (this.#heldElsewhere)
+      return { paused: 0, aborted: 0, out_of_routing: [], in_flight: this.inFlight, refused: [] };
     let begun: EnginesPaused;
     try {
       begun = await this.pauseEngines(mode, this.inFlight);
@@ -161,7 +171,7 @@ export class VersionBook implements WeightUpdates, PauseClock {
     if (problem) throw new RangeError(problem);
     // Answers that complete after the engines resume are the new weights' (keep mode spans).
     this.#current = { label: version.label, ordinal: version.ordinal };
-    const resumed = await this.resumeEngines(this.#current);
+    const resumed = this.#heldElsewhere ? { failed_to_resume: [] } : await this.resumeEngines(this.#current);
     this.#reopen();
     return resumed;
   }
@@ -171,6 +181,7 @@ export class VersionBook implements WeightUpdates, PauseClock {
     this.#pausedTotal += Date.now() - (this.#pausedSince ?? Date.now());
     this.#pausedSince = null;
     this.#updating = false;
+    this.#heldElsewhere = false;
     const open = this.#open;
     this.#open = null;
     this.#gate = null;

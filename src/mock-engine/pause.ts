@@ -78,6 +78,7 @@ export class EnginePause {
   /** Resolves when vLLM's /pause would answer. */
   async pause(mode: PauseMode, clearCache = true): Promise<void> {
     this.#setMode(mode);
+    this.#stats.pauses++;
     if (clearCache) {
       this.#stats.pauseCacheClears++;
       this.#prefixCache.clear();
@@ -100,6 +101,7 @@ export class EnginePause {
       this.#stats.reprefillTokens += r.cachedTokens();
     }
     this.#evicted.clear();
+    this.#stats.resumes++;
     this.#setMode(null);
   }
 

@@ -30,6 +30,9 @@ export interface MockEngineStats {
   formatErrors: number;
   /** Answered 200 with finish_reason "abort" by the abortRate draw. */
   injectedAborts: number;
+  /** Pauses and resumes applied (/pause answered, /resume that resumed): how often a replica was paused. */
+  pauses: number;
+  resumes: number;
   /** Requests ended with finish_reason "abort" by /pause?mode=abort. */
   pauseAborts: number;
   /** Pauses with clear_cache true (vLLM's default): the KV and prefix caches were dropped. */
@@ -91,6 +94,8 @@ export function emptyStats(): MockEngineStats {
     aborted: 0,
     formatErrors: 0,
     injectedAborts: 0,
+    pauses: 0,
+    resumes: 0,
     pauseAborts: 0,
     pauseCacheClears: 0,
     reprefills: 0,

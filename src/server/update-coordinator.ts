@@ -13,7 +13,13 @@ import {
 import { errorFrame, messageOf } from "../errors/boundary.ts";
 import { RollgymError } from "../errors/catalogue.ts";
 import type { Policy } from "../llm/policy.ts";
-import { type EnginesResumed, INITIAL_VERSION, type PauseMode, type WeightUpdates } from "../llm/versions.ts";
+import {
+  type EnginesResumed,
+  INITIAL_VERSION,
+  type PauseMode,
+  type UpdateEngines,
+  type WeightUpdates,
+} from "../llm/versions.ts";
 import { DeliveredAges } from "./delivery/ages.ts";
 import type { ServerMetrics, UpdateGauges } from "./metrics.ts";
 import type { Session } from "./session.ts";
@@ -34,6 +40,8 @@ interface OpenUpdate {
   since: number;
   /** What pausing held: update_begun's counts, 0 until it is answered. */
   held: { paused: number; aborted: number };
+  /** Another server pauses the shared engines (begin_update's `engines`): said in both answers. */
+  heldElsewhere: boolean;
 }
 
 /** How long an update may stay open, and where the server says what it did about one that did not end. */
@@ -160,6 +168,7 @@ export class UpdateCoordinator {
     id: string,
     mode: PauseMode | undefined,
     announced?: Version,
+    engines?: UpdateEngines,
   ): Promise<UpdateBegun> {
     const updates = this.checked(session, "begin_update");
     if (this.open) throw new RollgymError("update_open", { id, open: this.open.id });
@@ -177,6 +186,7 @@ export class UpdateCoordinator {
       timer: null,
       since: Date.now(),
       held: { paused: 0, aborted: 0 },
+      heldElsewhere: engines === "held_elsewhere",
     };
     // The gate closes before any engine is asked to pause, so no new group slips in meanwhile.
     this.open = open;
@@ -188,13 +198,20 @@ export class UpdateCoordinator {
     const version = { ...this.current };
     const ages = this.delivered.take();
     try {
-      const begun = await updates.begin(mode);
+      const begun = await updates.begin(mode, engines);
       open.held = { paused: begun.paused, aborted: begun.aborted };
       open.begun = true;
       this.changed();
       for (const { url, reason } of begun.refused)
         this.options.log?.warn({ update: id, replica: url }, `replica refused to pause: ${reason}`);
-      return { type: "update_begun", id, version, ...begun, ...(ages ? { ages } : {}) };
+      return {
+        type: "update_begun",
+        id,
+        version,
+        ...heldElsewhere(open),
+        ...begun,
+        ...(ages ? { ages } : {}),
+      };
     } catch (error) {
       this.options.log?.warn({ update: id, err: error }, "pausing the engines failed");
       this.close(open);
@@ -213,10 +230,13 @@ export class UpdateCoordinator {
     if (open.id !== id) throw new RollgymError("update_id", { id, open: open.id });
     if (!open.begun) throw new RollgymError("update_pausing", { id });
     if (open.ending) throw new RollgymError("update_ending", { id });
+    // Held elsewhere, the update may end at the version in force: the server holding the engines
+    // failed to pause them, so no weights moved and admission just reopens (docs/ray.md).
+    const unmoved = open.heldElsewhere && sameVersion(version, this.current);
     const announced = open.announced;
-    if (announced && (announced.label !== version.label || announced.ordinal !== version.ordinal))
+    if (!unmoved && announced && !sameVersion(announced, version))
       throw new RollgymError("update_version", { id, got: version, announced });
-    this.checkNewVersion(version, id, "end");
+    if (!unmoved) this.checkNewVersion(version, id, "end");
     open.ending = true;
     let resumed: EnginesResumed;
     try {
@@ -232,7 +252,7 @@ export class UpdateCoordinator {
     this.close(open);
     for (const { url, reason } of resumed.failed_to_resume)
       this.options.log?.warn({ update: id, replica: url }, `replica failed to resume: ${reason}`);
-    return { type: "update_ended", id, version: { ...this.current }, ...resumed };
+    return { type: "update_ended", id, version: { ...this.current }, ...heldElsewhere(open), ...resumed };
   }
 
   /** max_update_s passed with `open` still open: ended at the old version, the trainer told. */
@@ -422,6 +442,15 @@ export class UpdateCoordinator {
   private changed(): void {
     for (const listener of [...this.listeners]) listener();
   }
+}
+
+/** The answers' `engines` field: present only when another server holds the engines (frames stay as they were). */
+function heldElsewhere(open: OpenUpdate): { engines?: "held_elsewhere" } {
+  return open.heldElsewhere ? { engines: "held_elsewhere" } : {};
+}
+
+function sameVersion(a: Version, b: Version): boolean {
+  return a.label === b.label && a.ordinal === b.ordinal;
 }
 
 /** Milliseconds as seconds to one decimal. */

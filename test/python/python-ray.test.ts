@@ -1,7 +1,8 @@
 // rollgym shards on Ray (python/rollgym_client/ray.py, issue 34) and sharded rollouts over them
 // (python/rollgym_client/sharded.py; the fields left out of the comparison are PER_PROCESS in
-// test/python/json_checks.py), one of 3 shards killed mid-stream (shard_failure.py), under a
-// Python with Ray 2.58:
+// test/python/json_checks.py), one of 3 shards killed mid-stream (shard_failure.py), and weight
+// updates over them (each shared replica paused once: ray_check.py update), under a Python with
+// Ray 2.58:
 // the venv .ci/run makes at ~/.cache/rollgym/ray-venv (or $ROLLGYM_RAY_PYTHON). Without Ray
 // the Ray tests are skipped with the reason in their name and a warning, never passed; the
 // import guard is checked with Debian's Python, which has no Ray.
@@ -111,7 +112,19 @@ describe.skipIf(missing !== null)(
       expect(summary.windows).toBe((summary.from_window as number) + 3);
     }, 240_000);
 
-    it(`${EXAMPLE} runs as written: two shards, one filtered batch`, () => {
+    it("an update over 3 shards sharing 2 mock replicas: each replica paused and resumed once (the mock's /metrics), every turn's stamp the engine's, turns of follower shards spanning it included; updates a follower or the lead refuses pause nothing and reopen every shard", () => {
+      const summary = runCheck("ray_check.py", 180_000, ["update"]);
+      expect(summary).toMatchObject({
+        ok: true,
+        replicas: [
+          { pauses: 1, resumes: 1, "/pause": 1, "/resume": 1 },
+          { pauses: 1, resumes: 1, "/pause": 1, "/resume": 1 },
+        ],
+      });
+      expect(summary.follower_spanning).toBeGreaterThan(0);
+    }, 240_000);
+
+    it(`${EXAMPLE} runs as written: two shards, one filtered batch, one weight update`, () => {
       // No PYTHONPATH: the example finds the checkout's client by its own sys.path line.
       const result = python(RAY_PYTHON, [EXAMPLE, "2"], 180_000, {
         ROLLGYM_COMMAND: COMMAND,
@@ -122,6 +135,8 @@ describe.skipIf(missing !== null)(
       // top_k 0.5 of 6 groups keeps 3: 12 episodes.
       expect(result.stdout).toMatch(/^kept groups \[\d, \d, \d\] of 6, 12 episodes, scores \[/m);
       expect(result.stdout).toMatch(/^success \d\.\d{3}$/m);
+      // The update: shard 0 paused the engines, shard 1's were held elsewhere.
+      expect(result.stdout).toContain("version step-1 ['pause', 'held_elsewhere']");
     }, 240_000);
   },
 );

@@ -131,7 +131,7 @@ const FRAMES: { frame: Record<string, unknown>; paths: (string | number)[][] }[]
     ],
   },
   { frame: { type: "env_close", id: "e" }, paths: [["id"]] },
-  { frame: { type: "begin_update", id: "u" }, paths: [["id"], ["mode"]] },
+  { frame: { type: "begin_update", id: "u" }, paths: [["id"], ["mode"], ["engines"]] },
   {
     frame: { type: "end_update", id: "u", version: { label: "v1", ordinal: 1 } },
     paths: [["version"], ["version", "label"], ["version", "ordinal"]],

@@ -118,6 +118,8 @@ const FAMILIES: readonly Family[] = [
     samples: (v) => DEFAULTED_FIELDS.map((f) => [{ field: f }, v.stats.defaultsAppliedByField[f]]),
   },
   gauge("mock_engine:paused", "1 while the engine is paused (/pause).", (v) => (v.paused ? 1 : 0)),
+  counter("mock_engine:pauses_total", "Pauses applied (/pause answered 200).", (v) => v.stats.pauses),
+  counter("mock_engine:resumes_total", "Resumes applied (/resume answered 200).", (v) => v.stats.resumes),
   counter(
     "mock_engine:decoded_tokens_total",
     "Tokens decoded so far, including the fractional progress of running requests.",

@@ -6,7 +6,7 @@ import type { BeginUpdate, EndUpdate } from "../../../protocol/messages.ts";
 import type { Connection } from "./context.ts";
 
 export async function onBeginUpdate(c: Connection, frame: BeginUpdate): Promise<void> {
-  const begun = await c.state.updates.begin(c.session, frame.id, frame.mode, frame.version);
+  const begun = await c.state.updates.begin(c.session, frame.id, frame.mode, frame.version, frame.engines);
   // Work once accepted: a refused begin_update (not the trainer, …) would be a free keep-alive.
   c.worked();
   c.session.sendNow(begun);

@@ -174,15 +174,9 @@ export class Episode {
    * at least the `drop` oldest finished turns (each with its state, response and reward).
    */
   promptMessages(drop = 0): ChatMessage[] {
-    const { context_window_mode, max_context_window } = this.settings;
-    // History entries: one per finished turn plus the current state (RAGEN's history list).
+    const offset = this.historyOffset(drop);
     const entries = this.turns.length + 1;
-    const window =
-      context_window_mode !== "full" && max_context_window > 0 && entries > max_context_window
-        ? max_context_window
-        : entries;
-    const offset = Math.min(Math.max(entries - window, drop), this.turns.length);
-    if (context_window_mode === "single_turn") return this.singleTurnMessages(offset);
+    if (this.settings.context_window_mode === "single_turn") return this.singleTurnMessages(offset);
     const messages: ChatMessage[] = [
       { role: "system", content: this.system },
       { role: "user", content: "" },
@@ -195,6 +189,34 @@ export class Episode {
     }
     messages[messages.length - 1].content += this.block(entries, this.state, this.actionsLeft, this.warnNext);
     return messages;
+  }
+
+  /**
+   * The last message of promptMessages(): the user message token mode appends after a turn,
+   * without rendering the earlier turns' states again only to leave them out.
+   */
+  lastPromptMessage(): ChatMessage {
+    if (this.settings.context_window_mode === "single_turn") return this.promptMessages().at(-1)!;
+    const last = this.turns.at(-1);
+    const reward =
+      last !== undefined && this.historyOffset(0) < this.turns.length ? `Reward:\n${last.reward_text}\n` : "";
+    const entries = this.turns.length + 1;
+    return {
+      role: "user",
+      content: reward + this.block(entries, this.state, this.actionsLeft, this.warnNext),
+    };
+  }
+
+  /** The first finished turn the next prompt shows, leaving out at least `drop` (RAGEN's history window). */
+  private historyOffset(drop: number): number {
+    const { context_window_mode, max_context_window } = this.settings;
+    // History entries: one per finished turn plus the current state (RAGEN's history list).
+    const entries = this.turns.length + 1;
+    const window =
+      context_window_mode !== "full" && max_context_window > 0 && entries > max_context_window
+        ? max_context_window
+        : entries;
+    return Math.min(Math.max(entries - window, drop), this.turns.length);
   }
 
   /**

@@ -75,9 +75,7 @@ export async function playTokenEpisode(
     if (record instanceof Promise) record = await record;
     log.reward(record.reward);
     if (!episode.active) return;
-    const messages = episode.promptMessages();
-    const user = messages[messages.length - 1].content;
-    conversation.push({ role: "user", content: user });
+    conversation.push(episode.lastPromptMessage());
     log.inserted(
       await engine.continuation(conversation, turnEnd, prefill, affinity, signal, log.continuations),
     );

@@ -232,12 +232,11 @@ export class HostedEnvs {
         const episode = this.episodes[env_id];
         if (!episode.active) return { ...result, next_ids: null };
         const log = this.logs[env_id];
-        const messages = episode.promptMessages();
         const chat = this.chats[env_id];
         const said = episode.prefill + responses[i].text;
         chat.push(
           { role: "assistant", content: said },
-          { role: "user", content: messages[messages.length - 1].content },
+          episode.lastPromptMessage(),
         );
         // The chat's own copy of the response (the user message is the episode's string).
         this.charge(textBytes(said));

@@ -4,7 +4,13 @@ import { describe, expect, it } from "vitest";
 import { createRegistry } from "../../envs/catalog.ts";
 import { oraclePolicy, randomPolicy } from "../../src/llm/builtin.ts";
 import { type Policy, TEMPLATE_TOKENS_PER_MESSAGE } from "../../src/llm/policy.ts";
-import { type BatchRequest, extendedPromptBound, runBatch, trainBatchSeed } from "../../src/rollout/batch.ts";
+import {
+  type BatchRequest,
+  extendedPromptBound,
+  groupEpisodes,
+  runBatch,
+  trainBatchSeed,
+} from "../../src/rollout/batch.ts";
 import { DEFAULT_FILTER } from "../../src/rollout/filter.ts";
 import { defaultBatchRequest } from "../../src/rollout/request.ts";
 
@@ -224,6 +230,39 @@ describe("context windows", () => {
     expect(prompts.single_turn[2][1]).toContain(
       "Turn 2 Action: <think>x</think><answer>Right</answer>\nTurn 2 Reward: -0.1\n---\n\nCurrent Turn (Turn 3):\n",
     );
+  });
+});
+
+describe("the last prompt message (token mode appends it alone)", () => {
+  it("is promptMessages()'s last message after every turn, in every window mode, with warnings and rewards", () => {
+    const answers = [
+      "x</think><answer>Right</answer>",
+      "no answer at all",
+      "x</think><answer>Up || Left</answer>",
+    ];
+    for (const mode of ["full", "limited_multi_turn", "single_turn"] as const)
+      for (const window of [0, 1, 2]) {
+        const req = request({
+          seed: 10001,
+          episode: {
+            ...request().episode,
+            max_turn: 4,
+            context_window_mode: mode,
+            max_context_window: window,
+          },
+        });
+        const [episode] = groupEpisodes(registry, req, 0, "SimpleSokoban");
+        let compared = 0;
+        for (let turn = 0; episode.active && turn < 4; turn++) {
+          expect(episode.lastPromptMessage(), `${mode} ${window} turn ${turn}`).toEqual(
+            episode.promptMessages().at(-1),
+          );
+          compared++;
+          const applied = episode.applyResponse(`<think>${answers[turn % answers.length]}`, "stop");
+          expect(applied).not.toBeInstanceOf(Promise);
+        }
+        expect(compared).toBeGreaterThan(2);
+      }
   });
 });
 

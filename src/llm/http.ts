@@ -98,8 +98,8 @@ export interface RequestOptions {
   connections?: EngineConnections;
   /** Time paused on it (a weight update) does not count against timeoutMs. */
   clock?: PauseClock;
-  /** Reads a 2xx answer's text in place of JSON.parse; undefined when it is not JSON. */
-  parse?: (text: string) => unknown;
+  /** Reads a 2xx answer's bytes in place of JSON.parse of their text; undefined when it is not JSON. */
+  parse?: (body: Buffer) => unknown;
 }
 
 /**
@@ -314,7 +314,7 @@ class Exchange implements SocketUser, Timed, ParentChild {
 
   private readonly connections: EngineConnections;
   private readonly onEvent: ((event: unknown) => void) | undefined;
-  private readonly parse: (text: string) => unknown;
+  private readonly parse: ((body: Buffer) => unknown) | undefined;
 
   constructor(
     connections: EngineConnections,
@@ -323,7 +323,7 @@ class Exchange implements SocketUser, Timed, ParentChild {
   ) {
     this.connections = connections;
     this.onEvent = onEvent;
-    this.parse = options.parse ?? parseBody;
+    this.parse = options.parse;
     this.timeoutMs = options.timeoutMs;
     this.clock = options.clock;
     this.signal = options.signal;
@@ -406,18 +406,17 @@ class Exchange implements SocketUser, Timed, ParentChild {
       this.succeed(undefined);
       return;
     }
-    const text = this.text();
     if (status < 200 || status > 299) {
-      this.fail(statusError(status, this.retryAfter, text));
+      this.fail(statusError(status, this.retryAfter, this.text()));
       return;
     }
     if (this.onEvent !== undefined) {
       this.succeed(undefined);
       return;
     }
-    const parsed = this.parse(text);
+    const parsed = this.parse !== undefined ? this.parse(this.bytes()) : parseBody(this.text());
     if (parsed === undefined)
-      this.fail(new EngineError(`HTTP ${status}: the body is not JSON (${text.slice(0, 100)})`, 502));
+      this.fail(new EngineError(`HTTP ${status}: the body is not JSON (${this.text().slice(0, 100)})`, 502));
     else this.succeed(parsed);
   }
 
@@ -455,6 +454,11 @@ class Exchange implements SocketUser, Timed, ParentChild {
 
   parentAborted(): void {
     this.fail(this.signal?.reason);
+  }
+
+  private bytes(): Buffer {
+    if (this.parts !== null) return Buffer.concat(this.parts);
+    return this.first === null ? Buffer.alloc(0) : this.first.subarray(this.firstStart, this.firstEnd);
   }
 
   private text(): string {

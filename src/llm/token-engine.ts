@@ -802,7 +802,7 @@ export class TokenEngine {
       const stream = await updates.streams(url);
       // vLLM echoes the prompt: where it echoes the very JSON sent, it is not parsed again.
       if (this.dialect === "vllm" && !stream && promptJson !== undefined)
-        options.parse = (text) => parseEchoing(text, promptJson, promptIds);
+        options.parse = (body) => parseEchoing(body, promptJson, promptIds);
       const sample =
         this.dialect === "vllm"
           ? await this.vllmSample(

@@ -2,7 +2,12 @@
 // answer may take: the echo as sent, drifted, spaced, duplicated, quoted inside a string, absent;
 // and the first choice's logprobs without the per-token fields token mode never reads.
 import { describe, expect, it } from "vitest";
-import { parseEchoing } from "../../src/llm/prompt-echo.ts";
+import { parseEchoing as parseEchoingBytes } from "../../src/llm/prompt-echo.ts";
+
+/** The answer's bytes, as they come off the socket. */
+function parseEchoing(text: string, json: string, ids: readonly number[]): unknown {
+  return parseEchoingBytes(Buffer.from(text), json, ids);
+}
 
 const IDS = [151644, 8948, 198, 0, 42];
 const JSON_IDS = JSON.stringify(IDS);
@@ -41,6 +46,7 @@ describe("parseEchoing", () => {
     ["no choices", `{"prompt_token_ids":${JSON_IDS}}`],
     ["a key ending in the name", `{"choices":[{"x\\"prompt_token_ids":${JSON_IDS}}]}`],
     ["logprobs with an echo not as sent", withLogprobs(LOGPROBS, "[1]")],
+    ["text beyond ASCII around the echo", answer(JSON_IDS, "é✓ 世界", ',"x":"ü"')],
     [
       "the fields in another choice",
       `{"choices":[{"prompt_token_ids":${JSON_IDS},"logprobs":null},{"logprobs":${LOGPROBS}}]}`,
@@ -51,6 +57,18 @@ describe("parseEchoing", () => {
       expect(parseEchoing(text, JSON_IDS, IDS)).toEqual(JSON.parse(text));
     });
 
+  it("reads an answer that is part of a larger buffer (the socket's chunk)", () => {
+    const text = withLogprobs(LOGPROBS);
+    const chunk = Buffer.from(`HTTP/1.1 200 OK\r\n\r\n${text}`);
+    const body = chunk.subarray(chunk.length - Buffer.byteLength(text));
+    const parsed = parseEchoingBytes(body, JSON_IDS, IDS) as { choices: { prompt_token_ids: unknown }[] };
+    expect(parsed.choices[0].prompt_token_ids).toBe(IDS);
+    expect(parsed).toEqual({
+      ...(unread(text) as object),
+      choices: [{ ...(unread(text) as { choices: object[] }).choices[0], prompt_token_ids: IDS }],
+    });
+  });
+
   it("reads the echo as sent as the very ids sent, without parsing them again", () => {
     const parsed = parseEchoing(answer(JSON_IDS), JSON_IDS, IDS) as {
       choices: { prompt_token_ids: unknown }[];
@@ -59,7 +77,11 @@ describe("parseEchoing", () => {
   });
 
   it("reads the logprobs' per-token texts, offsets and top-k maps as 0, token_logprobs as sent", () => {
-    for (const logprobs of [LOGPROBS, '{"token_logprobs":[-2],"tokens":[],"top_logprobs":null}']) {
+    for (const logprobs of [
+      LOGPROBS,
+      '{"token_logprobs":[-2],"tokens":[],"top_logprobs":null}',
+      '{"text_offset":[0],"token_logprobs":[-2],"tokens":["世"],"top_logprobs":[{"世":-2,"é":-3}]}',
+    ]) {
       const text = withLogprobs(logprobs);
       const parsed = parseEchoing(text, JSON_IDS, IDS) as { choices: { prompt_token_ids: unknown }[] };
       expect(parsed).toEqual({

@@ -24,6 +24,10 @@ The shards must run with the same configuration (``rollgym_client.ray.ShardGroup
 so), and a train rollout needs a seed they agree on: ``seed=``, or ``step=`` with a configured
 ``seed.train`` (RAGEN's default, 10000).
 
+A sharded stream's ``max_staleness`` admission is global: ``groups_per_step`` (and
+``in_flight``) are split over the shares as the groups are, so the shards together admit what
+one server admits (docs/ray.md "Staleness across shards" says where the frames' counts differ).
+
 A shard that dies or stops answering is given up ``give_up_after`` seconds (10 by default) after
 its connection dropped and could not be resumed; its unfinished groups are played again on the
 survivors with the same seeds and group ids (docs/ray.md "When a shard dies"), and the caller
@@ -54,8 +58,13 @@ _T = TypeVar("_T")
 
 __all__ = ["ShardedClient", "ShardedStream", "shard_ranges"]
 
-# Options a sharded rollout cannot pass on: pacing is per server (global admission is not built).
+# Options a sharded rollout cannot pass on (a finite rollout is not paced; stream: below).
 _NOT_SHARDED = ("endless", "max_staleness", "strict_staleness", "groups_per_step", "drop_older_than", "group_range", "played_episodes")
+# A sharded stream splits max_staleness's groups_per_step (and in_flight) over its shares
+# (_split_pace); strict_staleness orders one server's sends, and no shard sees the others'.
+_NOT_SHARDED_STREAM = ("endless", "strict_staleness", "group_range", "played_episodes")
+# Pacing options the window verdict's rollout (played_episodes) has no use for.
+_PACE = ("max_staleness", "groups_per_step", "drop_older_than", "in_flight")
 
 # What the verdict reads of an episode (protocol/messages.ts PlayedEpisodeSchema).
 _EPISODE_FIELDS = ("env_id", "group_id", "tag", "seed", "score", "success", "failure", "end_reason", "metrics")
@@ -70,6 +79,23 @@ def shard_ranges(groups: int, shards: int) -> List[Tuple[int, int]]:
         raise ValueError(f"shards must be >= 1, got {shards}")
     bounds = [groups * i // shards for i in range(shards + 1)]
     return [(bounds[i], bounds[i + 1] - bounds[i]) for i in range(shards)]
+
+
+def _split_pace(per_window: int, shares: int, groups_per_step: Optional[int], in_flight: Optional[int]) -> List[Dict[str, int]]:
+    """Each share's ``groups_per_step`` (and ``in_flight`` when given): the stream's split as
+    :func:`shard_ranges` splits groups, so the shares' capacities (S + v + 1) × Bᵢ sum to one
+    server's (S + v + 1) × B (docs/ray.md "Staleness across shards")."""
+    steps = per_window if groups_per_step is None else groups_per_step
+    split = {"groups_per_step": steps, "in_flight": in_flight}
+    paces: List[Dict[str, int]] = [{} for _ in range(shares)]
+    for name, value in split.items():
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < shares:
+            raise ValueError(f"{name} must be an integer >= {shares} (the stream's shares: each needs one), got {value!r}")
+        for pace, (_, count) in zip(paces, shard_ranges(value, shares)):
+            pace[name] = count
+    return paces
 
 
 def _verdict_episode(episode: Dict[str, Any]) -> Dict[str, Any]:
@@ -205,12 +231,23 @@ class ShardedClient:
 
         A shard lost mid-stream has its range of every window from the earliest one not fully
         delivered played again on a survivor (same seeds and group ids); groups that arrive twice
-        are dropped, so each is handed out once (``ShardedStream.replayed`` says what moved)."""
-        _refuse_unsharded("stream", options)
+        are dropped, so each is handed out once (``ShardedStream.replayed`` says what moved).
+
+        ``max_staleness``, ``groups_per_step``, ``drop_older_than`` and ``in_flight`` pace the
+        stream as one server paces it: ``groups_per_step`` B (default: the window's groups; a
+        server's ``rollgym.async.groups_per_step`` is not read) and ``in_flight`` are split over
+        the shares as the groups are, so the groups admitted by version v over all shards are at
+        most (S + v + 1) × B, one server's bound. Each group's ``admitted`` counts are its
+        shard's (docs/ray.md "Staleness across shards"); ``ShardedStream.paces`` gives each
+        share's. ``strict_staleness`` is refused."""
+        for name in _NOT_SHARDED_STREAM:
+            if options.get(name) is not None:
+                raise TypeError(f"ShardedClient.stream does not take {name}")
         tag_list = normalize_tags(tags, tag, groups)
         rid = _rollout_id(rollout_id)
         request = dict(group_size=group_size, mode=mode, step=step, seed=seed, **options)
-        judge = _WindowJudge(self, rid, tag_list, group_size, mode, options)
+        judged_options = {k: v for k, v in options.items() if k not in _PACE}
+        judge = _WindowJudge(self, rid, tag_list, group_size, mode, judged_options)
         return ShardedStream(self, rid, tag_list, request, judge)
 
     # ------------------------------------------------------------------ weight updates
@@ -497,7 +534,14 @@ class ShardedStream:
         self._judged: Set[int] = set()  # judged windows from _judged_below on
         self._shares: List[_Share] = []
         self._closed = False
-        for shard, _, first, count in sharded._shares(tags):
+        shares = sharded._shares(tags)
+        split = _split_pace(self._per_window, len(shares), request.pop("groups_per_step", None), request.pop("in_flight", None))
+        #: Each share's pacing, by its group range's first group: ``{shard, group_range,
+        #: groups_per_step, in_flight?}`` (a share played again elsewhere keeps its own).
+        self.paces: Dict[int, Dict[str, Any]] = {}
+        for (shard, _, first, count), pace in zip(shares, split):
+            self.paces[first] = {"shard": shard, "group_range": {"first": first, "count": count}, **pace}
+        for shard, _, first, count in shares:
             self._start(shard, first, count, 0, f"{rollout_id}.shard{shard}")
 
     def _start(self, shard: int, first: int, count: int, start: int, name: str) -> None:
@@ -506,7 +550,8 @@ class ShardedStream:
             # Window `start` of the stream is window 0 of the stream from its first seed.
             assert self._base_seed is not None  # a group of window 0 has arrived
             request = {**request, "step": None, "seed": self._base_seed + start * self._per_window}
-        stream = self._sharded.clients[shard].stream(self._tags, rollout_id=name, endless=True, group_range={"first": first, "count": count}, **request)
+        pace = {k: v for k, v in self.paces[first].items() if k in _PACE}
+        stream = self._sharded.clients[shard].stream(self._tags, rollout_id=name, endless=True, group_range={"first": first, "count": count}, **pace, **request)
         share = _Share(shard, first, count, start, stream)
         self._shares.append(share)
         threading.Thread(target=self._read, args=(share,), name="rollgym-share", daemon=True).start()
@@ -562,6 +607,7 @@ class ShardedStream:
                 raise
             try:
                 self._start(survivor, lost.first, lost.count, start, f"{self.rollout_id}.replay{len(self.replayed) + 1}")
+                self.paces[lost.first]["shard"] = survivor
                 break
             except RuntimeError:  # its client was closed meanwhile (ShardedClient.close)
                 if survivor not in sharded.dead:

@@ -234,10 +234,7 @@ export class HostedEnvs {
         const log = this.logs[env_id];
         const chat = this.chats[env_id];
         const said = episode.prefill + responses[i].text;
-        chat.push(
-          { role: "assistant", content: said },
-          episode.lastPromptMessage(),
-        );
+        chat.push({ role: "assistant", content: said }, episode.lastPromptMessage());
         // The chat's own copy of the response (the user message is the episode's string).
         this.charge(textBytes(said));
         // The trainer's engine did not say how the turn ended: only its own end-of-turn token is known.

@@ -233,6 +233,9 @@ class ShardedClient:
         delivered played again on a survivor (same seeds and group ids); groups that arrive twice
         are dropped, so each is handed out once (``ShardedStream.replayed`` says what moved).
 
+        A consumer that does not take groups pauses the shards: at most ``ShardedStream.hold``
+        groups of each share wait for it (docs/ray.md "Backpressure").
+
         ``max_staleness``, ``groups_per_step``, ``drop_older_than`` and ``in_flight`` pace the
         stream as one server paces it: ``groups_per_step`` B (default: the window's groups; a
         server's ``rollgym.async.groups_per_step`` is not read) and ``in_flight`` are split over

@@ -233,6 +233,9 @@ class ShardedClient:
         delivered played again on a survivor (same seeds and group ids); groups that arrive twice
         are dropped, so each is handed out once (``ShardedStream.replayed`` says what moved).
 
+        A consumer that does not take groups pauses the shards: at most ``ShardedStream.hold``
+        groups of each share wait for it (docs/ray.md "Backpressure").
+
         ``max_staleness``, ``groups_per_step``, ``drop_older_than`` and ``in_flight`` pace the
         stream as one server paces it: ``groups_per_step`` B (default: the window's groups; a
         server's ``rollgym.async.groups_per_step`` is not read) and ``in_flight`` are split over
@@ -506,6 +509,8 @@ class _Share:
 
     def __init__(self, shard: int, first: int, count: int, start: int, stream: SyncRolloutStream):
         self.shard, self.first, self.count, self.start, self.stream = shard, first, count, start, stream
+        # Its groups handed to the consumer's queue and not taken yet (ShardedStream.hold bounds it).
+        self.waiting = 0
 
 
 class ShardedStream:
@@ -517,6 +522,8 @@ class ShardedStream:
             ``{shard, url, reason, group_range, from_window, on}``.
         duplicates: groups that arrived twice (a replayed share plays again what had arrived)
             and were dropped.
+        hold: groups of one share that may wait for the consumer at once (docs/ray.md
+            "Backpressure").
     """
 
     def __init__(self, sharded: ShardedClient, rollout_id: str, tags: List[Dict[str, Any]], request: Dict[str, Any], judge: _WindowJudge):
@@ -534,6 +541,10 @@ class ShardedStream:
         self._judged: Set[int] = set()  # judged windows from _judged_below on
         self._shares: List[_Share] = []
         self._closed = False
+        # A share's reader stops past it, so a slow consumer slows the shards (docs/ray.md
+        # "Backpressure"): the credit, what a lone client holds.
+        self.hold: int = sharded.clients[0].aio.credit
+        self._room = threading.Condition()  # a share's reader waits here for the consumer
         shares = sharded._shares(tags)
         split = _split_pace(self._per_window, len(shares), request.pop("groups_per_step", None), request.pop("in_flight", None))
         #: Each share's pacing, by its group range's first group: ``{shard, group_range,
@@ -557,13 +568,34 @@ class ShardedStream:
         threading.Thread(target=self._read, args=(share,), name="rollgym-share", daemon=True).start()
 
     def _read(self, share: _Share) -> None:
+        """Hands ``share``'s groups to the consumer, at most ``hold`` of them waiting there: while
+        they wait, the reader takes (and so acknowledges) no more, and the shard's own buffer
+        bound pauses its play, as one server pauses for a slow client."""
         try:
-            for group in share.stream:
+            while self._room_for(share):
+                try:
+                    group = next(share.stream)
+                except StopIteration:
+                    break
+                with self._room:
+                    share.waiting += 1
                 self._arrived.put((share, group))
         except BaseException as error:  # handed to the consumer, which replays the share or raises
             self._arrived.put((share, error))
         else:
             self._arrived.put((share, _END))
+
+    def _room_for(self, share: _Share) -> bool:
+        """Waits until fewer than ``hold`` of ``share``'s groups wait for the consumer; False once
+        the stream is closed."""
+        with self._room:
+            self._room.wait_for(lambda: share.waiting < self.hold or self._closed)
+            return not self._closed
+
+    def _taken(self, share: _Share) -> None:
+        with self._room:
+            share.waiting -= 1
+            self._room.notify_all()
 
     def __iter__(self) -> Iterator[Group]:
         return self
@@ -573,6 +605,8 @@ class ShardedStream:
             if not self._shares:
                 raise StopIteration
             share, item = self._arrived.get()
+            if item is not _END and not isinstance(item, BaseException):
+                self._taken(share)
             if share not in self._shares:
                 continue
             if item is _END:
@@ -678,7 +712,9 @@ class ShardedStream:
         """Cancel every share on its shard."""
         if self._closed:
             return
-        self._closed = True
+        with self._room:
+            self._closed = True
+            self._room.notify_all()  # a reader waiting for room ends
         for share in self._shares:
             if share.shard in self._sharded.dead:
                 continue  # its connection is closed already

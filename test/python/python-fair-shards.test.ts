@@ -1,29 +1,12 @@
 // Engine-side fairness across shards (issue 34 item 5) with plain `rollgym serve` processes, no
 // Ray: test/python/fair_shards_check.py has two shards share one mock engine with fewer slots
 // than they keep in flight, and counts from the engine's own records whom it served.
-import { spawnSync } from "node:child_process";
-import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { ROOT } from "../helpers/cli.ts";
-
-const PYTHON = "/usr/bin/python3";
+import { shardCheck } from "../helpers/shard-checks.ts";
 
 describe("two shards sharing one engine (plain rollgym serve processes)", () => {
   it("with the same rollgym.llm.concurrency, each is served at least 2/3 as many requests as the other while both send", () => {
-    const result = spawnSync(PYTHON, ["-W", "ignore", join("test", "python", "fair_shards_check.py")], {
-      cwd: ROOT,
-      encoding: "utf8",
-      timeout: 120_000,
-      env: {
-        ...process.env,
-        PYTHONPATH: "python",
-        PYTHONDONTWRITEBYTECODE: "1",
-        FAIR_CONCURRENCY: "4,4",
-        ROLLGYM_COMMAND: JSON.stringify([process.execPath, join(ROOT, "bin", "rollgym.js")]),
-      },
-    });
-    expect(result.status, `${result.stdout}\n${result.stderr}`).toBe(0);
-    const summary = JSON.parse(result.stdout.trim().split("\n").at(-1) ?? "{}");
+    const summary = shardCheck("fair_shards_check.py", 120_000, { FAIR_CONCURRENCY: "4,4" });
     expect(summary).toMatchObject({ ok: true, concurrency: [4, 4] });
     // Both shards' requests were counted, and the check compared a real overlap.
     expect(Math.min(...summary.while_both_sent)).toBeGreaterThan(20);

@@ -3,28 +3,12 @@
 // (SIGKILL) mid-way through an endless stream, stops another (SIGSTOP) under a batch rollout,
 // and kills every shard under one.
 // The Ray version (3 shards) is in python-ray.test.ts.
-import { spawnSync } from "node:child_process";
-import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { ROOT } from "../helpers/cli.ts";
-
-const PYTHON = "/usr/bin/python3";
+import { shardCheck } from "../helpers/shard-checks.ts";
 
 describe("ShardedClient when a shard is lost (plain rollgym serve processes)", () => {
   it("a killed shard's groups of every later window play on the other, each handed out once, windows equal to a lone server's; a stopped shard's batch share plays on the other; none left: an error naming each", () => {
-    const result = spawnSync(PYTHON, ["-W", "ignore", join("test", "python", "shard_failure_check.py")], {
-      cwd: ROOT,
-      encoding: "utf8",
-      timeout: 240_000,
-      env: {
-        ...process.env,
-        PYTHONPATH: "python",
-        PYTHONDONTWRITEBYTECODE: "1",
-        ROLLGYM_COMMAND: JSON.stringify([process.execPath, join(ROOT, "bin", "rollgym.js")]),
-      },
-    });
-    expect(result.status, `${result.stdout}\n${result.stderr}`).toBe(0);
-    const summary = JSON.parse(result.stdout.trim().split("\n").at(-1) ?? "{}");
+    const summary = shardCheck("shard_failure_check.py", 240_000);
     expect(summary).toMatchObject({
       ok: true,
       // Shard 1 of 2 killed: its groups 2..4 of each window moved to shard 0.

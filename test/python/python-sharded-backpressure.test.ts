@@ -2,32 +2,12 @@
 // plain `rollgym serve` processes, no Ray: test/python/sharded_backpressure_check.py stops taking
 // groups and checks that the shards pause at their buffer bound instead of playing on into the
 // client's memory, then takes groups again until windows are judged.
-import { spawnSync } from "node:child_process";
-import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { ROOT } from "../helpers/cli.ts";
-
-const PYTHON = "/usr/bin/python3";
+import { shardCheck } from "../helpers/shard-checks.ts";
 
 describe("a sharded stream whose consumer stops taking groups (plain rollgym serve processes)", () => {
   it("the shards pause within their buffer, the credit and the stream's hold per shard, then go on", () => {
-    const result = spawnSync(
-      PYTHON,
-      ["-W", "ignore", join("test", "python", "sharded_backpressure_check.py")],
-      {
-        cwd: ROOT,
-        encoding: "utf8",
-        timeout: 120_000,
-        env: {
-          ...process.env,
-          PYTHONPATH: "python",
-          PYTHONDONTWRITEBYTECODE: "1",
-          ROLLGYM_COMMAND: JSON.stringify([process.execPath, join(ROOT, "bin", "rollgym.js")]),
-        },
-      },
-    );
-    expect(result.status, `${result.stdout}\n${result.stderr}`).toBe(0);
-    const summary = JSON.parse(result.stdout.trim().split("\n").at(-1) ?? "{}");
+    const summary = shardCheck("sharded_backpressure_check.py", 120_000);
     // 6 taken + 2 shards × (4 buffered + 2 fetched + 2 held).
     expect(summary).toMatchObject({ ok: true, most: 22, hold: 2, windows: [0, 1, 2, 3] });
     expect(summary.paused_at).toBeLessThanOrEqual(summary.most);

@@ -39,19 +39,18 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
-import contextlib
 import queue
 import threading
 import time
 import uuid
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple, TypeVar, Union
+from typing import Any, Callable, ContextManager, Dict, Iterator, List, Optional, Sequence, Set, Tuple, TypeVar, Union
 
 import numpy as np
 
-from .aio import TagsArg, _left_open, normalize_tags
+from .aio import TagsArg, normalize_tags
 from .batch import Batch, Group
 from .errors import ConnectionLost
-from .sync import Client, SyncRolloutStream
+from .sync import Client, SyncRolloutStream, updating
 
 log = logging.getLogger("rollgym_client")
 _T = TypeVar("_T")
@@ -319,8 +318,7 @@ class ShardedClient:
         frames = [ended[i] for i in range(len(self.clients))]
         return {**frames[0], "shards": frames}
 
-    @contextlib.contextmanager
-    def update(self, label: str, ordinal: int, mode: Optional[str] = None) -> Iterator[Dict[str, Any]]:
+    def update(self, label: str, ordinal: int, mode: Optional[str] = None) -> ContextManager[Dict[str, Any]]:
         """:meth:`Client.update <rollgym_client.sync.Client.update>` over the shards
         (:meth:`begin_update`, then :meth:`end_update` on a normal exit; a body that raises
         leaves the update open):
@@ -329,13 +327,7 @@ class ShardedClient:
         >>> with sharded.update(f"step-{next_ordinal}", next_ordinal):
         ...     push_weights()
         """
-        begun = self.begin_update(mode=mode, label=label, ordinal=ordinal)
-        try:
-            yield begun
-        except BaseException as error:
-            _left_open(error, begun["id"], label, ordinal)
-            raise
-        self.end_update(begun["id"], label, ordinal)
+        return updating(self, label, ordinal, mode)
 
     def _shares(self, tag_list: List[Dict[str, Any]]) -> List[Tuple[int, Client, int, int]]:
         """Each shard's share of the tags' groups (of a rollout, or of every window): its index,

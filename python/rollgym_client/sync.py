@@ -9,7 +9,7 @@ import collections
 import concurrent.futures
 import contextlib
 import threading
-from typing import Any, Callable, Deque, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, ContextManager, Deque, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from .aio import AsyncClient, EnvSession, RolloutStream, TagsArg, _left_open
 from .batch import Batch, Group, StepResult
@@ -262,21 +262,14 @@ class Client:
         """See :meth:`AsyncClient.end_update`."""
         return self._run(self._async.end_update(update_id, label, ordinal))
 
-    @contextlib.contextmanager
-    def update(self, label: str, ordinal: int, mode: Optional[str] = None) -> Iterator[Dict[str, Any]]:
+    def update(self, label: str, ordinal: int, mode: Optional[str] = None) -> ContextManager[Dict[str, Any]]:
         """See :meth:`AsyncClient.update`:
 
         >>> next_ordinal = client.version["ordinal"] + 1
         >>> with client.update(f"step-{next_ordinal}", next_ordinal):
         ...     push_weights()
         """
-        begun = self.begin_update(mode=mode, label=label, ordinal=ordinal)
-        try:
-            yield begun
-        except BaseException as error:
-            _left_open(error, begun["id"], label, ordinal)
-            raise
-        self.end_update(begun["id"], label, ordinal)
+        return updating(self, label, ordinal, mode)
 
     # ------------------------------------------------------------------ env hosting
 
@@ -386,3 +379,16 @@ class SyncEnvSession:
 
     def __exit__(self, *exc) -> None:
         self._client._run(self._session.__aexit__(*exc))
+
+
+@contextlib.contextmanager
+def updating(client: Any, label: str, ordinal: int, mode: Optional[str]) -> Iterator[Dict[str, Any]]:
+    """An update around the body, for a client with ``begin_update``/``end_update`` (Client,
+    ShardedClient): ended on a normal exit; a body that raises leaves it open, and says so."""
+    begun = client.begin_update(mode=mode, label=label, ordinal=ordinal)
+    try:
+        yield begun
+    except BaseException as error:
+        _left_open(error, begun["id"], label, ordinal)
+        raise
+    client.end_update(begun["id"], label, ordinal)

@@ -34,6 +34,8 @@ export function groupFrame(
 ): GroupFrame {
   const episodes = records.map(extras.versions ? withVersions : withoutVersions);
   const range = extras.versions ? versionRange(episodes) : null;
+  // Looked up once: the token arrays and versions are written from the logs while none was read.
+  const columns = unreadColumns(episodes);
   return {
     type: "group",
     rollout,
@@ -50,9 +52,9 @@ export function groupFrame(
     rewards_f32: f32Bin(episodes.map((e) => e.reward)),
     penalties_f32: f32Bin(episodes.map((e) => e.penalty)),
     success_u8: u8Bin(episodes.map((e) => (e.success ? 1 : 0))),
-    ...tokenArrays(episodes),
+    ...tokenArrays(episodes, columns),
     ...(range ? { min_version: range.min, max_version: range.max } : {}),
-    ...(extras.versions ? tokenVersions(episodes) : {}),
+    ...(extras.versions ? tokenVersions(episodes, columns) : {}),
     ...(extras.window !== undefined ? { window: extras.window } : {}),
     ...(extras.admitted ? { admitted: extras.admitted } : {}),
   };
@@ -118,9 +120,11 @@ function withoutVersions(episode: EpisodeRecord): EpisodeRecord {
 }
 
 /** Token mode: each id's ordinal, aligned with token_ids_i32 (only when every log has them). */
-function tokenVersions(episodes: readonly EpisodeRecord[]): Partial<GroupFrame> {
+function tokenVersions(
+  episodes: readonly EpisodeRecord[],
+  columns: LogColumns[] | null,
+): Partial<GroupFrame> {
   if (episodes.length === 0) return {};
-  const columns = unreadColumns(episodes);
   if (columns !== null) {
     if (!columns.every((c) => c.hasVersions)) return {};
     const versions = new Int32Array(totalIds(columns));
@@ -151,7 +155,7 @@ function withoutTokenArrays(episode: EpisodeRecord): EpisodeRecord | Record<stri
 }
 
 /** Every episode's token log, concatenated into one typed array per field (PROTOCOL.md). */
-function tokenArrays(episodes: readonly EpisodeRecord[]): Partial<GroupFrame> {
+function tokenArrays(episodes: readonly EpisodeRecord[], columns: LogColumns[] | null): Partial<GroupFrame> {
   if (episodes.length === 0 || !episodes.every((e) => e.tokens)) return {};
   const logs = episodes.map((e) => e.tokens!);
   const offsets = [0];
@@ -159,7 +163,7 @@ function tokenArrays(episodes: readonly EpisodeRecord[]): Partial<GroupFrame> {
   return {
     token_offsets_i32: i32Bin(offsets),
     token_ids_i32: i32BinOf(logs.map((l) => l.ids)),
-    ...sampledColumns(episodes, logs),
+    ...sampledColumns(logs, columns),
     prompt_lengths_i32: i32Bin(logs.map((l) => l.prompt_length)),
     turn_counts_i32: i32Bin(logs.map((l) => l.turn_starts.length)),
     turn_starts_i32: i32BinOf(logs.map((l) => l.turn_starts)),
@@ -168,11 +172,7 @@ function tokenArrays(episodes: readonly EpisodeRecord[]): Partial<GroupFrame> {
 }
 
 /** The mask, logprobs and rewards columns: written from the logs' turns while no record's arrays were read. */
-function sampledColumns(
-  episodes: readonly EpisodeRecord[],
-  logs: readonly TokenRecord[],
-): Partial<GroupFrame> {
-  const columns = unreadColumns(episodes);
+function sampledColumns(logs: readonly TokenRecord[], columns: LogColumns[] | null): Partial<GroupFrame> {
   if (columns === null)
     return {
       loss_mask_u8: u8BinOf(logs.map((l) => l.loss_mask)),

@@ -27,7 +27,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "python"
 sys.path.insert(0, HERE)
 
 from rollgym_client.sharded import ShardedClient, shard_ranges  # noqa: E402
-from stale_shards_check import check, start  # noqa: E402
+from json_checks import check  # noqa: E402
+from rollgym_processes import mock_engine, serve  # noqa: E402
 
 CONCURRENCY = [int(c) for c in os.environ.get("FAIR_CONCURRENCY", "4,4").split(",")]
 ENGINE_SLOTS = 4
@@ -47,14 +48,11 @@ def generations(engine_url: str) -> List[Dict]:
 def main() -> None:
     processes = []
     try:
-        engine, engine_url = start(
-            ["mock-engine", "--port", "0", "--model", "mock", "--ttft-ms", "20", "--tpot-ms", "1", "--max-concurrency", str(ENGINE_SLOTS)],
-            r"listening on (http://\S+)",
-        )
+        engine, engine_url = mock_engine("--ttft-ms", "20", "--tpot-ms", "1", "--max-concurrency", str(ENGINE_SLOTS))
         processes.append(engine)
         urls = []
         for c in CONCURRENCY:
-            server, url = start(["serve", "--port", "0", "--llm", engine_url, "--model", "mock", f"rollgym.llm.concurrency={c}"], r"serving on (http://\S+)")
+            server, url = serve("--llm", engine_url, "--model", "mock", f"rollgym.llm.concurrency={c}")
             processes.append(server)
             urls.append(url)
         with ShardedClient(urls) as sharded:

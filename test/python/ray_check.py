@@ -41,9 +41,9 @@ from rollgym_client import Batch, Client, RollgymError  # noqa: E402
 from rollgym_client.ray import RollgymShard, ShardActor, ShardGroup  # noqa: E402
 from rollgym_client.sharded import ShardedClient  # noqa: E402
 from json_checks import PER_PROCESS, check, clean, comparable_group, diff  # noqa: E402
+from rollgym_processes import COMMAND, mock_engine  # noqa: E402
 from shard_failure import killed_shard_stream  # noqa: E402
 
-COMMAND = json.loads(os.environ["ROLLGYM_COMMAND"])
 SHARD_COUNTS = (1, 2, 3)
 # The request every shard plays: a train batch of two tags, so seeds, tags and group ids vary.
 REQUEST = dict(tags={"CoordSokoban": 2, "FrozenLake": 2}, group_size=4, mode="train", seed=41, max_turn=3)
@@ -119,18 +119,8 @@ def start_mock_engine(extra: "tuple[str, ...]" = ()) -> "tuple[subprocess.Popen,
     """`rollgym mock-engine` without latency (but `extra` flags): with a request seed its answer
     depends only on the seed and the prompt (docs/mock-engine.md), so every shard gets the
     answers one server gets."""
-    engine = subprocess.Popen(
-        COMMAND + ["mock-engine", "--port", "0", "--latency-model", "none", "--model", "mock", *extra],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
-    )
-    assert engine.stdout is not None
-    for line in engine.stdout:
-        match = re.search(r"listening on (http://\S+)", line)
-        if match:
-            # Keep reading its output so it never blocks on a full pipe.
-            threading.Thread(target=engine.stdout.read, daemon=True).start()
-            return engine, match.group(1)
-    raise AssertionError(f"the mock engine printed no URL (exit {engine.wait()})")
+    return mock_engine("--latency-model", "none", *extra)
+
 
 
 def one_server_of(options: dict, requests: dict) -> dict:

@@ -13,41 +13,21 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
-import subprocess
 import sys
-import threading
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "python"))
 
+from rollgym_processes import serve  # noqa: E402
 from shard_failure import killed_shard_stream, no_shard_left, stopped_shard_batch  # noqa: E402
-
-COMMAND = json.loads(os.environ["ROLLGYM_COMMAND"])
-
-
-def serve() -> "tuple[subprocess.Popen, str]":
-    """`rollgym serve` with the built-in random policy in a process group of its own."""
-    server = subprocess.Popen(
-        COMMAND + ["serve", "--port", "0", "--policy", "random"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
-    )
-    assert server.stdout is not None
-    for line in server.stdout:
-        match = re.search(r"serving on (http://\S+)", line)
-        if match:
-            # Keep reading its output so it never blocks on a full pipe.
-            threading.Thread(target=server.stdout.read, daemon=True).start()
-            return server, match.group(1)
-    raise AssertionError(f"rollgym serve printed no URL (exit {server.wait()})")
 
 
 def main() -> None:
     servers = []
     try:
         for _ in range(6):
-            servers.append(serve())
+            servers.append(serve("--policy", "random"))
         urls = [url for _, url in servers]
         killed = killed_shard_stream(urls[:2], 1, lambda: os.killpg(servers[1][0].pid, signal.SIGKILL))
         # The stopped one is shard 0, the one that judges: the verdict moves too.

@@ -14,21 +14,19 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
-import subprocess
 import sys
-import threading
 import time
 import urllib.request
-from typing import List, Tuple
+from typing import List
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "python"))
 
+from json_checks import check  # noqa: E402
 from rollgym_client.sharded import ShardedClient  # noqa: E402
+from rollgym_processes import serve  # noqa: E402
 
-COMMAND = json.loads(os.environ["ROLLGYM_COMMAND"])
 BUFFERED, CREDIT, GROUP_SIZE, SHARDS = 4, 2, 2, 2
 # Groups finished on a shard and not yet taken by the consumer, at most: the shard's buffer
 # (started or finished, not acknowledged), then in the client what its reader fetched at once
@@ -37,25 +35,6 @@ PER_SHARD = BUFFERED + CREDIT + CREDIT
 TAKEN_FIRST = 6
 # The servers' count must stay still this long to be called settled (their groups take ms).
 STILL_S = 2.0
-
-
-def check(condition: bool, message: str) -> None:
-    if not condition:
-        raise AssertionError(message)
-
-
-def serve() -> Tuple[subprocess.Popen, str]:
-    server = subprocess.Popen(
-        COMMAND + ["serve", "--port", "0", "--policy", "random", "--max-buffered-groups", str(BUFFERED)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
-    )
-    assert server.stdout is not None
-    for line in server.stdout:
-        match = re.search(r"serving on (http://\S+)", line)
-        if match:
-            threading.Thread(target=server.stdout.read, daemon=True).start()
-            return server, match.group(1).rstrip("/")
-    raise AssertionError(f"rollgym serve printed no URL (exit {server.wait()})")
 
 
 def finished_groups(urls: List[str]) -> int:
@@ -84,8 +63,8 @@ def settled(urls: List[str], most: int) -> int:
 
 
 def main() -> None:
-    servers = [serve() for _ in range(SHARDS)]
-    urls = [url for _, url in servers]
+    servers = [serve("--policy", "random", "--max-buffered-groups", str(BUFFERED)) for _ in range(SHARDS)]
+    urls = [url.rstrip("/") for _, url in servers]
     try:
         with ShardedClient(urls, credit=CREDIT) as client:
             stream = client.stream(tag="FrozenLake", groups=4, group_size=GROUP_SIZE, seed=11, max_turn=2)

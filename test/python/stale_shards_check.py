@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import subprocess
 import sys
 import threading
 import time
@@ -26,30 +24,15 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "python"))
 
 from rollgym_client import Client  # noqa: E402
+from json_checks import check  # noqa: E402
 from rollgym_client.sharded import ShardedClient  # noqa: E402
+from rollgym_processes import mock_engine, serve  # noqa: E402
 
-COMMAND = json.loads(os.environ["ROLLGYM_COMMAND"])
 S, B, UPDATES = 1, 3, 3
 # Windows of 4 groups split 2 + 2; B = 3 splits 1 + 2, so the shares' bounds differ from their groups.
 STREAM = dict(tag="FrozenLake", groups=4, group_size=2, seed=7, max_turn=2, max_staleness=S, groups_per_step=B)
 # Seconds the trainer waits once the bound is reached: a shard admitting past it would deliver meanwhile.
 SETTLE = 0.6
-
-
-def check(condition: bool, message: str) -> None:
-    if not condition:
-        raise AssertionError(message)
-
-
-def start(argv: List[str], pattern: str) -> "tuple[subprocess.Popen, str]":
-    process = subprocess.Popen(COMMAND + argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    assert process.stdout is not None
-    for line in process.stdout:
-        match = re.search(pattern, line)
-        if match:
-            threading.Thread(target=process.stdout.read, daemon=True).start()
-            return process, match.group(1)
-    raise AssertionError(f"{argv[0]} printed no URL (exit {process.wait()})")
 
 
 def paced_run(client: Any, stream: Any, capacity_of: Any) -> Dict[str, Any]:
@@ -99,11 +82,11 @@ def paced_run(client: Any, stream: Any, capacity_of: Any) -> Dict[str, Any]:
 def main() -> None:
     processes = []
     try:
-        engine, engine_url = start(["mock-engine", "--port", "0", "--latency-model", "none", "--model", "mock"], r"listening on (http://\S+)")
+        engine, engine_url = mock_engine("--latency-model", "none")
         processes.append(engine)
         urls = []
         for _ in range(2):
-            server, url = start(["serve", "--port", "0", "--llm", engine_url, "--model", "mock"], r"serving on (http://\S+)")
+            server, url = serve("--llm", engine_url, "--model", "mock")
             processes.append(server)
             urls.append(url)
         expected = [(S + v + 1) * B for v in range(UPDATES + 1)]
